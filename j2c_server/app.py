@@ -1,0 +1,63 @@
+"""The Jupyter server extension: wires settings, services and routes, nothing more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Dict, Unicode
+
+from . import __version__
+from .config import J2CSettings, load_settings
+from .handlers import routes
+
+
+class J2CApp(ExtensionApp):
+    name = "j2c_server"
+    extension_url = "/j2c"
+    load_other_extensions = True
+
+    settings_overrides = Dict(
+        default_value={},
+        config=True,
+        help="j2c settings (same keys as j2c.yaml), e.g. "
+        "{'storage': {'url': 's3://bucket/prefix'}, 'scheduler': {'default': 'slurm'}}.",
+    )
+    config_file = Unicode(
+        "", config=True, help="YAML file with j2c settings (default: $J2C_CONFIG or j2c.yaml)."
+    )
+
+    def initialize_settings(self) -> None:
+        from pathlib import Path
+
+        settings: J2CSettings = load_settings(
+            config_file=Path(self.config_file) if self.config_file else None,
+            overrides=dict(self.settings_overrides),
+        )
+        services: dict[str, Any] = {"j2c_settings": settings, "j2c_version": __version__}
+        services.update(self._start_services(settings))
+        self.settings.update(services)
+        self.log.info(
+            "j2c %s: storage %s, scheduler %s",
+            __version__,
+            settings.storage_url().split("://", 1)[0],
+            settings.scheduler.default,
+        )
+
+    def _start_services(self, settings: J2CSettings) -> dict[str, Any]:
+        """Hook for the job service (pipeline + registry); returns extra tornado settings."""
+        try:
+            from .service import JobService
+        except ImportError:  # the pipeline is not part of this build yet
+            return {}
+        service = JobService(settings, root_dir=self.serverapp.root_dir, log=self.log)
+        service.start()
+        return {"j2c_service": service}
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(routes())
+
+    async def stop_extension(self) -> None:
+        service = self.settings.get("j2c_service")
+        if service is not None:
+            await service.stop()

@@ -1,0 +1,1 @@
+"""The ``j2c`` command line: a thin front end over the pipeline and registry (see subcommands)."""

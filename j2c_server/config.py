@@ -1,0 +1,208 @@
+"""One settings model for the server extension, the magic and the CLI, and how it is loaded.
+
+Precedence, lowest first: built-in defaults < YAML config file < ``J2C_*`` environment variables
+< explicit overrides (the server's traitlets ``J2CApp.settings``, or CLI flags). Nested keys in the
+environment use ``__``: ``J2C_STORAGE__URL=s3://bucket/prefix``. Unknown keys are errors that
+name the key. Credentials are never part of this model: storage uses the standard AWS chain,
+schedulers read tokens from files or the environment named here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .models import ImageChoice
+
+ENV_PREFIX = "J2C_"
+ENV_DELIMITER = "__"
+# Variables of ours that are not settings keys (they select files, not values).
+_ENV_NOT_SETTINGS = {"J2C_CONFIG", "J2C_DATA_DIR", "J2C_OUTPUT_DIR", "J2C_JOB_ID"}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StorageSettings(_Section):
+    url: str | None = Field(
+        None, description="file:///path or s3://bucket/prefix; default: a folder in the data dir."
+    )
+    endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO, Ceph, ...).")
+    region: str | None = None
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    profile: str | None = Field(None, description="AWS profile name (credentials stay in ~/.aws).")
+    part_size_mb: int = Field(16, ge=5, le=5120)
+    concurrency: int = Field(8, ge=1, le=64)
+    max_attempts: int = Field(6, ge=1, le=20)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    read_timeout_s: float = Field(60.0, gt=0)
+    presign_expiry_s: int = Field(7 * 24 * 3600, ge=60)
+    presign_for_jobs: bool = Field(
+        False, description="Give jobs presigned URLs instead of relying on cluster credentials."
+    )
+
+
+class PackSettings(_Section):
+    compression_level: int = Field(3, ge=1, le=22)
+    threads: int = Field(0, ge=-1, description="zstd worker threads; 0 = one per core.")
+    soft_limit_mb: int = Field(2048, ge=1, description="Warn above this total size.")
+    hard_limit_mb: int = Field(20480, ge=1, description="Refuse above this total size.")
+    max_concurrent_packs: int = Field(1, ge=1)
+
+
+class LocalSchedulerSettings(_Section):
+    gpus: int | None = Field(None, ge=0, description="GPUs to hand out; default: detected.")
+    cancel_grace_s: float = Field(10.0, ge=0)
+
+
+class SlurmSettings(_Section):
+    url: str | None = Field(None, description="slurmrestd base URL.")
+    api_version: str = "v0.0.38"
+    user: str | None = None
+    token: str | None = Field(None, description="JWT; prefer token_file or SLURM_JWT.")
+    token_file: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    job_dir: str | None = Field(None, description="Shared folder for job scripts and logs.")
+    container_runtime: Literal["none", "pyxis"] = "none"
+    cancel_grace_s: float = Field(10.0, ge=0)
+
+
+class KubernetesSettings(_Section):
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+    service_account: str | None = None
+    env_from_secret: str | None = Field(None, description="Secret with storage credentials.")
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_type_label: str = "nvidia.com/gpu.product"
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    ttl_seconds_after_finished: int | None = 3600
+    active_deadline_seconds: int | None = None
+    shm_size: str | None = "8Gi"
+
+
+class SchedulerSettings(_Section):
+    default: str = "local"
+    local: LocalSchedulerSettings = Field(default_factory=LocalSchedulerSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+
+
+class J2CSettings(_Section):
+    data_dir: str | None = Field(None, description="Registry, cache and embedded store.")
+    default_image: str | None = Field(
+        None, description="Default container image; default: the lab's own (JUPYTER_IMAGE...)."
+    )
+    images: list[ImageChoice] = Field(default_factory=list)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    pack: PackSettings = Field(default_factory=PackSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+
+    # ---------------------------------------------------------------- derived values
+
+    def data_path(self) -> Path:
+        if self.data_dir:
+            return Path(self.data_dir).expanduser()
+        env = os.environ.get("J2C_DATA_DIR")
+        if env:
+            return Path(env).expanduser()
+        from jupyter_core.paths import jupyter_data_dir
+
+        return Path(jupyter_data_dir()) / "j2c"
+
+    def storage_url(self) -> str:
+        if self.storage.url:
+            return self.storage.url
+        return (self.data_path() / "store").resolve().as_uri()
+
+    def lab_image(self) -> str | None:
+        """The image this lab runs in, as JupyterHub's spawners advertise it."""
+        if self.default_image:
+            return self.default_image
+        for name in ("JUPYTER_IMAGE_SPEC", "JUPYTER_IMAGE"):
+            if os.environ.get(name):
+                return os.environ[name]
+        return None
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """``J2C_A__B=v`` → ``{"a": {"b": "v"}}``; pydantic then coerces the strings."""
+    environ = dict(os.environ) if environ is None else environ
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in _ENV_NOT_SETTINGS:
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split(ENV_DELIMITER.lower())
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def default_config_file() -> Path | None:
+    env = os.environ.get("J2C_CONFIG")
+    if env:
+        return Path(env).expanduser()
+    from jupyter_core.paths import jupyter_config_dir
+
+    candidate = Path(jupyter_config_dir()) / "j2c.yaml"
+    return candidate if candidate.exists() else None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist", field="config") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}", field="config") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top", field="config")
+    return data
+
+
+def validate_settings(data: dict[str, Any], *, source: str = "settings") -> J2CSettings:
+    try:
+        return J2CSettings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{source}: {key}: {first['msg']}", field=key) from None
+
+
+def load_settings(
+    *,
+    config_file: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> J2CSettings:
+    """Merge defaults < file < environment < overrides into one validated settings object."""
+    merged: dict[str, Any] = {}
+    path = config_file if config_file is not None else default_config_file()
+    if path is not None:
+        merged = _deep_merge(merged, read_config_file(path))
+    merged = _deep_merge(merged, env_overrides(environ))
+    if overrides:
+        merged = _deep_merge(merged, overrides)
+    return validate_settings(merged, source=str(path) if path else "settings")

@@ -1,0 +1,101 @@
+"""The j2c error hierarchy: one place that says what went wrong and how a front end shows it.
+
+Every error a user can cause carries an HTTP status (4xx for bad input), a machine-readable
+``code`` and, where one input is at fault, the ``field`` it came from. Handlers, the CLI and the
+magic map these once, centrally; no front end re-invents the mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class J2CError(Exception):
+    """Base for every error j2c raises on purpose."""
+
+    status_code: int = 500
+    code: str = "internal"
+
+    def __init__(self, message: str, *, field: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.hint = hint
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        if self.hint is not None:
+            body["hint"] = self.hint
+        return body
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.hint:
+            parts.append(f"({self.hint})")
+        return " ".join(parts)
+
+
+class InvalidInput(J2CError):
+    """The request is malformed or names something that cannot work (a bad field)."""
+
+    status_code = 400
+    code = "invalid_input"
+
+
+class Forbidden(J2CError):
+    """The request reaches outside what this user may touch (e.g. a path outside the root)."""
+
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(J2CError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(J2CError):
+    status_code = 409
+    code = "conflict"
+
+
+class ConfigError(J2CError):
+    """The operator's configuration is wrong; the message names the key."""
+
+    status_code = 500
+    code = "config"
+
+
+class PackError(InvalidInput):
+    """The project or venv cannot be packed as asked."""
+
+    code = "pack"
+
+
+class StorageError(J2CError):
+    """The object store refused or failed; ``hint`` says what to check."""
+
+    status_code = 502
+    code = "storage"
+
+
+class IntegrityError(StorageError):
+    """A blob's content does not match its digest."""
+
+    code = "integrity"
+
+
+class SchedulerError(J2CError):
+    """The scheduler refused or failed; ``hint`` says what to check."""
+
+    status_code = 502
+    code = "scheduler"
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler cannot be reached right now; callers retry with backoff."""
+
+    status_code = 503
+    code = "scheduler_unavailable"

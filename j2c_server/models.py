@@ -1,0 +1,311 @@
+"""Pydantic models at every boundary: requests, manifests, job records and events.
+
+These are the wire shapes shared by the REST API, the websocket stream, the CLI's ``--json``
+output, the registry and ``j2c-unpack``. The TypeScript types in ``src/models.ts`` are generated
+from their JSON schema (``python -m j2c_server.schema_export``) and a test checks they agree.
+
+This module imports only pydantic and the standard library: ``j2c-unpack`` loads it inside the
+training container, where start-up time matters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MANIFEST_FORMAT_VERSION = 1
+LAYER_MEDIA_TYPE = "application/vnd.j2c.layer.v1.tar+zstd"
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_MEMORY_RE = re.compile(r"^\d+(\.\d+)?([KMGT]i?|[kmgt])?[Bb]?$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    """Unknown fields are errors: a typo in a request must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- statuses
+
+
+class JobStatus(str, Enum):
+    """One status vocabulary for every scheduler backend and every front end."""
+
+    pending = "pending"
+    packing = "packing"
+    uploading = "uploading"
+    submitted = "submitted"
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelling = "cancelling"
+    cancelled = "cancelled"
+    lost = "lost"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.lost}
+)
+
+
+class Stage(str, Enum):
+    """The pipeline's stages, in order."""
+
+    scan = "scan"
+    pack = "pack"
+    upload = "upload"
+    configure = "configure"
+    submit = "submit"
+    watch = "watch"
+    results = "results"
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class Resources(_Strict):
+    """What the job asks the scheduler for."""
+
+    gpus: int = Field(0, ge=0, le=64, description="Number of GPUs.")
+    cpus: float | None = Field(None, gt=0, le=1024, description="CPU cores.")
+    memory: str | None = Field(None, description="Memory, e.g. '16Gi' or '8G'.")
+    gpu_type: str | None = Field(None, description="GPU model, where the cluster offers several.")
+    time_limit_minutes: int | None = Field(None, gt=0, description="Wall-clock limit.")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_format(cls, value: str | None) -> str | None:
+        if value is not None and not _MEMORY_RE.match(value.strip()):
+            raise ValueError("memory must look like '16Gi', '8G' or '512Mi'")
+        return value.strip() if value is not None else None
+
+
+class JobRequest(_Strict):
+    """What a user asks for: the same fields from the UI, the magic, the CLI and REST.
+
+    Paths are relative to the server's root directory when they come from the browser; the CLI
+    and magic pass absolute paths.
+    """
+
+    code_path: str = Field(..., min_length=1, description="Project folder to ship.")
+    call_path: str = Field(
+        ...,
+        min_length=1,
+        description="Entry point: a .py script or .ipynb notebook inside the project, "
+        "or '-m package.module'.",
+    )
+    venv_path: str | None = Field(None, description="Virtual environment to ship.")
+    args: list[str] = Field(default_factory=list, description="Arguments for the entry point.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    image: str | None = Field(None, description="Container image; default: the lab's image.")
+    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    scheduler: str | None = Field(None, description="Scheduler backend; default from config.")
+    compression_level: int | None = Field(None, ge=1, le=22)
+    excludes: list[str] = Field(default_factory=list, description="Extra gitignore patterns.")
+    includes: list[str] = Field(
+        default_factory=list, description="Paths excluded as secrets that the user opts back in."
+    )
+    name: str | None = Field(None, max_length=200, description="Display name.")
+    new: bool = Field(False, description="Force a new run instead of attaching to an identical one.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME_RE.match(key):
+                raise ValueError(f"environment variable name {key!r} is not valid")
+        return value
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+class LayerRole(str, Enum):
+    code = "code"
+    venv = "venv"
+
+
+class Layer(_Strict):
+    """One content-addressed tar.zst layer."""
+
+    role: LayerRole
+    digest: str = Field(..., description="'sha256:<hex>' of the compressed blob.")
+    size: int = Field(..., ge=0, description="Compressed bytes.")
+    files: int = Field(0, ge=0, description="Entries in the archive.")
+    unpacked_size: int = Field(0, ge=0, description="Bytes of regular files before compression.")
+    source_path: str = Field(..., description="Absolute path the layer was packed from.")
+    media_type: str = LAYER_MEDIA_TYPE
+    url: str | None = Field(
+        None,
+        description="Where to fetch the blob (e.g. a presigned URL); when absent it is resolved "
+        "next to the manifest in the same store.",
+    )
+
+    @field_validator("digest")
+    @classmethod
+    def _digest_format(cls, value: str) -> str:
+        if not DIGEST_RE.match(value):
+            raise ValueError("digest must be 'sha256:' followed by 64 lowercase hex digits")
+        return value
+
+
+class EntryPoint(_Strict):
+    """What to run, relative to the code layer's root."""
+
+    kind: Literal["script", "module", "notebook"]
+    target: str = Field(..., description="Relative path (script, notebook) or module name.")
+
+    def describe(self) -> str:
+        return f"-m {self.target}" if self.kind == "module" else self.target
+
+
+class VenvInfo(_Strict):
+    """Facts about the shipped venv that ``j2c-unpack`` needs before it runs anything."""
+
+    python_version: str = Field(..., description="major.minor of the venv's interpreter.")
+    home: str = Field(..., description="pyvenv.cfg 'home': the base interpreter's bin folder.")
+    include_system_site_packages: bool = True
+    prompt: str | None = None
+
+
+class Manifest(_Strict):
+    """manifest.json: everything ``j2c-unpack`` needs, content-addressed itself."""
+
+    format_version: int = MANIFEST_FORMAT_VERSION
+    created_by: str
+    created_at: float = Field(..., description="Unix time.")
+    layers: list[Layer]
+    entry: EntryPoint
+    args: list[str] = Field(default_factory=list)
+    workdir: str = Field(".", description="Working directory relative to the code layer.")
+    env: dict[str, str] = Field(default_factory=dict)
+    venv: VenvInfo | None = None
+    source_image: str | None = None
+
+    def layer(self, role: LayerRole) -> Layer | None:
+        return next((layer for layer in self.layers if layer.role == role), None)
+
+    def canonical_json(self) -> bytes:
+        """Stable bytes: the same manifest always hashes to the same digest."""
+        return self.model_dump_json(exclude_none=True).encode() + b"\n"
+
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.canonical_json()).hexdigest()
+
+
+# --------------------------------------------------------------------------- jobs and events
+
+
+class StageRecord(_Strict):
+    """What one stage did last time, so the next run can reuse it or explain why it cannot."""
+
+    stage: Stage
+    key: str = Field(..., description="Hash of the stage's inputs.")
+    state: Literal["running", "done", "reused", "failed"]
+    started_at: float
+    finished_at: float | None = None
+    seconds: float | None = None
+    reason: str | None = Field(None, description="Why it ran again or was reused.")
+    output: dict[str, Any] = Field(default_factory=dict)
+
+
+class Artifact(_Strict):
+    name: str
+    size: int | None = None
+    url: str | None = None
+
+
+class JobResults(_Strict):
+    exit_code: int | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+    executed_notebook: str | None = None
+    output_uri: str | None = None
+
+
+class JobHandle(_Strict):
+    """A scheduler's own reference to a submitted job; opaque outside its backend."""
+
+    scheduler: str
+    id: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobRecord(_Strict):
+    """One job as the registry and every front end see it."""
+
+    id: str
+    name: str
+    key: str = Field(..., description="Hash of the request: identical requests attach to one job.")
+    status: JobStatus
+    message: str | None = Field(None, description="Human-readable detail, e.g. a pending reason.")
+    request: JobRequest
+    scheduler: str
+    created_at: float
+    updated_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    manifest_uri: str | None = None
+    handle: JobHandle | None = None
+    stages: dict[str, StageRecord] = Field(default_factory=dict)
+    exit_code: int | None = None
+    results: JobResults | None = None
+    last_seq: int = 0
+
+
+class EventKind(str, Enum):
+    stage = "stage"
+    progress = "progress"
+    status = "status"
+    log = "log"
+    result = "result"
+    error = "error"
+
+
+class Event(_Strict):
+    """One entry of a job's ordered event stream; ``seq`` is per job, starting at 1."""
+
+    job_id: str
+    seq: int = Field(..., ge=1)
+    time: float
+    kind: EventKind
+    stage: Stage | None = None
+    state: Literal["started", "finished", "reused", "failed"] | None = Field(
+        None, description="For stage events."
+    )
+    status: JobStatus | None = Field(None, description="For status events.")
+    stream: Literal["stdout", "stderr"] | None = Field(None, description="For log events.")
+    text: str | None = Field(None, description="A log line (no newline) or a message.")
+    data: dict[str, Any] = Field(default_factory=dict, description="Progress counters, results.")
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind == EventKind.status and self.status is not None and self.status.terminal
+
+
+class ImageChoice(_Strict):
+    name: str
+    image: str
+    description: str | None = None
+
+
+class ServerConfig(_Strict):
+    """GET /j2c/api/config: what the UI may know about the server's set-up; never credentials."""
+
+    version: str
+    storage_kind: str
+    scheduler_kinds: list[str]
+    default_scheduler: str
+    default_image: str | None
+    images: list[ImageChoice]
+    compression_level: int
+    root_dir_name: str | None = None

@@ -1,0 +1,71 @@
+"""The Scheduler interface every backend (local, slurm, kubernetes) implements.
+
+A backend turns a :class:`JobSpec` into a running job and reports on it in the common
+:class:`~j2c_server.models.JobStatus` vocabulary. ``submit`` is idempotent on ``spec.key``: a
+retried submit of the same key adopts the job that already exists instead of creating a second.
+Logs are followed from a resumable cursor: a watcher that dies and restarts continues where the
+last persisted cursor points, so no line is lost or doubled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..models import JobHandle, JobResults, JobStatus, Resources
+
+
+class JobSpec(BaseModel):
+    """What the pipeline's configure stage hands to a scheduler. Never holds credentials."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(..., description="Idempotency key (deterministic per request).")
+    job_id: str = Field(..., description="The j2c job id (for labels, names and comments).")
+    name: str
+    image: str | None = None
+    command: list[str] = Field(..., description="argv: j2c-unpack <manifest> -- <args>")
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    user: str | None = None
+
+
+class SchedulerState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: JobStatus
+    message: str | None = Field(None, description="e.g. why it is still pending.")
+    exit_code: int | None = None
+
+
+class LogLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(..., description="One line, without its newline.")
+    stream: Literal["stdout", "stderr"] = "stdout"
+    cursor: str = Field(..., description="Resume point just after this line.")
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    name: str
+
+    async def submit(self, spec: JobSpec) -> JobHandle: ...
+
+    async def status(self, handle: JobHandle) -> SchedulerState: ...
+
+    def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
+        """Yield lines as they are written, starting after ``cursor``; end once the job is
+        terminal and its output is drained. Raises SchedulerUnavailable when the backend cannot
+        be reached (the caller retries from the last cursor)."""
+        ...
+
+    async def cancel(self, handle: JobHandle) -> None:
+        """Ask the job to stop: SIGTERM (or the backend's equivalent), then kill after a grace."""
+        ...
+
+    async def results(self, handle: JobHandle) -> JobResults: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,79 @@
+"""The ObjectStore interface shared by the pipeline, `j2c build` and `j2c-unpack`.
+
+Keys are '/'-separated and relative to the store's root (the folder of a ``file://`` URL, or the
+bucket + prefix of an ``s3://`` URL). Layout written by j2c:
+
+- ``blobs/sha256/<hex>.tar.zst``   content-addressed layers
+- ``manifests/sha256/<hex>.json``  content-addressed manifests
+- ``jobs/<job id>/...``            per-job files (resolved manifests, outputs)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+# Called with the number of bytes moved since the previous call.
+ProgressFn = Callable[[int], None]
+
+
+def blob_key(digest: str) -> str:
+    algo, _, hexdigest = digest.partition(":")
+    return f"blobs/{algo}/{hexdigest}.tar.zst"
+
+
+def manifest_key(digest: str) -> str:
+    algo, _, hexdigest = digest.partition(":")
+    return f"manifests/{algo}/{hexdigest}.json"
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """An S3-like store. Every method is async; file I/O inside runs off the event loop."""
+
+    @property
+    def kind(self) -> str:
+        """'file' or 's3'."""
+        ...
+
+    def uri(self, key: str) -> str:
+        """The location of ``key`` as a URI a job can be given (file:///..., s3://...)."""
+        ...
+
+    async def exists(self, key: str) -> bool: ...
+
+    async def size(self, key: str) -> int | None:
+        """Bytes stored under ``key``, or None when absent."""
+        ...
+
+    async def put_file(
+        self, key: str, path: Path, *, progress: ProgressFn | None = None
+    ) -> None:
+        """Store the file's bytes under ``key`` (atomic: readers see all or nothing)."""
+        ...
+
+    async def put_bytes(self, key: str, data: bytes) -> None: ...
+
+    async def get_file(
+        self,
+        key: str,
+        dest: Path,
+        *,
+        sha256: str | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        """Write ``key`` to ``dest``; with ``sha256`` (hex) verify it, else raise IntegrityError."""
+        ...
+
+    async def get_bytes(self, key: str) -> bytes: ...
+
+    async def presign(self, key: str, *, expires_s: int | None = None) -> str | None:
+        """A time-limited HTTPS GET URL needing no credentials, or None if the backend has none."""
+        ...
+
+    async def list(self, prefix: str = "") -> list[str]: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,37 @@
+"""Shared fixtures: a real Jupyter server (pytest-jupyter) with j2c loaded, on throw-away dirs.
+
+Fixture modules live in ``tests/support/`` and are loaded here as plugins, so every test folder
+can use them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = [
+    "pytest_jupyter.jupyter_server",
+]
+
+
+@pytest.fixture
+def j2c_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Registry, cache and embedded store of one test, never the user's real data dir."""
+    data = tmp_path / "j2c-data"
+    data.mkdir()
+    monkeypatch.setenv("J2C_DATA_DIR", str(data))
+    monkeypatch.delenv("J2C_CONFIG", raising=False)
+    return data
+
+
+@pytest.fixture
+def jp_server_config(j2c_data_dir: Path) -> dict[str, Any]:
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"j2c_server": True},
+            "allow_unauthenticated_access": False,
+            "allow_root": True,
+        }
+    }
