@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["__version__"]
+
 try:
     from ._version import __version__
 except ImportError:  # a source checkout that was never built

@@ -50,7 +50,8 @@ class J2CApp(ExtensionApp):
             from .service import JobService
         except ImportError:  # the pipeline is not part of this build yet
             return {}
-        service = JobService(settings, root_dir=self.serverapp.root_dir, log=self.log)
+        root_dir = self.serverapp.root_dir if self.serverapp is not None else None
+        service = JobService(settings, root_dir=root_dir, log=self.log)
         service.start()
         return {"j2c_service": service}
 

@@ -56,8 +56,12 @@ class J2CHandler(APIHandler):
             self.finish(model.model_dump_json())
         else:
             self.finish(
-                "[" + ",".join(m.model_dump_json() if isinstance(m, BaseModel) else json.dumps(m)
-                               for m in model) + "]"
+                "["
+                + ",".join(
+                    m.model_dump_json() if isinstance(m, BaseModel) else json.dumps(m)
+                    for m in model
+                )
+                + "]"
             )
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

@@ -108,7 +108,7 @@ class JobRequest(_Strict):
     args: list[str] = Field(default_factory=list, description="Arguments for the entry point.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     image: str | None = Field(None, description="Container image; default: the lab's image.")
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    resources: Resources = Field(default_factory=Resources)
     scheduler: str | None = Field(None, description="Scheduler backend; default from config.")
     compression_level: int | None = Field(None, ge=1, le=22)
     excludes: list[str] = Field(default_factory=list, description="Extra gitignore patterns.")
@@ -116,7 +116,9 @@ class JobRequest(_Strict):
         default_factory=list, description="Paths excluded as secrets that the user opts back in."
     )
     name: str | None = Field(None, max_length=200, description="Display name.")
-    new: bool = Field(False, description="Force a new run instead of attaching to an identical one.")
+    new: bool = Field(
+        False, description="Force a new run instead of attaching to an identical one."
+    )
 
     @field_validator("env")
     @classmethod

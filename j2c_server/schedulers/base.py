@@ -28,7 +28,7 @@ class JobSpec(BaseModel):
     image: str | None = None
     command: list[str] = Field(..., description="argv: j2c-unpack <manifest> -- <args>")
     env: dict[str, str] = Field(default_factory=dict)
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    resources: Resources = Field(default_factory=Resources)
     user: str | None = None
 
 

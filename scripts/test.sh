@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets up and runs every check, in the order a failure is cheapest to find:
+# lint and types, then Python tests (with a throw-away Slurm), then UI tests in Chromium.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+step() { echo; echo "== $* ($(( $(date +%s) - started ))s)"; }
+
+step "setup"
+bash scripts/setup.sh
+bash scripts/ensure-chromium.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+step "ruff"
+ruff check .
+ruff format --check .
+
+step "mypy (strict)"
+mypy j2c_server
+
+step "generated TypeScript models are current"
+python -m j2c_server.schema_export --check
+
+step "prettier + eslint"
+jlpm lint:check
+
+step "pytest"
+slurm_dir=$(mktemp -d -t j2c-slurm-XXXXXX)
+cleanup() { bash scripts/slurm-down.sh "$slurm_dir" || true; }
+trap cleanup EXIT
+eval "$(bash scripts/slurm-up.sh "$slurm_dir")"
+python -m pytest -q -p no:cacheprovider
+
+step "UI tests (Galata, Chromium)"
+(
+  cd ui-tests
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 jlpm install --immutable >/dev/null
+  CI=1 jlpm playwright test
+)
+
+step "all checks passed"
