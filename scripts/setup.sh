@@ -11,18 +11,31 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 
+export PATH="$PWD/.venv/bin:$PATH"
+
+# pip warns once per package about index locations that do not exist on some machines; keep
+# the log readable but never hide a real failure.
+pip_install() {
+  local out
+  if ! out=$(.venv/bin/python -m pip install -q "$@" 2>&1); then
+    echo "$out" | grep -v "is ignored: it is neither a file nor a directory" >&2
+    return 1
+  fi
+  echo "$out" | grep -v "is ignored: it is neither a file nor a directory" || true
+}
+
 stamp=.venv/.j2c-deps
 want=$(cat pyproject.toml package.json yarn.lock | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python and JavaScript dependencies (a few minutes the first time)"
-  .venv/bin/python -m pip install -q -U pip
-  .venv/bin/python -m pip install -q -e ".[dev,test]"
+  pip_install -U pip
+  pip_install -e ".[dev,test]"
   echo "$want" > "$stamp"
 fi
 
 echo "setup: building the JupyterLab extension"
-PATH="$PWD/.venv/bin:$PATH" jlpm install --immutable >/dev/null
-PATH="$PWD/.venv/bin:$PATH" jlpm build >/dev/null
-.venv/bin/jupyter labextension develop --overwrite . >/dev/null 2>&1
-.venv/bin/jupyter server extension enable j2c_server --sys-prefix >/dev/null 2>&1
+jlpm install --immutable >/dev/null
+jlpm build >/dev/null 2>&1 || jlpm build
+jupyter-builder develop --overwrite . >/dev/null
+jupyter server extension enable j2c_server --sys-prefix >/dev/null 2>&1
 echo "setup: done"
