@@ -10,6 +10,7 @@ from traitlets import Dict, Unicode
 from . import __version__
 from .config import J2CSettings, load_settings
 from .handlers import routes
+from .service import JobService
 
 
 class J2CApp(ExtensionApp):
@@ -45,15 +46,14 @@ class J2CApp(ExtensionApp):
         )
 
     def _start_services(self, settings: J2CSettings) -> dict[str, Any]:
-        """Hook for the job service (pipeline + registry); returns extra tornado settings."""
-        try:
-            from .service import JobService
-        except ImportError:  # the pipeline is not part of this build yet
-            return {}
+        """The job service (pipeline + registry) as a tornado setting for the handlers."""
         root_dir = self.serverapp.root_dir if self.serverapp is not None else None
         service = JobService(settings, root_dir=root_dir, log=self.log)
-        service.start()
         return {"j2c_service": service}
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """Once the event loop runs: re-attach to the jobs a previous server left running."""
+        self.settings["j2c_service"].start()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes())

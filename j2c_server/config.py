@@ -22,6 +22,14 @@ ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
 # Variables of ours that are not settings keys (they select files, not values).
 _ENV_NOT_SETTINGS = {"J2C_CONFIG", "J2C_DATA_DIR", "J2C_OUTPUT_DIR", "J2C_JOB_ID"}
+# What scripts/slurm-up.sh exports for the tests: a test cluster's address, not settings.
+_ENV_NOT_SETTINGS |= {
+    f"J2C_SLURM_{name}" for name in ("DIR", "URL", "USER", "TOKEN", "TOKEN_FILE", "JOB_DIR")
+}
+# The CLI's and magic's job defaults (``job:`` in the file, ``J2C_JOB__*`` in the environment)
+# share the file and the prefix but are not settings: the front ends read them
+# (``cli/options.py``), settings loading leaves them out.
+JOB_SECTION = "job"
 
 
 class _Section(BaseModel):
@@ -58,6 +66,11 @@ class PackSettings(_Section):
 class LocalSchedulerSettings(_Section):
     gpus: int | None = Field(None, ge=0, description="GPUs to hand out; default: detected.")
     cancel_grace_s: float = Field(10.0, ge=0)
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="More variables of the server's environment that jobs inherit: names, "
+        "or prefixes ending in '*'.",
+    )
 
 
 class SlurmSettings(_Section):
@@ -72,6 +85,11 @@ class SlurmSettings(_Section):
     job_dir: str | None = Field(None, description="Shared folder for job scripts and logs.")
     container_runtime: Literal["none", "pyxis"] = "none"
     cancel_grace_s: float = Field(10.0, ge=0)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment every job starts with (jobs inherit nothing through "
+        "slurmrestd), e.g. a PATH that finds j2c-unpack on the compute nodes.",
+    )
 
 
 class KubernetesSettings(_Section):
@@ -87,6 +105,9 @@ class KubernetesSettings(_Section):
     ttl_seconds_after_finished: int | None = 3600
     active_deadline_seconds: int | None = None
     shm_size: str | None = "8Gi"
+    poll_interval_s: float = Field(
+        2.0, gt=0, description="How often to re-read a Job's pod while waiting for it to start."
+    )
 
 
 class SchedulerSettings(_Section):
@@ -205,4 +226,5 @@ def load_settings(
     merged = _deep_merge(merged, env_overrides(environ))
     if overrides:
         merged = _deep_merge(merged, overrides)
+    merged.pop(JOB_SECTION, None)
     return validate_settings(merged, source=str(path) if path else "settings")

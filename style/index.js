@@ -1,1 +1,2 @@
+import '@xterm/xterm/css/xterm.css';
 import './base.css';

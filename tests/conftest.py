@@ -13,6 +13,11 @@ import pytest
 
 pytest_plugins = [
     "pytest_jupyter.jupyter_server",
+    "tests.support.fake_kube",
+    "tests.support.s3",
+    "tests.support.frontends",
+    "tests.support.jobs",
+    "tests.support.slurm",
 ]
 
 

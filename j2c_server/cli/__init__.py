@@ -1,1 +1,26 @@
 """The ``j2c`` command line: a thin front end over the pipeline and registry (see subcommands)."""
+
+from __future__ import annotations
+
+import click
+
+from .failures import J2CGroup
+
+
+@click.group(cls=J2CGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="j2c", prog_name="j2c")
+def main() -> None:
+    """Send a project and its venv to a GPU cluster, follow its logs, collect its results."""
+
+
+def _add_commands() -> None:
+    from .build import build
+    from .config_cmd import config
+    from .jobs import cancel, list_jobs, logs, status
+    from .submit import pack, submit
+
+    for command in (submit, pack, build, status, logs, cancel, list_jobs, config):
+        main.add_command(command)
+
+
+_add_commands()

@@ -12,7 +12,11 @@ if TYPE_CHECKING:
 
 # name -> "module:factory"; factories take (settings) and return a Scheduler. Imported lazily so a
 # backend's dependencies load only when it is used.
-BACKENDS: dict[str, str] = {}
+BACKENDS: dict[str, str] = {
+    "local": ".local:LocalScheduler",
+    "kubernetes": ".kubernetes:KubernetesScheduler",
+    "slurm": ".slurm:SlurmScheduler",
+}
 
 
 def make_scheduler(name: str, settings: J2CSettings) -> Scheduler:

@@ -14,8 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from ..errors import InvalidInput
+
 # Called with the number of bytes moved since the previous call.
 ProgressFn = Callable[[int], None]
+
+# Keys under these folders name their content: the same key always holds the same bytes.
+CONTENT_ADDRESSED_PREFIXES = ("blobs/", "manifests/")
 
 
 def blob_key(digest: str) -> str:
@@ -26,6 +31,23 @@ def blob_key(digest: str) -> str:
 def manifest_key(digest: str) -> str:
     algo, _, hexdigest = digest.partition(":")
     return f"manifests/{algo}/{hexdigest}.json"
+
+
+def is_content_addressed(key: str) -> bool:
+    """True for keys whose name is their digest: an existing object never needs writing again."""
+    return key.startswith(CONTENT_ADDRESSED_PREFIXES)
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape the store's root or alias another key; return ``key``."""
+    parts = key.split("/")
+    if not key or "\\" in key or "\x00" in key or any(part in ("", ".", "..") for part in parts):
+        raise InvalidInput(
+            f"storage key {key!r} is not valid",
+            field="key",
+            hint="keys are relative, '/'-separated, without empty, '.' or '..' segments",
+        )
+    return key
 
 
 @runtime_checkable
@@ -47,9 +69,7 @@ class ObjectStore(Protocol):
         """Bytes stored under ``key``, or None when absent."""
         ...
 
-    async def put_file(
-        self, key: str, path: Path, *, progress: ProgressFn | None = None
-    ) -> None:
+    async def put_file(self, key: str, path: Path, *, progress: ProgressFn | None = None) -> None:
         """Store the file's bytes under ``key`` (atomic: readers see all or nothing)."""
         ...
 

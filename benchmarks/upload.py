@@ -1,0 +1,245 @@
+"""S3 upload: j2c's store against boto3's ``upload_file`` and a single ``put_object``.
+
+All methods send the same file (random bytes, ``.bench/upload-<N>MB.bin``) to the same moto
+server (server mode, its own process, on loopback). Each upload runs in a fresh subprocess that
+reports its wall time and its peak RSS (``resource.getrusage``), both before the upload (after
+imports and client creation) and at the end, so the table shows what the transfer itself costs
+in memory. Each method runs ``--repeat`` times, alternating; the table shows medians.
+
+    python benchmarks/upload.py [--size-mb 256] [--repeat 3]
+
+j2c runs with its defaults (16 MiB parts, 8 concurrent); boto3 with TransferManager defaults
+(8 MiB parts, 10 threads). The last row is j2c uploading a content-addressed blob the store
+already holds: one HEAD request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO_ROOT / ".bench"
+BUCKET = "j2c-bench"
+REGION = "us-east-1"
+METHODS = ("j2c", "boto3 upload_file", "boto3 put_object", "j2c, blob already stored")
+BASELINE = "boto3 upload_file"
+FAKE_ENV = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def bench_file(size_mb: int) -> Path:
+    """Random bytes (incompressible, like a zstd layer), written once and reused."""
+    path = BENCH_DIR / f"upload-{size_mb}MB.bin"
+    if path.exists() and path.stat().st_size == size_mb * 1024 * 1024:
+        return path
+    BENCH_DIR.mkdir(exist_ok=True)
+    partial = path.with_suffix(".partial")
+    with partial.open("wb") as out:
+        for _ in range(size_mb):
+            out.write(os.urandom(1024 * 1024))
+    partial.rename(path)
+    return path
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **FAKE_ENV},
+    )
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return server, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise SystemExit("moto server did not start")
+
+
+def boto3_client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
+
+# ---------------------------------------------------------------------------- workers
+
+
+def run_j2c(endpoint: str, path: Path, key: str, sha256: str | None) -> dict[str, float]:
+    from j2c_server.config import StorageSettings
+    from j2c_server.storage import open_store
+
+    settings = StorageSettings(endpoint_url=endpoint, region=REGION, addressing_style="path")
+
+    async def upload() -> dict[str, float]:
+        store = open_store(f"s3://{BUCKET}/j2c", settings)
+        await store.exists("warm-up")  # creates the client, as boto3.client() does below
+        before, cpu = peak_rss_mb(), cpu_seconds()
+        start = time.perf_counter()
+        await store.put_file(key if sha256 is None else f"blobs/sha256/{sha256}.tar.zst", path)
+        seconds = time.perf_counter() - start
+        cpu = cpu_seconds() - cpu
+        await store.close()
+        return {"seconds": seconds, "cpu_s": cpu, "rss_before_mb": before}
+
+    return asyncio.run(upload())
+
+
+def run_boto3(endpoint: str, path: Path, key: str, single_put: bool) -> dict[str, float]:
+    client = boto3_client(endpoint)
+    client.list_buckets()  # open a connection first, as j2c's warm-up does
+    before, cpu = peak_rss_mb(), cpu_seconds()
+    start = time.perf_counter()
+    if single_put:
+        with path.open("rb") as body:
+            client.put_object(Bucket=BUCKET, Key=key, Body=body)
+    else:
+        client.upload_file(str(path), BUCKET, key)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "cpu_s": cpu_seconds() - cpu, "rss_before_mb": before}
+
+
+def worker(method: str, endpoint: str, path: Path, key: str, sha256: str) -> None:
+    os.environ.update(FAKE_ENV)
+    if method == "j2c":
+        result = run_j2c(endpoint, path, key, None)
+    elif method == "j2c, blob already stored":
+        result = run_j2c(endpoint, path, key, sha256)
+    else:
+        result = run_boto3(endpoint, path, key, single_put=method == "boto3 put_object")
+    result["rss_peak_mb"] = peak_rss_mb()
+    print(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def measure(
+    method: str, server: subprocess.Popen[bytes], endpoint: str, path: Path, key: str, sha256: str
+) -> dict[str, float]:
+    import psutil
+
+    args = [sys.executable, __file__, "--worker", method, endpoint, str(path), key, sha256]
+    moto = psutil.Process(server.pid)
+    server_cpu = sum(moto.cpu_times()[:2])
+    out = subprocess.run(args, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{method} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["server_cpu_s"] = sum(moto.cpu_times()[:2]) - server_cpu
+    return result
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while block := source.read(8 * 1024 * 1024):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.update(FAKE_ENV)
+
+    path = bench_file(args.size_mb)
+    sha256 = sha256_of(path)
+    server, endpoint = start_moto()
+    results: dict[str, list[dict[str, float]]] = {method: [] for method in METHODS}
+    try:
+        client = boto3_client(endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        measure("j2c, blob already stored", server, endpoint, path, "", sha256)  # stores it once
+        for round_ in range(args.repeat):
+            for method in METHODS:
+                key = f"runs/{round_}/{method.replace(' ', '-').replace(',', '')}"
+                results[method].append(measure(method, server, endpoint, path, key, sha256))
+                if method != "j2c, blob already stored":
+                    client.delete_object(Bucket=BUCKET, Key=key)
+                    client.delete_object(Bucket=BUCKET, Key=f"j2c/{key}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    size_mb = path.stat().st_size / 1e6
+    base = statistics.median(r["seconds"] for r in results[BASELINE])
+    print(f"\nS3 upload of {size_mb:.0f} MB to moto (loopback), median of {args.repeat} runs\n")
+    columns = ["seconds", "MB/s", "vs upload_file", "client CPU s", "server CPU s"]
+    columns += ["peak RSS MB", "RSS added MB"]
+    header = f"{'method':<26}" + "".join(f" {name:>14}" for name in columns)
+    print(header)
+    print("-" * len(header))
+    for method in METHODS:
+        runs = results[method]
+
+        def median(field: str, runs: list[dict[str, float]] = runs) -> float:
+            return statistics.median(r[field] for r in runs)
+
+        seconds = median("seconds")
+        added = statistics.median(r["rss_peak_mb"] - r["rss_before_mb"] for r in runs)
+        speed = f"{size_mb / seconds:.1f}" if method != "j2c, blob already stored" else "-"
+        cells = [
+            f"{seconds:.2f}",
+            speed,
+            f"{base / seconds:.2f}x",
+            f"{median('cpu_s'):.2f}",
+            f"{median('server_cpu_s'):.2f}",
+            f"{median('rss_peak_mb'):.0f}",
+            f"{added:.0f}",
+        ]
+        print(f"{method:<26}" + "".join(f" {cell:>14}" for cell in cells))
+    print(
+        "\nvs upload_file > 1 means faster than boto3's upload_file. CPU seconds are those of the"
+        "\nuploading process and of the moto server during the upload: on a shared machine they"
+        "\nvary less than wall time."
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3], Path(sys.argv[4]), sys.argv[5], sys.argv[6])
+    else:
+        main()

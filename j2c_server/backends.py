@@ -1,0 +1,45 @@
+"""What one service shares between all its jobs: the object store and scheduler clients, and the
+packing processes with the limit on concurrent packs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from .config import J2CSettings
+from .packworker import PackWorkers
+from .schedulers import make_scheduler
+from .schedulers.base import Scheduler
+from .storage import open_store
+from .storage.base import ObjectStore
+
+
+class Backends:
+    """Opens each client on first use and closes them all at the end."""
+
+    def __init__(self, settings: J2CSettings) -> None:
+        self.settings = settings
+        limit = settings.pack.max_concurrent_packs
+        self.pack_slots = asyncio.Semaphore(limit)
+        # One more worker than packs: a preflight never waits behind a long pack.
+        self.packers = PackWorkers(limit + 1)
+        self._store: ObjectStore | None = None
+        self._schedulers: dict[str, Scheduler] = {}
+
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            self._store = open_store(self.settings.storage_url(), self.settings.storage)
+        return self._store
+
+    def scheduler(self, name: str) -> Scheduler:
+        if name not in self._schedulers:
+            self._schedulers[name] = make_scheduler(name, self.settings)
+        return self._schedulers[name]
+
+    async def close(self) -> None:
+        await self.packers.close()
+        for scheduler in self._schedulers.values():
+            await scheduler.close()
+        self._schedulers.clear()
+        if self._store is not None:
+            await self._store.close()
+            self._store = None

@@ -1,0 +1,301 @@
+"""The submit options, defined once for the CLI and the magic, and the config file they read.
+
+A config file holds job parameters under ``job:`` (the fields of :class:`JobRequest`; resource
+fields may also sit directly under ``job:``) next to the settings sections (``storage``,
+``scheduler``, ``pack``, ...). Each job parameter is taken from, lowest first: the front end's
+defaults (project folder, active venv), the config file, ``J2C_JOB__*`` environment variables,
+then flags. Relative paths in the file are relative to the file's folder; elsewhere to the
+current directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import ValidationError
+
+from ..config import (
+    JOB_SECTION,
+    J2CSettings,
+    default_config_file,
+    env_overrides,
+    load_settings,
+    read_config_file,
+)
+from ..errors import ConfigError, InvalidInput
+from ..models import JobRequest, Resources
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RESOURCE_KEYS = frozenset(Resources.model_fields)
+JOB_KEYS = frozenset(JobRequest.model_fields) | RESOURCE_KEYS
+_PATH_KEYS = ("code_path", "venv_path", "call_path")
+_PROJECT_MARKERS = (".git", "pyproject.toml")
+
+
+def find_project_root(start: Path) -> Path:
+    """The nearest folder at or above ``start`` holding ``.git`` or ``pyproject.toml``."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
+            return folder
+    return start
+
+
+# --------------------------------------------------------------------------- config file
+
+
+@dataclass
+class CliConfig:
+    """The effective settings plus the job parameters the file and the environment give."""
+
+    settings: J2CSettings
+    job: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def load_cli_config(
+    config_file: Path | None = None, environ: Mapping[str, str] | None = None
+) -> CliConfig:
+    environ = dict(os.environ) if environ is None else dict(environ)
+    path = config_file if config_file is not None else default_config_file()
+    job: dict[str, Any] = {}
+    if path is not None:
+        path = path.expanduser().resolve()
+        raw = read_config_file(path).get(JOB_SECTION) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: job: must be a mapping", field=JOB_SECTION)
+        job = _job_layer(raw, source=str(path), base_dir=path.parent)
+    env_job = env_overrides(environ).get(JOB_SECTION) or {}
+    if env_job:
+        parsed = {key: _parse_env_value(value) for key, value in env_job.items()}
+        job = merge_job(job, _job_layer(parsed, source="environment", base_dir=Path.cwd()))
+    settings = load_settings(config_file=path, environ=environ)
+    return CliConfig(settings=settings, job=job, path=path)
+
+
+def _parse_env_value(value: Any) -> Any:
+    # Lists and mappings (args, env, excludes) are written as JSON; everything else stays a string
+    # and pydantic coerces it.
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"environment: {value!r} is not valid JSON: {exc.msg}") from None
+    return value
+
+
+def _job_layer(raw: Mapping[str, Any], *, source: str, base_dir: Path | None) -> dict[str, Any]:
+    """One source's job parameters in :class:`JobRequest`'s shape, paths made absolute."""
+    out: dict[str, Any] = {}
+    resources: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in JOB_KEYS:
+            known = ", ".join(sorted(JOB_KEYS))
+            raise ConfigError(
+                f"{source}: job.{key}: unknown key (known: {known})", field=f"job.{key}"
+            )
+        if key == "resources":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: job.resources: must be a mapping", field=key)
+            resources.update(value)
+        elif key in RESOURCE_KEYS:
+            resources[key] = value
+        else:
+            out[key] = _stringify_scalars(value) if key in ("args", "env") else value
+    if resources:
+        out["resources"] = resources
+    if base_dir is not None:
+        for key in _PATH_KEYS:
+            if isinstance(out.get(key), str):
+                out[key] = absolute_path(out[key], base_dir)
+    return out
+
+
+def _stringify_scalars(value: Any) -> Any:
+    # YAML reads `--epochs 3` or `SEED: 1` as numbers; arguments and variables are strings.
+    def text(item: Any) -> Any:
+        return str(item) if isinstance(item, int | float) and not isinstance(item, bool) else item
+
+    if isinstance(value, list):
+        return [text(item) for item in value]
+    if isinstance(value, dict):
+        return {key: text(item) for key, item in value.items()}
+    return value
+
+
+def absolute_path(value: str, base_dir: Path) -> str:
+    """Resolve a user path; ``-m package.module`` entry points pass through unchanged."""
+    if value.startswith("-m ") or value.startswith("-m\t"):
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else (base_dir / path).resolve())
+
+
+def merge_job(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Later sources win per key; ``resources`` and ``env`` merge key by key, lists replace."""
+    out = dict(base)
+    for key, value in extra.items():
+        if key in ("resources", "env") and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+# --------------------------------------------------------------------------- options
+
+config_option = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML config file (default: $J2C_CONFIG, else j2c.yaml in the Jupyter config dir).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def submit_options(func: F) -> F:
+    """Every ``j2c submit`` / ``%j2c submit`` option, applied in one place."""
+    decorators = [
+        click.argument("entry", required=False),
+        click.option("--code-path", type=click.Path(file_okay=False), help="Project folder."),
+        click.option(
+            "--call-path",
+            help="Entry point: a .py script or .ipynb notebook in the project, or '-m module'.",
+        ),
+        click.option("--venv-path", type=click.Path(file_okay=False), help="Venv to ship."),
+        click.option("--no-venv", is_flag=True, help="Ship no venv, even if one is active."),
+        click.option("--image", help="Container image (default: this lab's image)."),
+        click.option("--gpus", type=click.IntRange(0), help="Number of GPUs."),
+        click.option("--cpus", type=click.FloatRange(0, min_open=True), help="CPU cores."),
+        click.option("--memory", help="Memory, e.g. 16Gi."),
+        click.option("--gpu-type", help="GPU model, where the cluster offers several."),
+        click.option("--time-limit", type=click.IntRange(1), help="Wall-clock limit in minutes."),
+        click.option("--scheduler", help="Scheduler backend (default from the configuration)."),
+        click.option("--compression-level", type=click.IntRange(1, 22), help="zstd level."),
+        click.option("--exclude", multiple=True, help="Extra gitignore pattern (repeatable)."),
+        click.option(
+            "--include", multiple=True, help="Ship a path excluded as a secret (repeatable)."
+        ),
+        click.option("--env", "env_pairs", multiple=True, help="K=V for the job (repeatable)."),
+        click.option("--name", help="Display name."),
+        config_option,
+        click.option("--new", is_flag=True, help="Run again even if an identical job exists."),
+        click.option("--no-wait", is_flag=True, help="Print the job id and return at once."),
+        click.option("--dry-run", is_flag=True, help="Print the job spec; submit nothing."),
+        json_option,
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+class SubmitCommand(click.Command):
+    """Everything after ``--`` belongs to the job's entry point, never to j2c."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "[-- ARGS...]"]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["j2c.script_args"] = args[cut + 1 :]
+            args = args[:cut]
+        else:
+            ctx.meta["j2c.script_args"] = []
+        return super().parse_args(ctx, args)
+
+
+def script_args(ctx: click.Context) -> list[str]:
+    args: list[str] = ctx.meta.get("j2c.script_args", [])
+    return args
+
+
+def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> dict[str, Any]:
+    """The job parameters given as flags (only those given), in :class:`JobRequest`'s shape."""
+    entry, call_path = params.get("entry"), params.get("call_path")
+    if entry and call_path:
+        raise InvalidInput(
+            f"give the entry point once: {entry!r} or --call-path {call_path!r}",
+            field="call_path",
+        )
+    out: dict[str, Any] = {}
+    for key in ("code_path", "venv_path"):
+        if params.get(key):
+            out[key] = absolute_path(str(params[key]), cwd)
+    if entry or call_path:
+        out["call_path"] = absolute_path(str(entry or call_path), cwd)
+    if params.get("no_venv"):
+        if params.get("venv_path"):
+            raise InvalidInput("--no-venv and --venv-path contradict", field="venv_path")
+        out["venv_path"] = None
+    for key in ("image", "scheduler", "compression_level", "name"):
+        if params.get(key) is not None:
+            out[key] = params[key]
+    resources = {
+        name: params[flag]
+        for name, flag in (
+            ("gpus", "gpus"),
+            ("cpus", "cpus"),
+            ("memory", "memory"),
+            ("gpu_type", "gpu_type"),
+            ("time_limit_minutes", "time_limit"),
+        )
+        if params.get(flag) is not None
+    }
+    if resources:
+        out["resources"] = resources
+    if params.get("exclude"):
+        out["excludes"] = list(params["exclude"])
+    if params.get("include"):
+        out["includes"] = list(params["include"])
+    if params.get("env_pairs"):
+        out["env"] = parse_env_pairs(params["env_pairs"])
+    if args:
+        out["args"] = list(args)
+    if params.get("new"):
+        out["new"] = True
+    return out
+
+
+def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise InvalidInput(f"--env {pair!r}: expected NAME=VALUE", field="env")
+        env[name] = value
+    return env
+
+
+def build_request(*layers: Mapping[str, Any]) -> JobRequest:
+    """Merge the layers (lowest first) and validate them into one request."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = merge_job(merged, layer)
+    for key, flag in (("code_path", "--code-path"), ("call_path", "an entry point")):
+        if not merged.get(key):
+            raise InvalidInput(
+                f"{key} is missing: give {flag}, or set job.{key} in the config file",
+                field=key,
+            )
+    try:
+        return JobRequest.model_validate(merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "request"
+        raise InvalidInput(f"{key}: {first['msg']}", field=key) from None
+
+
+def cli_defaults(cwd: Path, environ: Mapping[str, str]) -> dict[str, Any]:
+    """What a plain ``j2c submit`` ships: the current project and the active venv, if any."""
+    defaults: dict[str, Any] = {"code_path": str(find_project_root(cwd))}
+    if environ.get("VIRTUAL_ENV"):
+        defaults["venv_path"] = str(Path(environ["VIRTUAL_ENV"]).resolve())
+    return defaults

@@ -1,0 +1,219 @@
+"""Turning a job's event stream into text: a stage board, status lines and the job's output.
+
+:class:`StageBoard` is the model (what each stage is doing, from the events); the terminal
+renderer draws it as progress bars redrawn in place on a TTY and as plain lines otherwise, and
+the notebook magic draws the same board into a display handle.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from ..models import Event, EventKind, JobRecord, JobStatus, Stage
+
+BAR_WIDTH = 24
+# j2c-unpack's own lines in a job's log start so (see ``unpack/log.py``); they are j2c's status
+# lines, not the job's output.
+UNPACK_LINE_PREFIX = "j2c: "
+REDRAW_INTERVAL_S = 0.1
+_SIGNAL_EXIT_BASE = 128
+
+
+@dataclass
+class StageView:
+    stage: Stage
+    state: str = "waiting"
+    done: float | None = None
+    total: float | None = None
+    unit: str = ""
+    text: str | None = None
+    rate: float | None = None
+    started_at: float | None = None
+    seconds: float | None = None
+
+    def line(self) -> str:
+        label = f"{self.stage.value:<9}"
+        if self.state == "started":
+            return f"{label} {self._progress()}".rstrip()
+        took = f" {self.seconds:.1f}s" if self.seconds is not None else ""
+        # The pipeline's texts start with the stage's name ("scan: 12 files"); it is the label.
+        text = (self.text or "").removeprefix(f"{self.stage.value}: ")
+        return f"{label} {self.state}{took}{'  ' + text if text else ''}"
+
+    def _progress(self) -> str:
+        if self.done is None:
+            return "running…"
+        if self.total:
+            fraction = min(max(self.done / self.total, 0.0), 1.0)
+            filled = round(fraction * BAR_WIDTH)
+            bar = "█" * filled + "░" * (BAR_WIDTH - filled)
+            amounts = f"{amount(self.done, self.unit)}/{amount(self.total, self.unit)}"
+            return f"{bar} {fraction:4.0%} {amounts}{self._rate()}"
+        return amount(self.done, self.unit) + self._rate()
+
+    def _rate(self) -> str:
+        return f"  {amount(self.rate, 'bytes')}/s" if self.rate else ""
+
+
+def amount(value: float, unit: str) -> str:
+    if unit != "bytes":
+        return f"{value:g} {unit}".rstrip()
+    for suffix in ("B", "KB", "MB", "GB"):
+        if abs(value) < 1000:
+            return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
+        value /= 1000
+    return f"{value:.1f} TB"
+
+
+@dataclass
+class StageBoard:
+    """What each stage is doing and the job's status, folded from the event stream."""
+
+    stages: dict[Stage, StageView] = field(default_factory=dict)
+    status: JobStatus | None = None
+    message: str | None = None
+    error_code: str | None = None
+    last_seq: int = 0
+
+    def apply(self, event: Event) -> None:
+        self.last_seq = max(self.last_seq, event.seq)
+        if event.kind == EventKind.error:
+            self.error_code = str(event.data.get("error", "internal"))
+        elif event.kind == EventKind.status and event.status is not None:
+            self.status = event.status
+            self.message = event.text
+        elif event.stage is not None and event.kind in (EventKind.stage, EventKind.progress):
+            view = self.stages.setdefault(event.stage, StageView(event.stage))
+            if event.kind == EventKind.progress:
+                self._progress(view, event)
+            elif event.state is not None:
+                self._state(view, event)
+
+    @staticmethod
+    def _progress(view: StageView, event: Event) -> None:
+        # The journal's meters report bytes and files moved, with totals where known.
+        data = event.data
+        view.state = "started"
+        if data.get("bytes") or data.get("total_bytes"):
+            view.done, view.total, view.unit = data.get("bytes"), data.get("total_bytes"), "bytes"
+        elif "files" in data:
+            view.done, view.total, view.unit = data.get("files"), data.get("total_files"), "files"
+        rate = data.get("rate")
+        view.rate = float(rate) if isinstance(rate, int | float) and view.unit == "bytes" else None
+
+    @staticmethod
+    def _state(view: StageView, event: Event) -> None:
+        view.state = event.state or view.state
+        if event.state == "started":
+            view.started_at = event.time
+            return
+        seconds = event.data.get("seconds")
+        if isinstance(seconds, int | float):
+            view.seconds = float(seconds)
+        elif view.started_at is not None:
+            view.seconds = event.time - view.started_at
+        view.text = event.text
+
+    def lines(self) -> list[str]:
+        return [self.stages[stage].line() for stage in Stage if stage in self.stages]
+
+
+def is_stderr_line(event: Event) -> bool:
+    """Whether a log line belongs on stderr: the job wrote it there, or j2c-unpack wrote it."""
+    return event.stream == "stderr" or (event.text or "").startswith(UNPACK_LINE_PREFIX)
+
+
+def exit_code_of(record: JobRecord) -> int:
+    """The job's exit code as a shell sees it: signals as 128+N; failures without one as 1."""
+    if record.exit_code is not None:
+        code = record.exit_code
+        return _SIGNAL_EXIT_BASE - code if code < 0 else min(code, 255)
+    return 0 if record.status == JobStatus.succeeded else 1
+
+
+def status_line(job_id: str, event: Event) -> str:
+    status = event.status.value if event.status else "?"
+    exit_code = event.data.get("exit_code")
+    detail = f" (exit code {exit_code})" if exit_code is not None else ""
+    message = f": {event.text}" if event.text else ""
+    return f"j2c: job {job_id} {status}{detail}{message}"
+
+
+class TerminalRenderer:
+    """Job output to ``out``/``err`` as the job wrote it; j2c's own lines to ``err``.
+
+    On a TTY the stage board is redrawn in place until the job's output starts, then it stays
+    put and status changes follow as lines.
+    """
+
+    def __init__(
+        self, job_id: str, *, tty: bool, out: TextIO, err: TextIO, logs_to_err: bool = False
+    ) -> None:
+        self.job_id = job_id
+        self.tty = tty
+        self.out = out
+        self.err = err
+        self.logs_to_err = logs_to_err
+        self.board = StageBoard()
+        self._drawn = 0
+        self._live = tty
+        self._last_draw = 0.0
+
+    def handle(self, event: Event) -> None:
+        self.board.apply(event)
+        if event.kind == EventKind.log:
+            self._freeze()
+            stream = self.err if self.logs_to_err or is_stderr_line(event) else self.out
+            stream.write(f"{event.text or ''}\n")
+            stream.flush()
+        elif event.kind == EventKind.error:
+            self._freeze()
+            self._say(f"j2c: error: {event.text}")
+        elif event.kind == EventKind.status:
+            if not self._live or event.terminal:
+                self._freeze()
+                self._say(status_line(self.job_id, event))
+            else:
+                self._draw(force=True)
+        elif event.kind == EventKind.stage:
+            if self._live:
+                self._draw(force=True)
+            elif event.state in ("finished", "reused", "failed") and event.stage is not None:
+                self._say(f"j2c: {self.board.stages[event.stage].line()}")
+        elif event.kind == EventKind.progress and self._live:
+            self._draw(force=False)
+        elif event.kind == EventKind.result and event.data.get("output_uri"):
+            self._say(f"j2c: outputs: {event.data['output_uri']}")
+
+    def close(self) -> None:
+        self._freeze()
+
+    def _say(self, line: str) -> None:
+        self.err.write(line + "\n")
+        self.err.flush()
+
+    def _freeze(self) -> None:
+        if self._live:
+            self._draw(force=True)
+            self._live = False
+
+    def _draw(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_draw < REDRAW_INTERVAL_S:
+            return
+        self._last_draw = now
+        lines = self.board.lines()
+        if self.board.status is not None:
+            lines.append(f"status    {self.board.status.value}")
+        # A wrapped line would throw off the cursor movement below: cut to the terminal's width.
+        width = shutil.get_terminal_size().columns - 3
+        lines = [line[:width] for line in lines]
+        # Move up over what was drawn last time, then rewrite each line in full.
+        text = f"\x1b[{self._drawn}F" if self._drawn else ""
+        text += "".join(f"\x1b[2K  {line}\n" for line in lines)
+        self.err.write(text)
+        self.err.flush()
+        self._drawn = len(lines)

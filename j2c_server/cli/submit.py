@@ -1,0 +1,118 @@
+"""``j2c submit`` (alias ``j2c pack``): send the project to a scheduler and follow the job.
+
+Waiting is the default: stage progress, then the job's output, then the job's exit code as the
+command's. Ctrl-C (or SIGTERM/SIGHUP) detaches without cancelling: a detached watcher keeps
+following the job. Submitting the same request again attaches to the same job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..models import JobRequest
+from .failures import exit_code_for_code
+from .options import (
+    SubmitCommand,
+    build_request,
+    cli_defaults,
+    flags_layer,
+    load_cli_config,
+    script_args,
+    submit_options,
+)
+from .output import print_json, say
+from .render import TerminalRenderer, exit_code_of
+from .session import detach_signals, follow_until, open_service
+
+if TYPE_CHECKING:
+    from ..service import JobService
+
+DETACHED_EXIT = 130
+
+_HELP = """Pack the project and its venv, submit ENTRY (a .py script, a notebook or
+'-m module') and follow the job. Arguments after `--` go to the entry point:
+
+    j2c submit train.py --gpus 1 -- --epochs 3
+"""
+
+
+def _make_command(name: str, help_text: str) -> click.Command:
+    @click.command(name, cls=SubmitCommand, help=help_text, options_metavar="[OPTIONS]")
+    @submit_options
+    @click.pass_context
+    def command(ctx: click.Context, /, **params: Any) -> None:
+        config = load_cli_config(params["config_file"])
+        cwd = Path.cwd()
+        request = build_request(
+            cli_defaults(cwd, os.environ), config.job, flags_layer(params, script_args(ctx), cwd)
+        )
+        if params["dry_run"]:
+            print_json(asyncio.run(_dry_run(config.settings, request)))
+            return
+        code = asyncio.run(
+            _submit(config.settings, request, wait=not params["no_wait"], as_json=params["as_json"])
+        )
+        ctx.exit(code)
+
+    return command
+
+
+submit = _make_command("submit", _HELP)
+pack = _make_command("pack", "Alias of `j2c submit`.\n\n" + _HELP)
+
+
+async def _dry_run(settings: Any, request: JobRequest) -> Any:
+    async with open_service(settings) as service:
+        return await service.dry_run(request)
+
+
+async def _submit(settings: Any, request: JobRequest, *, wait: bool, as_json: bool) -> int:
+    with detach_signals() as detach:
+        async with open_service(settings) as service:
+            return await _submit_with(service, request, detach, wait=wait, as_json=as_json)
+
+
+async def _submit_with(
+    service: JobService, request: JobRequest, detach: asyncio.Event, *, wait: bool, as_json: bool
+) -> int:
+    asked_at = time.time()
+    record = await service.submit(request)
+    attached = record.created_at < asked_at
+    if not wait or detach.is_set():
+        service.run_detached_watcher(record.id)
+        if as_json:
+            print_json(record)
+        else:
+            click.echo(record.id)
+            say(f"j2c: follow it with `j2c logs -f {record.id}`")
+        return 0 if not wait else DETACHED_EXIT
+    how = "attached to the identical job" if attached else "submitted"
+    say(f"j2c: {how} {record.id} ({record.status.value})")
+    renderer = TerminalRenderer(
+        record.id, tty=sys.stderr.isatty(), out=sys.stdout, err=sys.stderr, logs_to_err=as_json
+    )
+    finished = await follow_until(service, record.id, renderer.handle, detach)
+    renderer.close()
+    if not finished:
+        say(detached_message(record.id, renderer.board.last_seq))
+        return DETACHED_EXIT
+    final = await service.get(record.id)
+    if as_json:
+        print_json(final)
+    if final.exit_code is None and renderer.board.error_code is not None:
+        return exit_code_for_code(renderer.board.error_code)
+    return exit_code_of(final)
+
+
+def detached_message(job_id: str, last_seq: int) -> str:
+    return (
+        f"j2c: detached; job {job_id} keeps running. "
+        f"Re-attach: `j2c logs -f {job_id} --after {last_seq}`; cancel: `j2c cancel {job_id}`"
+    )

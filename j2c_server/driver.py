@@ -1,0 +1,130 @@
+"""Who drives a job: one process at a time, by a lease row in the registry.
+
+A driver takes the job's lease (owner ``host:pid:uuid``, expiring ~10 s ahead), renews it every
+few seconds while the pipeline runs, and releases it at the end or when its process stops. A
+dead owner's lease simply expires, and the next process that looks (a restarted server, a
+detached watcher, a client following the job) takes over from what the registry recorded.
+While it holds the lease the driver also notices a cancel asked for by another process before
+the job was submitted, and stops the pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+
+from .backends import Backends
+from .config import J2CSettings
+from .errors import Conflict, J2CError
+from .eventbus import EventBus
+from .journal import Journal
+from .models import JobRecord, JobStatus
+from .pipeline import Pipeline
+from .registry import LeaseLost, Registry
+
+LEASE_TTL_S = 10.0
+RENEW_EVERY_S = 3.0
+CHECK_EVERY_S = 1.0
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class JobDriver:
+    """Runs one job's pipeline in this process for as long as it holds the job's lease."""
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        registry: Registry,
+        bus: EventBus,
+        settings: J2CSettings,
+        backends: Backends,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        self.job_id = job_id
+        self.owner = owner
+        self.registry = registry
+        self.log = log
+        self.journal = Journal(registry, bus, job_id, owner=owner)
+        self.pipeline = Pipeline(settings, self.journal, backends, log)
+        self.task: asyncio.Task[None] | None = None
+        self._stop_reason: str | None = None
+
+    def interrupt_for_cancel(self) -> bool:
+        """Stop a job that was not submitted yet; False once submitting began (then the
+        scheduler is asked to cancel instead)."""
+        if self.pipeline.submitting or self.task is None or self.task.done():
+            return False
+        self._stop_reason = "cancel"
+        self.task.cancel()
+        return True
+
+    async def run(self) -> None:
+        """Take the lease and run the pipeline; return at once if another process drives the
+        job. The caller keeps this coroutine's task in ``self.task``."""
+        if not await self.registry.acquire_lease(self.job_id, self.owner, LEASE_TTL_S):
+            return
+        keeper = asyncio.create_task(self._keep_lease())
+        try:
+            await self.pipeline.run()
+        except asyncio.CancelledError:
+            if self._stop_reason is None:
+                raise  # the service is stopping: leave the job to the next owner
+            if self._stop_reason == "cancel":
+                await self._record(JobStatus.cancelled, "cancelled before it was submitted")
+        except LeaseLost:
+            self.log.info("j2c: job %s is driven by another process now", self.job_id)
+        except J2CError as exc:
+            await self._fail(exc.message, exc.to_dict())
+        except Exception as exc:
+            self.log.exception("j2c: job %s failed in the pipeline", self.job_id)
+            await self._fail(f"internal error: {type(exc).__name__}: {exc}", {"error": "internal"})
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            await self.registry.release_lease(self.job_id, self.owner)
+
+    async def _keep_lease(self) -> None:
+        renewed = time.monotonic()
+        while True:
+            await asyncio.sleep(CHECK_EVERY_S)
+            if time.monotonic() - renewed >= RENEW_EVERY_S:
+                if not await self.registry.renew_lease(self.job_id, self.owner, LEASE_TTL_S):
+                    self._stop("lease lost")
+                    return
+                renewed = time.monotonic()
+            record = await self.registry.get(self.job_id)
+            if record.status == JobStatus.cancelling and self.interrupt_for_cancel():
+                return
+
+    def _stop(self, reason: str) -> None:
+        self.log.warning("j2c: job %s: %s; stopping this watcher", self.job_id, reason)
+        self._stop_reason = reason
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _record(self, status: JobStatus, message: str) -> None:
+        with contextlib.suppress(Conflict, LeaseLost):
+            await self.journal.status(status, message)
+
+    async def _fail(self, message: str, detail: dict[str, object]) -> None:
+        def mark_failed(record: JobRecord) -> None:
+            for stage in record.stages.values():
+                if stage.state == "running":
+                    stage.state = "failed"
+                    stage.finished_at = time.time()
+                    stage.reason = message
+
+        with contextlib.suppress(Conflict, LeaseLost):
+            await self.journal.error(message, dict(detail))
+            await self.journal.status(JobStatus.failed, message, change=mark_failed)

@@ -1,0 +1,432 @@
+"""``%j2c`` and ``%%j2c``: submit from a notebook and watch the job in the cell's output.
+
+The options are the CLI's (``j2c_server.cli.options``), parsed by the same click commands; only
+the defaults differ: the notebook's project folder, the kernel's venv and the notebook itself as
+the entry point. A kernel's event loop is busy running the cell, so the job service runs on a
+thread of its own with its own loop and the cell talks to it through
+``asyncio.run_coroutine_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import hashlib
+import os
+import queue
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from .cli import jobs as cli_jobs
+from .cli.options import (
+    build_request,
+    find_project_root,
+    flags_layer,
+    load_cli_config,
+    script_args,
+)
+from .cli.render import StageBoard, exit_code_of, is_stderr_line
+from .cli.session import log, resolve_job
+from .cli.submit import submit as submit_command
+from .config import J2CSettings
+from .errors import InvalidInput, J2CError
+from .models import Event, EventKind, JobRecord, JobResults, JobStatus
+
+if TYPE_CHECKING:
+    from .service import JobService
+
+T = TypeVar("T")
+CELLS_DIR = Path(".j2c") / "cells"
+UPDATE_INTERVAL_S = 0.1
+_POLL_S = 0.2
+_USAGE = (
+    "usage: %j2c submit [OPTIONS] [ENTRY] [-- ARGS...] | status JOB | logs JOB [-f] "
+    "| cancel JOB | list\n       %%j2c [OPTIONS] [-- ARGS...]  (the cell is the entry point)"
+)
+
+
+# --------------------------------------------------------------------------- the service thread
+
+
+class BackgroundService:
+    """One :class:`JobService` on its own thread and event loop, shared by the kernel's cells."""
+
+    def __init__(self, settings: J2CSettings) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="j2c-service", daemon=True
+        )
+        self._thread.start()
+        self.service: JobService = self.call(self._open(settings))
+        # Jobs this kernel submitted or followed, so possibly drove: handed off at exit.
+        self.jobs: set[str] = set()
+
+    @staticmethod
+    async def _open(settings: J2CSettings) -> JobService:
+        # Made on the service's own loop. Not start()-ed: the kernel drives the jobs it submits
+        # or follows; adopting everyone's orphaned jobs is the server's and watchers' work.
+        from .service import JobService
+
+        return JobService(settings, log=log)
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.spawn(coro).result()
+
+    def close(self) -> None:
+        """Hand the jobs this kernel still drives to detached watchers, then stop."""
+        for job_id in sorted(self.jobs):
+            if not self.call(self.service.get(job_id)).status.terminal:
+                self.service.run_detached_watcher(job_id)
+        self.call(self.service.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+_services: dict[str, BackgroundService] = {}
+_services_lock = threading.Lock()
+
+
+def background_service(settings: J2CSettings) -> BackgroundService:
+    """The kernel's service for these settings, started on first use."""
+    key = settings.model_dump_json()
+    with _services_lock:
+        if key not in _services:
+            _services[key] = BackgroundService(settings)
+        return _services[key]
+
+
+@atexit.register
+def _close_services() -> None:
+    with _services_lock:
+        while _services:
+            _services.popitem()[1].close()
+
+
+# --------------------------------------------------------------------------- the job handle
+
+
+class Job:
+    """A j2c job seen from the notebook: ``status``, ``logs()``, ``wait()``, ``cancel()``,
+    ``results()``."""
+
+    def __init__(self, runner: BackgroundService, job_id: str) -> None:
+        self._runner = runner
+        self.id = job_id
+
+    def record(self) -> JobRecord:
+        return self._runner.call(self._runner.service.get(self.id))
+
+    @property
+    def status(self) -> JobStatus:
+        return self.record().status
+
+    def logs(self, after: int = 0) -> str:
+        """Everything the job printed so far (stdout and stderr, in order)."""
+        events = self._runner.call(self._runner.service.events(self.id, after))
+        return "\n".join(e.text or "" for e in events if e.kind == EventKind.log)
+
+    def wait(self, *, quiet: bool = False) -> JobRecord:
+        """Follow the job in this cell's output until it ends; an interrupt detaches."""
+        watch(self._runner, self.id, quiet=quiet)
+        return self.record()
+
+    def cancel(self) -> JobRecord:
+        return self._runner.call(self._runner.service.cancel(self.id))
+
+    def results(self) -> JobResults | None:
+        return self.record().results
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_of(self.record())
+
+    def __repr__(self) -> str:
+        record = self.record()
+        code = f", exit_code={record.exit_code}" if record.exit_code is not None else ""
+        return f"<j2c Job {record.id} {record.status.value}{code}>"
+
+
+# --------------------------------------------------------------------------- live output
+
+
+class CellView:
+    """The stage board in one display handle updated in place; the job's output as prints."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.board = StageBoard()
+        self._handle: Any = None
+        self._last_update = 0.0
+
+    def handle(self, event: Event) -> None:
+        self.board.apply(event)
+        if event.kind == EventKind.log:
+            stream = sys.stderr if is_stderr_line(event) else sys.stdout
+            print(event.text or "", file=stream, flush=True)
+        elif event.kind == EventKind.error:
+            print(f"j2c: error: {event.text}", file=sys.stderr, flush=True)
+        elif event.kind in (EventKind.stage, EventKind.status):
+            self.update(force=True)
+        elif event.kind == EventKind.progress:
+            self.update(force=False)
+
+    def update(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_update < UPDATE_INTERVAL_S:
+            return
+        self._last_update = now
+        from IPython.display import display
+
+        status = self.board.status.value if self.board.status else "pending"
+        message = f" ({self.board.message})" if self.board.message else ""
+        text = "\n".join([f"j2c job {self.job_id}: {status}{message}", *self.board.lines()])
+        data = {"text/plain": text}
+        if self._handle is None:
+            self._handle = display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]
+        else:
+            self._handle.update(data, raw=True)
+
+
+def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool = False) -> bool:
+    """Render the job's events until it ends (True) or the user interrupts (False)."""
+    events: queue.Queue[Event | None] = queue.Queue()
+
+    async def pump() -> None:
+        try:
+            async for event in runner.service.stream(job_id, after):
+                events.put(event)
+        finally:
+            events.put(None)
+
+    runner.jobs.add(job_id)
+    pumping = runner.spawn(pump())
+    view = CellView(job_id)
+    try:
+        while True:
+            try:
+                event = events.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if event is None:
+                pumping.result()  # re-raises what ended the stream early
+                return True
+            if not quiet or event.kind != EventKind.log:
+                view.handle(event)
+    except KeyboardInterrupt:
+        # Only the cell stops following: the job goes on, driven by this kernel's service.
+        pumping.cancel()
+        print(
+            f"j2c: detached; job {job_id} keeps running. Re-attach: `job.wait()` or "
+            f"`%j2c logs -f {job_id} --after {view.board.last_seq}`; "
+            f"cancel: `%j2c cancel {job_id}`",
+            file=sys.stderr,
+        )
+        return False
+    finally:
+        view.update(force=True)
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def notebook_defaults(
+    cwd: Path, user_ns: Mapping[str, Any], environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """The project around the notebook, the kernel's venv, and the notebook as entry point."""
+    defaults: dict[str, Any] = {"code_path": str(find_project_root(cwd))}
+    if sys.prefix != sys.base_prefix:
+        defaults["venv_path"] = str(Path(sys.prefix).resolve())
+    notebook = notebook_path(cwd, user_ns, environ)
+    if notebook is not None:
+        defaults["call_path"] = str(notebook)
+    return defaults
+
+
+def notebook_path(cwd: Path, user_ns: Mapping[str, Any], environ: Mapping[str, str]) -> Path | None:
+    """The notebook this kernel runs, as Jupyter tells the kernel (``__session__``)."""
+    name = user_ns.get("__session__") or environ.get("JPY_SESSION_NAME")
+    if not isinstance(name, str) or not name.endswith(".ipynb"):
+        return None
+    path = Path(name).expanduser()
+    path = path if path.is_absolute() else cwd / path
+    return path.resolve() if path.is_file() else None
+
+
+def write_cell(code_path: Path, cwd: Path, source: str) -> Path:
+    """Save a cell as ``.j2c/cells/cell-<hash>.py`` in the project, running where the cell ran."""
+    workdir = os.path.relpath(cwd.resolve(), code_path.resolve())
+    if workdir.startswith(".."):
+        raise InvalidInput(
+            f"the notebook's folder {cwd} is outside the project {code_path}", field="code_path"
+        )
+    header = (
+        "# Written by %%j2c from a notebook cell; runs in the notebook's folder like the cell.\n"
+        "import os as _j2c_os\n"
+        "import pathlib as _j2c_pathlib\n\n"
+        f"_j2c_os.chdir(_j2c_pathlib.Path(__file__).resolve().parents[2] / {workdir!r})\n\n"
+    )
+    text = header + source.rstrip() + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    target = code_path / CELLS_DIR / f"cell-{digest}.py"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".tmp")
+        partial.write_text(text)
+        partial.replace(target)
+    return target
+
+
+# --------------------------------------------------------------------------- the magics
+
+
+def parse(command: click.Command, name: str, args: list[str]) -> click.Context | None:
+    """Parse ``args`` with the CLI's own command; None when it only printed help."""
+    try:
+        return command.make_context(name, args)
+    except click.exceptions.Exit:
+        return None
+    except click.ClickException as exc:
+        raise _usage_error(exc.format_message()) from None
+
+
+def _usage_error(message: str) -> Exception:
+    from IPython.core.error import UsageError
+
+    return UsageError(message)
+
+
+def run_line(line: str, shell: Any, cell: str | None = None) -> Any:
+    try:
+        return _dispatch(shlex.split(line), shell, cell)
+    except J2CError as exc:
+        raise _usage_error(f"j2c: {exc}") from None
+
+
+def _dispatch(argv: list[str], shell: Any, cell: str | None) -> Any:
+    if cell is not None:
+        return _submit(["submit", *argv], shell, cell)
+    if not argv:
+        print(_USAGE)
+        return None
+    command, rest = argv[0], argv[1:]
+    if command in ("submit", "pack"):
+        return _submit(argv, shell, None)
+    handlers = {"status": _status, "logs": _logs, "cancel": _cancel, "list": _list}
+    if command not in handlers:
+        raise _usage_error(f"j2c: unknown command {command!r}\n{_USAGE}")
+    return handlers[command](rest)
+
+
+def _submit(argv: list[str], shell: Any, cell: str | None) -> Job | dict[str, Any] | None:
+    if os.environ.get("J2C_JOB_ID"):
+        # This notebook is itself running as a j2c job: run cells here, never submit again.
+        if cell is not None:
+            shell.run_cell(cell)
+        else:
+            print(f"j2c: running as job {os.environ['J2C_JOB_ID']}; not submitting again.")
+        return None
+    ctx = parse(submit_command, f"%j2c {argv[0]}", argv[1:])
+    if ctx is None:
+        return None
+    params = ctx.params
+    config = load_cli_config(params["config_file"])
+    cwd = Path.cwd()
+    flags = flags_layer(params, script_args(ctx), cwd)
+    defaults = notebook_defaults(cwd, shell.user_ns, os.environ)
+    if cell is not None:
+        if "call_path" in flags:
+            raise InvalidInput("%%j2c runs the cell: give no entry point", field="call_path")
+        code_path = Path(
+            flags.get("code_path") or config.job.get("code_path") or defaults["code_path"]
+        )
+        cell_file = write_cell(code_path, cwd, cell)
+        flags["call_path"] = str(cell_file)
+        # Named in ``includes`` so that a .gitignore listing .j2c/ cannot leave it behind.
+        includes = flags.get("includes") or config.job.get("includes") or []
+        flags["includes"] = [*includes, cell_file.relative_to(code_path).as_posix()]
+    request = build_request(defaults, config.job, flags)
+    runner = background_service(config.settings)
+    if params["dry_run"]:
+        spec: dict[str, Any] = runner.call(runner.service.dry_run(request))
+        return spec
+    record = runner.call(runner.service.submit(request))
+    runner.jobs.add(record.id)
+    job = Job(runner, record.id)
+    if params["no_wait"]:
+        print(f"j2c: job {record.id} submitted; follow it with `%j2c logs -f {record.id}`")
+        return job
+    watch(runner, record.id)
+    return job
+
+
+def _service_for(ctx: click.Context) -> BackgroundService:
+    return background_service(load_cli_config(ctx.params.get("config_file")).settings)
+
+
+def _job_for(ctx: click.Context) -> tuple[BackgroundService, JobRecord]:
+    runner = _service_for(ctx)
+    return runner, runner.call(resolve_job(runner.service, ctx.params["job"]))
+
+
+def _status(args: list[str]) -> None:
+    ctx = parse(cli_jobs.status, "%j2c status", args)
+    if ctx is not None:
+        _, record = _job_for(ctx)
+        print(
+            record.model_dump_json(indent=2) if ctx.params["as_json"] else cli_jobs.describe(record)
+        )
+
+
+def _logs(args: list[str]) -> None:
+    ctx = parse(cli_jobs.logs, "%j2c logs", args)
+    if ctx is None:
+        return
+    runner, record = _job_for(ctx)
+    if ctx.params["follow"]:
+        watch(runner, record.id, after=ctx.params["after"])
+        return
+    for event in runner.call(runner.service.events(record.id, ctx.params["after"])):
+        if ctx.params["as_json"]:
+            print(event.model_dump_json())
+        elif event.kind == EventKind.log:
+            print(event.text or "", file=sys.stderr if is_stderr_line(event) else sys.stdout)
+
+
+def _cancel(args: list[str]) -> None:
+    ctx = parse(cli_jobs.cancel, "%j2c cancel", args)
+    if ctx is not None:
+        runner, record = _job_for(ctx)
+        cancelled = runner.call(runner.service.cancel(record.id))
+        print(f"j2c: job {cancelled.id} {cancelled.status.value}")
+
+
+def _list(args: list[str]) -> None:
+    ctx = parse(cli_jobs.list_jobs, "%j2c list", args)
+    if ctx is not None:
+        runner = _service_for(ctx)
+        records = runner.call(runner.service.list())
+        if ctx.params["as_json"]:
+            print("[" + ",".join(r.model_dump_json() for r in cli_jobs.newest_first(records)) + "]")
+        else:
+            print(cli_jobs.table(records))
+
+
+def register(ipython: Any) -> None:
+    """Register ``%j2c`` and ``%%j2c`` (called by ``%load_ext j2c_server``)."""
+
+    def j2c(line: str, cell: str | None = None) -> Any:
+        return run_line(line, ipython, cell)
+
+    j2c.__doc__ = _USAGE
+    ipython.register_magic_function(j2c, magic_kind="line_cell", magic_name="j2c")

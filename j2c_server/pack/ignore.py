@@ -1,0 +1,165 @@
+"""Which paths of the code layer stay out, and which rule says so.
+
+Precedence, first match wins:
+
+1. ``includes`` (explicit opt-in by the user) keep a path whatever else matches;
+2. built-in junk (``.git``, ``__pycache__``, ``.ipynb_checkpoints``, editor and OS files);
+3. secrets (``.env*``, private keys, cloud and tool credentials), reported by name;
+4. gitignore-syntax patterns: the user's ``excludes`` beat ``.j2cignore`` files, which beat
+   ``.gitignore`` files; within each kind a deeper file beats a shallower one, as in git.
+
+The venv layer only drops OS junk (:data:`VENV_JUNK_FILES`): a venv's bytecode is kept and its
+files are never secrets of the user (certifi's ``cacert.pem`` must ship).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pathspec import GitIgnoreSpec
+
+from ..errors import PackError
+from .models import ExcludeRule
+
+JUNK_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".ipynb_checkpoints",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        ".nox",
+    }
+)
+JUNK_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini", ".directory"})
+JUNK_SUFFIXES = (".swp", ".swo", "~")
+VENV_JUNK_FILES = JUNK_FILES
+
+SECRET_PATTERNS = (
+    ".env*",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "*.key",
+    "*.pem",
+    "*.p12",
+    "*.pfx",
+    "*.jks",
+    "*.keystore",
+    ".aws/",
+    ".ssh/",
+    ".gnupg/",
+    ".azure/",
+    ".kube/",
+    ".docker/config.json",
+    ".netrc",
+    "_netrc",
+    ".git-credentials",
+    ".pgpass",
+    ".pypirc",
+    ".npmrc",
+    ".htpasswd",
+    "application_default_credentials.json",
+)
+IGNORE_FILES = (".gitignore", ".j2cignore")
+
+
+def _spec(lines: Iterable[str]) -> GitIgnoreSpec:
+    """Compile gitignore lines; like git, a line that is not a valid pattern is skipped."""
+    lines = list(lines)
+    try:
+        return GitIgnoreSpec.from_lines(lines)
+    except ValueError:
+        return GitIgnoreSpec.from_lines([line for line in lines if _valid(line)])
+
+
+def _valid(line: str) -> bool:
+    try:
+        GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return False
+    return True
+
+
+_SECRETS = _spec(SECRET_PATTERNS)
+
+
+@dataclass(frozen=True)
+class IgnoreLevel:
+    """The ignore files of one directory, matched against paths relative to that directory."""
+
+    prefix: str  # "" for the root, else "sub/dir/"
+    gitignore: GitIgnoreSpec | None
+    j2cignore: GitIgnoreSpec | None
+
+
+def _verdict(specs: list[tuple[str, GitIgnoreSpec]], rel: str) -> bool | None:
+    """True: excluded, False: re-included by a '!' pattern, None: no pattern matched."""
+    for prefix, spec in reversed(specs):
+        result = spec.check_file(rel[len(prefix) :]).include
+        if result is not None:
+            return result
+    return None
+
+
+class CodeRules:
+    """The code layer's rules; ``levels`` is the stack of ignore files from the root down to the
+    folder being walked, so every level applies to the paths checked against it."""
+
+    def __init__(self, excludes: list[str], includes: list[str]) -> None:
+        bad = [pattern for pattern in excludes if not _valid(pattern)]
+        if bad:
+            raise PackError(f"exclude pattern {bad[0]!r} is not valid", field="excludes")
+        self._excludes = _spec(excludes) if excludes else None
+        self._includes = frozenset(includes)
+
+    @staticmethod
+    def read_level(directory: Path, prefix: str, names: set[str]) -> IgnoreLevel | None:
+        specs: dict[str, GitIgnoreSpec | None] = {}
+        for filename in IGNORE_FILES:
+            path = directory / filename
+            if filename in names and path.is_file():
+                specs[filename] = _spec(path.read_text(errors="replace").splitlines())
+        if not specs:
+            return None
+        return IgnoreLevel(prefix, specs.get(".gitignore"), specs.get(".j2cignore"))
+
+    def forced(self, rel: str) -> bool:
+        """The user named this path (or a folder above it) in ``includes``."""
+        return rel in self._includes or any(rel.startswith(inc + "/") for inc in self._includes)
+
+    def leads_to_include(self, rel: str) -> bool:
+        """Some included path lies below this excluded folder: walk into it for that path."""
+        return any(inc.startswith(rel + "/") for inc in self._includes)
+
+    def rule_for(
+        self, rel: str, name: str, is_dir: bool, levels: list[IgnoreLevel]
+    ) -> ExcludeRule | None:
+        """The rule that excludes ``rel`` (a '/'-separated project-relative path), or None."""
+        if self._includes and self.forced(rel):
+            return None
+        if is_dir and name in JUNK_DIRS:
+            return ExcludeRule.default
+        if not is_dir and (name in JUNK_FILES or name.endswith(JUNK_SUFFIXES)):
+            return ExcludeRule.default
+        key = rel + "/" if is_dir else rel
+        if _SECRETS.check_file(key).include:
+            return ExcludeRule.secret
+        if self._excludes is not None:
+            result = self._excludes.check_file(key).include
+            if result is not None:
+                return ExcludeRule.exclude if result else None
+        j2c = [(level.prefix, level.j2cignore) for level in levels if level.j2cignore]
+        git = [(level.prefix, level.gitignore) for level in levels if level.gitignore]
+        for rule, specs in ((ExcludeRule.j2cignore, j2c), (ExcludeRule.gitignore, git)):
+            result = _verdict(specs, key) if specs else None
+            if result is not None:
+                return rule if result else None
+        return None

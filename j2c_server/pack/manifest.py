@@ -1,0 +1,30 @@
+"""Turn a pack result into the content-addressed ``manifest.json`` that ``j2c-unpack`` reads."""
+
+from __future__ import annotations
+
+import time
+
+from .. import __version__
+from ..models import Manifest
+from .models import PackResult
+
+
+def make_manifest(
+    result: PackResult,
+    *,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    source_image: str | None = None,
+    created_at: float | None = None,
+) -> Manifest:
+    """The manifest for ``result``; pass ``created_at`` to make its digest reproducible."""
+    return Manifest(
+        created_by=f"j2c {__version__}",
+        created_at=time.time() if created_at is None else created_at,
+        layers=[packed.layer for packed in result.layers],
+        entry=result.entry,
+        args=list(args or []),
+        env=dict(env or {}),
+        venv=result.venv,
+        source_image=source_image,
+    )

@@ -1,0 +1,62 @@
+"""Upload a pack result to an object store: missing layer blobs first, then the manifest.
+
+Blobs and manifests are content-addressed, so one already in the store (same key, same size)
+is never sent again; the manifest goes last, so a reader that finds it also finds every layer
+it names.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..models import LayerRole, Manifest
+from ..storage.base import ObjectStore, ProgressFn, blob_key, manifest_key
+from .models import PackResult
+
+
+class PublishResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    manifest_uri: str
+    manifest_key: str
+    manifest_digest: str
+    bytes_uploaded: int = Field(..., description="Layer bytes sent (0 when all were there).")
+    manifest_uploaded: bool = Field(..., description="False when the same manifest was there.")
+    uploaded: list[LayerRole]
+    already_present: list[LayerRole]
+
+
+async def publish(
+    store: ObjectStore,
+    result: PackResult,
+    manifest: Manifest,
+    progress: ProgressFn | None = None,
+) -> PublishResult:
+    """Upload what the store lacks; ``progress`` gets the layer bytes moved since its last call."""
+    sent = 0
+    uploaded: list[LayerRole] = []
+    present: list[LayerRole] = []
+    for packed in result.layers:
+        layer = packed.layer
+        key = blob_key(layer.digest)
+        if await store.size(key) == layer.size:
+            present.append(layer.role)
+            continue
+        await store.put_file(key, packed.path, progress=progress)
+        sent += layer.size
+        uploaded.append(layer.role)
+    body = manifest.canonical_json()
+    digest = manifest.digest()
+    key = manifest_key(digest)
+    manifest_uploaded = await store.size(key) != len(body)
+    if manifest_uploaded:
+        await store.put_bytes(key, body)
+    return PublishResult(
+        manifest_uri=store.uri(key),
+        manifest_key=key,
+        manifest_digest=digest,
+        bytes_uploaded=sent,
+        manifest_uploaded=manifest_uploaded,
+        uploaded=uploaded,
+        already_present=present,
+    )

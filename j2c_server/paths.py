@@ -1,0 +1,66 @@
+"""Turn a request's paths into absolute, checked ones, confined to the server's root folder.
+
+The browser sends paths relative to the Jupyter server's ``root_dir``; they must stay inside it
+after symlinks are followed (``..``, absolute paths elsewhere and symlinks out are refused with
+403 naming the field). The CLI and magic run without a root: their paths are relative to the
+current directory. ``call_path`` may be given relative to the root (what the file browser shows)
+or to the project folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import Forbidden, InvalidInput
+from .models import JobRequest
+
+MODULE_PREFIX = "-m "
+
+
+def _resolve(raw: str, base: Path, root: Path | None, field: str) -> Path:
+    if "\x00" in raw:
+        raise InvalidInput(f"{field}: contains a NUL character", field=field)
+    path = (base / Path(raw).expanduser()).resolve()
+    if root is not None and not path.is_relative_to(root):
+        raise Forbidden(f"{field}: {raw!r} is outside the server's root folder", field=field)
+    return path
+
+
+def resolve_request(request: JobRequest, root_dir: str | None) -> JobRequest:
+    """A copy of ``request`` whose paths are absolute, existing and inside ``root_dir``."""
+    root = Path(root_dir).expanduser().resolve() if root_dir else None
+    base = root if root is not None else Path.cwd()
+
+    code = _resolve(request.code_path, base, root, "code_path")
+    if not code.is_dir():
+        raise InvalidInput(f"code_path: {request.code_path!r} is not a folder", field="code_path")
+
+    call = request.call_path.strip()
+    if call.startswith(MODULE_PREFIX):
+        if not call[len(MODULE_PREFIX) :].strip():
+            raise InvalidInput("call_path: '-m' needs a module name", field="call_path")
+    else:
+        entry = _resolve(call, base, root, "call_path")
+        if not entry.is_relative_to(code):
+            entry = _resolve(call, code, root, "call_path")
+        if not entry.is_relative_to(code):
+            raise InvalidInput(
+                f"call_path: {request.call_path!r} is not inside the project folder "
+                f"{request.code_path!r}",
+                field="call_path",
+            )
+        if not entry.is_file():
+            raise InvalidInput(f"call_path: {request.call_path!r} is not a file", field="call_path")
+        call = str(entry)
+
+    venv: str | None = None
+    if request.venv_path:
+        venv_dir = _resolve(request.venv_path, base, root, "venv_path")
+        if not (venv_dir / "pyvenv.cfg").is_file():
+            raise InvalidInput(
+                f"venv_path: {request.venv_path!r} is not a virtual environment (no pyvenv.cfg)",
+                field="venv_path",
+            )
+        venv = str(venv_dir)
+
+    return request.model_copy(update={"code_path": str(code), "call_path": call, "venv_path": venv})

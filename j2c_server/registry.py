@@ -1,0 +1,472 @@
+"""The job registry: jobs, each job's ordered event log and watcher leases, in one SQLite file.
+
+One file (``<data dir>/registry.sqlite3``) is shared by every process that touches jobs on this
+machine: the Jupyter server, kernels running the magic, the CLI and detached watchers. WAL mode
+lets readers work while one writer writes; every write is one short ``BEGIN IMMEDIATE``
+transaction and ``busy_timeout`` makes a second writer wait for it instead of failing. An event's
+``seq`` is assigned inside the transaction that inserts it, so numbers never collide between
+processes. sqlite calls block, so the async API runs them on a small thread pool, one connection
+per thread: the server's event loop never waits on the disk.
+
+The schema is versioned in one place: :data:`MIGRATIONS`, applied in order up to
+``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .errors import ConfigError, Conflict, J2CError, NotFound
+from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
+
+T = TypeVar("T")
+
+# The fields of an event that its writer chooses; the registry adds job_id, seq and time.
+EventDraft = dict[str, Any]
+RecordChange = Callable[[JobRecord], None]
+
+REGISTRY_FILE = "registry.sqlite3"
+BUSY_TIMEOUT_MS = 10_000
+_TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
+# Jobs an identical request attaches to: still going, or done successfully.
+_ATTACHABLE = tuple(
+    sorted(s.value for s in JobStatus if s not in TERMINAL_STATUSES or s == JobStatus.succeeded)
+)
+
+# Each entry moves the schema one version up; never edit an entry once released, append one.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            key TEXT NOT NULL,
+            status TEXT NOT NULL,
+            record TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            log_cursor TEXT
+        )""",
+        "CREATE INDEX jobs_by_key ON jobs (key, created_at)",
+        "CREATE INDEX jobs_by_status ON jobs (status)",
+        """CREATE TABLE events (
+            job_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            event TEXT NOT NULL,
+            PRIMARY KEY (job_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE leases (
+            job_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            expires REAL NOT NULL
+        )""",
+    ),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class LeaseLost(J2CError):
+    """Another process owns this job's lease now; the writer must stop watching it."""
+
+    status_code = 409
+    code = "lease_lost"
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE), never implicit.
+    conn = sqlite3.connect(
+        path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+    )
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+@contextmanager
+def _write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One short write transaction: taken at once (no lock upgrade deadlocks), always ended."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema to :data:`SCHEMA_VERSION`; safe when several processes start at once."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version == SCHEMA_VERSION:
+        return
+    with _write(conn):
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"the job registry has schema version {version}, newer than this j2c "
+                f"understands ({SCHEMA_VERSION}); upgrade j2c",
+                field="data_dir",
+            )
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _record(row: tuple[str, int]) -> JobRecord:
+    record = JobRecord.model_validate_json(row[0])
+    record.last_seq = row[1]
+    return record
+
+
+class Registry:
+    """Async access to the registry file; every method is one short transaction in a thread."""
+
+    def __init__(self, path: Path, *, threads: int = 2) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="j2c-registry")
+        migrate(self._conn())
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, partial(fn, *args))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+    # ------------------------------------------------------------------ jobs
+
+    async def create_or_attach(
+        self, record: JobRecord, first: EventDraft
+    ) -> tuple[JobRecord, bool]:
+        """Insert ``record`` with its first event, or return the job an identical request
+        (same key) is attached to: one still going or one that succeeded, unless the request
+        asks for a new run. Returns the record and whether it was created."""
+        return await self._call(self._create_or_attach, record, first)
+
+    def _create_or_attach(self, record: JobRecord, first: EventDraft) -> tuple[JobRecord, bool]:
+        conn = self._conn()
+        with _write(conn):
+            if not record.request.new:
+                marks = ",".join("?" * len(_ATTACHABLE))
+                row = conn.execute(
+                    f"SELECT record, last_seq FROM jobs WHERE key = ? AND status IN ({marks}) "  # noqa: S608
+                    "ORDER BY created_at DESC LIMIT 1",
+                    (record.key, *_ATTACHABLE),
+                ).fetchone()
+                if row is not None:
+                    return _record(row), False
+            conn.execute(
+                "INSERT INTO jobs (id, key, status, record, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    record.key,
+                    record.status.value,
+                    record.model_dump_json(),
+                    record.created_at,
+                    record.updated_at,
+                ),
+            )
+            self._insert_events(conn, record.id, 0, [first])
+            conn.execute("UPDATE jobs SET last_seq = 1 WHERE id = ?", (record.id,))
+            record.last_seq = 1
+        return record, True
+
+    async def get(self, job_id: str) -> JobRecord:
+        return await self._call(self._get, job_id)
+
+    def _get(self, job_id: str) -> JobRecord:
+        row = (
+            self._conn()
+            .execute("SELECT record, last_seq FROM jobs WHERE id = ?", (job_id,))
+            .fetchone()
+        )
+        if row is None:
+            raise NotFound(f"no job {job_id!r}", field="job_id")
+        return _record(row)
+
+    async def all_jobs(self) -> list[JobRecord]:
+        """Every job, newest first."""
+        return await self._call(self._all_jobs)
+
+    def _all_jobs(self) -> list[JobRecord]:
+        rows = (
+            self._conn()
+            .execute("SELECT record, last_seq FROM jobs ORDER BY created_at DESC")
+            .fetchall()
+        )
+        return [_record(row) for row in rows]
+
+    async def previous(self, record: JobRecord) -> JobRecord | None:
+        """The latest job for the same project created before ``record``: what a run is
+        compared with to explain what it reuses and what it re-runs."""
+        return await self._call(self._previous, record)
+
+    def _previous(self, record: JobRecord) -> JobRecord | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT record, last_seq FROM jobs WHERE id != ? AND created_at <= ? "
+                "AND json_extract(record, '$.request.code_path') = ? "
+                "ORDER BY created_at DESC LIMIT 1",
+                (record.id, record.created_at, record.request.code_path),
+            )
+            .fetchone()
+        )
+        return None if row is None else _record(row)
+
+    async def update(self, job_id: str, change: RecordChange) -> JobRecord:
+        """Apply ``change`` to the stored record atomically (read, change, write in one
+        transaction), so writers in other processes never lose each other's updates."""
+        record, _ = await self._call(self._append, job_id, [], change, None, None)
+        return record
+
+    async def remove(self, job_id: str) -> None:
+        """Delete a finished job, its events and its lease; a job still going is a Conflict."""
+        await self._call(self._remove, job_id)
+
+    def _remove(self, job_id: str) -> None:
+        conn = self._conn()
+        with _write(conn):
+            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            if row[0] not in _TERMINAL:
+                raise Conflict(
+                    f"job {job_id} is {row[0]}; cancel it or wait for it to finish before "
+                    "removing it",
+                    field="job_id",
+                )
+            for table, column in (("events", "job_id"), ("leases", "job_id"), ("jobs", "id")):
+                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))  # noqa: S608
+
+    async def unowned_active_jobs(self) -> list[str]:
+        """Jobs still going whose watcher lease is free or expired: nobody is driving them."""
+        return await self._call(self._unowned_active_jobs)
+
+    def _unowned_active_jobs(self) -> list[str]:
+        marks = ",".join("?" * len(_TERMINAL))
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT id FROM jobs WHERE status NOT IN ({marks}) AND NOT EXISTS "  # noqa: S608
+                "(SELECT 1 FROM leases WHERE leases.job_id = jobs.id AND leases.expires > ?) "
+                "ORDER BY created_at",
+                (*_TERMINAL, time.time()),
+            )
+            .fetchall()
+        )
+        return [row[0] for row in rows]
+
+    # ------------------------------------------------------------------ events
+
+    async def append(
+        self,
+        job_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        change: RecordChange | None = None,
+        log_cursor: str | None = None,
+        owner: str | None = None,
+    ) -> tuple[JobRecord, list[Event]]:
+        """Persist events (numbered next in this job's sequence), an optional record change and
+        an optional scheduler log cursor, all in one transaction. With ``owner``, refuse
+        (:class:`LeaseLost`) unless that owner still holds the job's lease: a watcher that lost
+        its lease can never write a line its successor also writes."""
+        return await self._call(self._append, job_id, drafts, change, log_cursor, owner)
+
+    def _append(
+        self,
+        job_id: str,
+        drafts: Sequence[EventDraft],
+        change: RecordChange | None,
+        log_cursor: str | None,
+        owner: str | None,
+    ) -> tuple[JobRecord, list[Event]]:
+        conn = self._conn()
+        with _write(conn):
+            row = conn.execute(
+                "SELECT record, last_seq FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            if owner is not None:
+                lease = conn.execute(
+                    "SELECT owner FROM leases WHERE job_id = ?", (job_id,)
+                ).fetchone()
+                if lease is None or lease[0] != owner:
+                    raise LeaseLost(f"job {job_id} is watched by another process now")
+            record = _record(row)
+            if record.status.terminal:
+                # The terminal status event is the last event of a job, whoever writes next.
+                raise Conflict(f"job {job_id} is already {record.status.value}", field="job_id")
+            events = self._insert_events(conn, job_id, record.last_seq, drafts)
+            if events:
+                record.last_seq = events[-1].seq
+            if change is not None:
+                change(record)
+                record.updated_at = time.time()
+                conn.execute(
+                    "UPDATE jobs SET record = ?, status = ?, updated_at = ? WHERE id = ?",
+                    (record.model_dump_json(), record.status.value, record.updated_at, job_id),
+                )
+            if events:
+                conn.execute("UPDATE jobs SET last_seq = ? WHERE id = ?", (record.last_seq, job_id))
+            if log_cursor is not None:
+                conn.execute("UPDATE jobs SET log_cursor = ? WHERE id = ?", (log_cursor, job_id))
+        return record, events
+
+    @staticmethod
+    def _insert_events(
+        conn: sqlite3.Connection, job_id: str, last_seq: int, drafts: Sequence[EventDraft]
+    ) -> list[Event]:
+        now = time.time()
+        events = [
+            Event.model_validate({**draft, "job_id": job_id, "seq": last_seq + i, "time": now})
+            for i, draft in enumerate(drafts, start=1)
+        ]
+        conn.executemany(
+            "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)",
+            [(job_id, e.seq, e.model_dump_json(exclude_defaults=True)) for e in events],
+        )
+        return events
+
+    async def events(
+        self, job_id: str, after: int = 0, limit: int | None = None
+    ) -> tuple[list[Event], JobStatus]:
+        """Events with ``seq > after`` in order, and the job's status read in the same snapshot
+        (a terminal status means no event will follow the last one returned)."""
+        return await self._call(self._events, job_id, after, limit)
+
+    def _events(self, job_id: str, after: int, limit: int | None) -> tuple[list[Event], JobStatus]:
+        conn = self._conn()
+        # A read transaction: the status and the events come from the same snapshot.
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            rows = conn.execute(
+                "SELECT event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (job_id, after, -1 if limit is None else limit),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return [Event.model_validate_json(r[0]) for r in rows], JobStatus(row[0])
+
+    async def last_log_lines(self, job_id: str, count: int) -> list[str]:
+        """The job's last ``count`` log lines, oldest first."""
+        return await self._call(self._last_log_lines, job_id, count)
+
+    def _last_log_lines(self, job_id: str, count: int) -> list[str]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT json_extract(event, '$.text') FROM events WHERE job_id = ? "
+                "AND json_extract(event, '$.kind') = 'log' ORDER BY seq DESC LIMIT ?",
+                (job_id, count),
+            )
+            .fetchall()
+        )
+        return [str(row[0]) for row in reversed(rows)]
+
+    async def log_cursor(self, job_id: str) -> str | None:
+        """Where the scheduler's log was last read up to (persisted with the lines before it)."""
+        return await self._call(self._log_cursor, job_id)
+
+    def _log_cursor(self, job_id: str) -> str | None:
+        row = self._conn().execute("SELECT log_cursor FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no job {job_id!r}", field="job_id")
+        cursor: str | None = row[0]
+        return cursor
+
+    # ------------------------------------------------------------------ leases
+
+    async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        """Take (or renew) the job's watcher lease unless another owner holds an unexpired one."""
+        return await self._call(self._acquire_lease, job_id, owner, ttl_s)
+
+    def _acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        conn = self._conn()
+        now = time.time()
+        with _write(conn):
+            row = conn.execute(
+                "SELECT owner, expires FROM leases WHERE job_id = ?", (job_id,)
+            ).fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                return False
+            conn.execute(
+                "INSERT OR REPLACE INTO leases (job_id, owner, expires) VALUES (?, ?, ?)",
+                (job_id, owner, now + ttl_s),
+            )
+        return True
+
+    async def renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        """Extend a lease this owner still holds; False when another process took it over."""
+        return await self._call(self._renew_lease, job_id, owner, ttl_s)
+
+    def _renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        conn = self._conn()
+        with _write(conn):
+            cursor = conn.execute(
+                "UPDATE leases SET expires = ? WHERE job_id = ? AND owner = ?",
+                (time.time() + ttl_s, job_id, owner),
+            )
+        return cursor.rowcount == 1
+
+    async def release_lease(self, job_id: str, owner: str) -> None:
+        await self._call(self._release_lease, job_id, owner)
+
+    def _release_lease(self, job_id: str, owner: str) -> None:
+        conn = self._conn()
+        with _write(conn):
+            conn.execute("DELETE FROM leases WHERE job_id = ? AND owner = ?", (job_id, owner))
+
+    async def lease_owner(self, job_id: str) -> str | None:
+        """The owner of an unexpired lease on the job, if any."""
+        return await self._call(self._lease_owner, job_id)
+
+    def _lease_owner(self, job_id: str) -> str | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT owner FROM leases WHERE job_id = ? AND expires > ?",
+                (job_id, time.time()),
+            )
+            .fetchone()
+        )
+        return None if row is None else str(row[0])
+
+
+def open_registry(data_path: Path) -> Registry:
+    return Registry(data_path / REGISTRY_FILE)

@@ -1,0 +1,197 @@
+"""The batch/v1 Job manifest j2c creates for one :class:`JobSpec` (pure: no I/O, no cluster).
+
+``render_job`` is what the Kubernetes backend POSTs and what ``j2c submit --scheduler kubernetes
+--dry-run`` prints. Names and labels are derived from the request's idempotency key, so the same
+request always maps to the same Job and a retried create can recognise its own Job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from ..config import J2CSettings
+from ..errors import ConfigError, InvalidInput
+from .base import JobSpec
+
+CONTAINER_NAME = "j2c"
+LABEL_JOB_ID = "j2c.io/job-id"
+LABEL_KEY = "j2c.io/key"
+LABEL_USER = "j2c.io/user"
+ANNOTATION_KEY = "j2c.io/key"
+ANNOTATION_NAME = "j2c.io/name"
+ANNOTATION_CANCELLED = "j2c.io/cancelled"
+
+# Storage credentials must reach the pod through the operator's Secret (envFrom), never through
+# the Job object: anyone who can read Jobs in the namespace would see them.
+CREDENTIAL_ENV = frozenset(
+    {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"}
+)
+
+_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+# Lower-case SI suffixes users type ("8g") mean what the upper-case ones mean to Kubernetes,
+# where a lower-case "m" would be milli.
+_SUFFIX_CASE = {"m": "M", "g": "G", "t": "T", "p": "P", "e": "E"}
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def job_name(key: str) -> str:
+    """``j2c-<20 hex digits>``: DNS-1123 safe, short enough for pod names derived from it."""
+    return "j2c-" + key_digest(key)[:20]
+
+
+def label_value(text: str) -> str:
+    """``text`` squeezed into a label value: allowed characters, at most 63, alphanumeric ends."""
+    value = re.sub(r"[^A-Za-z0-9._-]", "-", text)[:63]
+    return value.strip("._-")
+
+
+def memory_quantity(memory: str) -> str | None:
+    """'16Gi', '8G', '8g', '512MB' → a Kubernetes quantity; None when it is not a size."""
+    value = memory.strip()
+    if value[-1:] in ("B", "b") and len(value) > 1 and not value[-2].isdigit():
+        value = value[:-1]
+    if value[-1:] in _SUFFIX_CASE:
+        value = value[:-1] + _SUFFIX_CASE[value[-1]]
+    return value if _QUANTITY_RE.match(value) else None
+
+
+def cpu_quantity(cpus: float) -> str:
+    return str(int(cpus)) if float(cpus).is_integer() else f"{round(cpus * 1000)}m"
+
+
+def _resources(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
+    kube = settings.scheduler.kubernetes
+    limits: dict[str, str] = {}
+    if spec.resources.cpus is not None:
+        limits["cpu"] = cpu_quantity(spec.resources.cpus)
+    if spec.resources.memory is not None:
+        memory = memory_quantity(spec.resources.memory)
+        if memory is None:
+            raise InvalidInput(
+                f"resources.memory: {spec.resources.memory!r} is not a memory size "
+                "(e.g. '16Gi', '8G', '512Mi')",
+                field="resources.memory",
+            )
+        limits["memory"] = memory
+    if spec.resources.gpus:
+        limits[kube.gpu_resource] = str(spec.resources.gpus)
+    # Requests equal limits: GPUs require it, and CPU/memory then get the Guaranteed QoS class
+    # (Kubernetes would default the requests to the limits anyway).
+    return {"limits": limits, "requests": dict(limits)} if limits else {}
+
+
+def _node_selector(spec: JobSpec, settings: J2CSettings) -> dict[str, str]:
+    kube = settings.scheduler.kubernetes
+    selector = dict(kube.node_selector)
+    gpu_type = spec.resources.gpu_type
+    if gpu_type:
+        if not _LABEL_VALUE_RE.match(gpu_type):
+            raise InvalidInput(
+                f"resources.gpu_type: {gpu_type!r} cannot be a node label value (letters, digits, "
+                "'-', '_', '.', at most 63)",
+                field="resources.gpu_type",
+            )
+        selector[kube.gpu_type_label] = gpu_type
+    return selector
+
+
+def _env(spec: JobSpec) -> list[dict[str, str]]:
+    leaked = sorted(CREDENTIAL_ENV.intersection(spec.env))
+    if leaked:
+        raise InvalidInput(
+            f"env.{leaked[0]}: storage credentials cannot be passed in a Job spec",
+            field=f"env.{leaked[0]}",
+            hint="put them in the Secret named by scheduler.kubernetes.env_from_secret",
+        )
+    return [{"name": name, "value": value} for name, value in sorted(spec.env.items())]
+
+
+def _deadline(spec: JobSpec, settings: J2CSettings) -> int | None:
+    """The request's time limit, capped by the operator's ``active_deadline_seconds``."""
+    cap = settings.scheduler.kubernetes.active_deadline_seconds
+    minutes = spec.resources.time_limit_minutes
+    wanted = minutes * 60 if minutes is not None else None
+    candidates = [v for v in (wanted, cap) if v is not None]
+    return min(candidates) if candidates else None
+
+
+def _image(spec: JobSpec, settings: J2CSettings) -> str:
+    image = spec.image or settings.lab_image()
+    if not image:
+        raise InvalidInput(
+            "image: no container image given and no default is configured",
+            field="image",
+            hint="pass an image, set default_image, or run in a lab with JUPYTER_IMAGE set",
+        )
+    return image
+
+
+def _labels(spec: JobSpec) -> dict[str, str]:
+    labels = {
+        "app.kubernetes.io/managed-by": "j2c",
+        LABEL_JOB_ID: label_value(spec.job_id),
+        LABEL_KEY: key_digest(spec.key)[:63],
+    }
+    if spec.user and label_value(spec.user):
+        labels[LABEL_USER] = label_value(spec.user)
+    return labels
+
+
+def render_job(
+    spec: JobSpec, settings: J2CSettings, *, namespace: str | None = None
+) -> dict[str, Any]:
+    """The Job manifest (batch/v1, as JSON-ready dicts) that submitting ``spec`` creates."""
+    kube = settings.scheduler.kubernetes
+    labels = _labels(spec)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": _image(spec, settings),
+        "command": list(spec.command),
+        "env": _env(spec),
+        "resources": _resources(spec, settings),
+    }
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if kube.env_from_secret:
+        container["envFrom"] = [{"secretRef": {"name": kube.env_from_secret}}]
+    if kube.service_account:
+        pod["serviceAccountName"] = kube.service_account
+    selector = _node_selector(spec, settings)
+    if selector:
+        pod["nodeSelector"] = selector
+    if kube.tolerations:
+        pod["tolerations"] = [dict(t) for t in kube.tolerations]
+    if kube.shm_size:
+        # PyTorch DataLoader workers share tensors through /dev/shm; the runtime's 64 MiB default
+        # makes them crash with "bus error".
+        size = memory_quantity(kube.shm_size)
+        if size is None:
+            raise ConfigError(
+                f"scheduler.kubernetes.shm_size: {kube.shm_size!r} is not a size (e.g. '8Gi')",
+                field="scheduler.kubernetes.shm_size",
+            )
+        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "template": {"metadata": {"labels": labels}, "spec": pod},
+    }
+    if kube.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = kube.ttl_seconds_after_finished
+    deadline = _deadline(spec, settings)
+    if deadline is not None:
+        job_spec["activeDeadlineSeconds"] = deadline
+    metadata: dict[str, Any] = {
+        "name": job_name(spec.key),
+        "labels": labels,
+        "annotations": {ANNOTATION_KEY: spec.key, ANNOTATION_NAME: spec.name},
+    }
+    namespace = namespace or kube.namespace
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}

@@ -1,0 +1,329 @@
+"""The embedded default scheduler: jobs run as detached processes on this machine.
+
+Each job gets a run directory under ``<data>/runs/<job id>/`` (layout in ``local_files``) and a
+supervisor process (``local_runner``) that is nobody's child: it waits for GPUs, runs the job,
+forwards a cancel and records the exit code, whether or not a server is alive. This class only
+writes the request, starts the supervisor and reads what it records, so a fresh instance (a
+restarted server, the CLI, another kernel) sees every job that any instance started.
+
+Blocking work (spawning, file reads, ``nvidia-smi``) runs in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from ..config import J2CSettings
+from ..errors import Conflict, InvalidInput, SchedulerError
+from ..models import Artifact, JobHandle, JobResults, JobStatus
+from .base import JobSpec, LogLine, SchedulerState
+from .local_files import (
+    RUNS_DIR,
+    RunDir,
+    exclusive_lock,
+    is_held,
+    read_json,
+    same_process,
+    write_json_atomic,
+)
+from .local_gpus import detect_gpu_ids
+from .logfile import follow_log_file, parse_cursor
+
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The job's base environment: what a login shell on this machine would have, plus the standard
+# AWS chain and the CUDA/NCCL set-up of this machine. Never the server's own tokens.
+_BASE_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "TZ",
+        "TMPDIR",
+        "LD_LIBRARY_PATH",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+    }
+)
+_BASE_ENV_PREFIXES = ("LC_", "AWS_", "CUDA_", "NVIDIA_", "NCCL_")
+_MAX_ARTIFACTS = 1000
+_RUNNER = f"{__package__}.local_runner"
+
+
+class LocalScheduler:
+    """Runs ``JobSpec.command`` on this machine; see the module docstring."""
+
+    name = "local"
+
+    def __init__(self, settings: J2CSettings) -> None:
+        self._settings = settings.scheduler.local
+        self._runs = (settings.data_path() / RUNS_DIR).absolute()
+        self._gpu_devices: list[str] | None = None
+        self._detect_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ protocol
+
+    async def submit(self, spec: JobSpec) -> JobHandle:
+        return await asyncio.to_thread(self._submit, spec)
+
+    async def status(self, handle: JobHandle) -> SchedulerState:
+        return await asyncio.to_thread(_read_state, self._run(handle))
+
+    def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
+        run = self._run(handle)
+        parse_cursor(cursor)  # a bad cursor fails here, not at the first line
+        return follow_log_file(run.log, cursor, lambda: _has_ended(run))
+
+    async def cancel(self, handle: JobHandle) -> None:
+        await asyncio.to_thread(_cancel, self._run(handle))
+
+    async def results(self, handle: JobHandle) -> JobResults:
+        return await asyncio.to_thread(_collect_results, self._run(handle))
+
+    async def close(self) -> None:
+        """Nothing to release: every job belongs to its supervisor, not to this object."""
+
+    # ------------------------------------------------------------------ submit
+
+    def gpu_devices(self) -> list[str]:
+        """The GPUs jobs may be given (configured, or detected once)."""
+        with self._detect_lock:
+            if self._gpu_devices is None:
+                self._gpu_devices = detect_gpu_ids(self._settings.gpus, os.environ)
+            return self._gpu_devices
+
+    def _submit(self, spec: JobSpec) -> JobHandle:
+        if not spec.command:
+            raise InvalidInput("the job has no command to run", field="command")
+        if not _JOB_ID_RE.match(spec.job_id):
+            raise InvalidInput(
+                f"job id {spec.job_id!r} must be 1-128 letters, digits, '.', '_' or '-'",
+                field="job_id",
+            )
+        wanted = spec.resources.gpus
+        devices = self.gpu_devices() if wanted else []
+        if wanted > len(devices):
+            raise InvalidInput(
+                f"the job asks for {wanted} GPU(s) but this machine has {len(devices)}",
+                field="resources.gpus",
+                hint="ask for fewer, or set scheduler.local.gpus if detection missed some",
+            )
+        self._runs.mkdir(parents=True, exist_ok=True)
+        # One submit at a time on this machine, so two retries of one key never both start.
+        with exclusive_lock(self._runs / "submit.lock"):
+            run = self._existing_run(spec) or self._start(spec, devices)
+            index = self._key_index(spec.key)
+            index.parent.mkdir(exist_ok=True)
+            index.write_text(run.path.name)
+        return JobHandle(scheduler=self.name, id=run.path.name, data={"run_dir": str(run.path)})
+
+    def _key_index(self, key: str) -> Path:
+        return self._runs / "keys" / hashlib.sha256(key.encode()).hexdigest()
+
+    def _existing_run(self, spec: JobSpec) -> RunDir | None:
+        """The run a previous submit of this key started, if any."""
+        try:
+            indexed = RunDir(self._runs / self._key_index(spec.key).read_text().strip())
+            if indexed.spec.exists():
+                return indexed
+        except FileNotFoundError:
+            pass
+        run = RunDir(self._runs / spec.job_id)
+        if not run.path.exists():
+            return None
+        recorded = read_json(run.spec) or {}
+        if recorded.get("key") != spec.key:
+            raise Conflict(
+                f"job id {spec.job_id!r} already names a local run of another request",
+                field="job_id",
+            )
+        return run
+
+    def _start(self, spec: JobSpec, devices: list[str]) -> RunDir:
+        # Prepared under a temporary name and renamed, so a run dir always has its spec.
+        staging = RunDir(Path(tempfile.mkdtemp(dir=self._runs, prefix=f".{spec.job_id}.")))
+        staging.outputs.mkdir()
+        staging.work.mkdir()
+        staging.log.touch()
+        limit = spec.resources.time_limit_minutes
+        write_json_atomic(
+            staging.spec,
+            {
+                "key": spec.key,
+                "job_id": spec.job_id,
+                "name": spec.name,
+                "command": spec.command,
+                "env": spec.env,
+                "gpus": spec.resources.gpus,
+                "gpu_devices": devices,
+                "cancel_grace_s": self._settings.cancel_grace_s,
+                "time_limit_s": limit * 60 if limit else None,
+                "submitted_at": time.time(),
+            },
+        )
+        run = RunDir(self._runs / spec.job_id)
+        os.rename(staging.path, run.path)
+        try:
+            self._spawn_supervisor(run)
+        except BaseException:
+            shutil.rmtree(run.path, ignore_errors=True)
+            raise
+        return run
+
+    def _spawn_supervisor(self, run: RunDir) -> None:
+        # Take the run's lock before the supervisor exists and hand it over, so the run never
+        # looks dead (lost) while the supervisor starts up.
+        lock_fd = os.open(run.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            with open(run.supervisor_log, "ab") as diagnostics:
+                launcher = subprocess.Popen(
+                    [sys.executable, "-m", _RUNNER, str(run.path), str(lock_fd)],
+                    cwd=run.path,
+                    env=self._job_base_env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=diagnostics,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(lock_fd,),
+                )
+            # It forks the real supervisor and exits at once; reaping it leaves no zombie.
+            code = launcher.wait()
+        except OSError as exc:
+            raise SchedulerError(f"cannot start the local job supervisor: {exc}") from None
+        finally:
+            os.close(lock_fd)
+        if code != 0:
+            detail = run.supervisor_log.read_text(errors="replace")[-2000:]
+            raise SchedulerError(f"the local job supervisor failed to start: {detail}")
+
+    def _job_base_env(self) -> dict[str, str]:
+        extra = self._settings.pass_env
+        names = _BASE_ENV_NAMES | {name for name in extra if not name.endswith("*")}
+        prefixes = _BASE_ENV_PREFIXES + tuple(name[:-1] for name in extra if name.endswith("*"))
+        env = {k: v for k, v in os.environ.items() if k in names or k.startswith(prefixes)}
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # the supervisor assigns the GPUs
+        env.setdefault("PATH", os.defpath)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    # ------------------------------------------------------------------ reading a run
+
+    def _run(self, handle: JobHandle) -> RunDir:
+        if handle.scheduler != self.name:
+            raise InvalidInput(f"not a local job: {handle.scheduler!r}", field="handle")
+        if "run_dir" in handle.data:
+            return RunDir(Path(handle.data["run_dir"]))
+        if not _JOB_ID_RE.match(handle.id):
+            raise InvalidInput(f"not a local job id: {handle.id!r}", field="handle")
+        return RunDir(self._runs / handle.id)
+
+
+def _has_ended(run: RunDir) -> bool:
+    return run.exit.exists() or not is_held(run.lock)
+
+
+def _read_state(run: RunDir) -> SchedulerState:
+    ended = read_json(run.exit)
+    if ended is None:
+        if is_held(run.lock):
+            return _live_state(run)
+        # It may have finished between the two looks.
+        ended = read_json(run.exit)
+        if ended is None:
+            return SchedulerState(
+                status=JobStatus.lost,
+                message="the job's supervisor is gone and left no exit record "
+                "(killed, or the machine restarted)",
+            )
+    return _final_state(ended)
+
+
+def _live_state(run: RunDir) -> SchedulerState:
+    if run.cancel.exists():
+        return SchedulerState(status=JobStatus.cancelling, message="stopping the job")
+    job = read_json(run.job) or {}
+    if job.get("state") == "running":
+        return SchedulerState(status=JobStatus.running)
+    if job.get("state") == "queued":
+        return SchedulerState(status=JobStatus.queued, message=job.get("message"))
+    return SchedulerState(status=JobStatus.submitted, message="starting")
+
+
+def _final_state(ended: dict[str, Any]) -> SchedulerState:
+    code: int | None = ended.get("exit_code")
+    if ended.get("cancelled"):
+        return SchedulerState(status=JobStatus.cancelled, message="cancelled", exit_code=code)
+    if code == 0:
+        return SchedulerState(status=JobStatus.succeeded, exit_code=0)
+    message = f"exit code {code}"
+    if ended.get("signal"):
+        message += f" (killed by {ended['signal']})"
+    if ended.get("error"):
+        message = f"{ended['error']}: {message}"
+    return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
+
+
+def _cancel(run: RunDir) -> None:
+    if run.exit.exists() or not run.path.exists():
+        return
+    run.cancel.touch()
+    job = read_json(run.job) or {}
+    if is_held(run.lock):
+        # The supervisor forwards SIGTERM to the job's group and escalates after the grace.
+        # Before it has written job.json it has not started the job, and it reads the marker.
+        supervisor = job.get("supervisor")
+        if supervisor and same_process(supervisor["pid"], supervisor["start_time"]):
+            os.kill(supervisor["pid"], signal.SIGTERM)
+        return
+    # Lost: no supervisor is left to escalate, so end an orphaned job at once.
+    child = job.get("child")
+    if child and same_process(child["pid"], child["start_time"]):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child["pid"], signal.SIGKILL)
+
+
+def _collect_results(run: RunDir) -> JobResults:
+    ended = read_json(run.exit) or {}
+    files = sorted(path for path in run.outputs.rglob("*") if path.is_file())
+    artifacts = [
+        Artifact(
+            name=path.relative_to(run.outputs).as_posix(),
+            size=path.stat().st_size,
+            url=path.as_uri(),
+        )
+        for path in files[:_MAX_ARTIFACTS]
+    ]
+    notebooks = [path for path in files if path.parent == run.outputs and path.suffix == ".ipynb"]
+    notebook = max(notebooks, key=lambda path: path.stat().st_mtime, default=None)
+    return JobResults(
+        exit_code=ended.get("exit_code"),
+        artifacts=artifacts,
+        executed_notebook=notebook.as_uri() if notebook else None,
+        output_uri=run.outputs.as_uri(),
+    )

@@ -1,0 +1,150 @@
+"""The on-disk record of one local run, shared by the local scheduler and its supervisor.
+
+A run lives in ``<data>/runs/<job id>/``; every file in it has one writer:
+
+- ``spec.json``      what to run: key, command, the spec's env, GPUs (the scheduler, at submit)
+- ``job.json``       supervisor and child PIDs with their start times, state, message (supervisor)
+- ``job.lock``       flock-held by the supervisor for as long as it lives: the liveness test, which
+                     PID reuse cannot fool and which needs no server
+- ``cancel``         present once a cancel was asked for (the scheduler)
+- ``exit.json``      exit code, signal, cancelled flag and times, written atomically at the end
+                     (supervisor)
+- ``output.log``     the job's stdout and stderr, interleaved as written (the job)
+- ``outputs/``       ``$J2C_OUTPUT_DIR`` (the job)
+- ``work/``          the job's working directory (the job)
+- ``supervisor.log`` the supervisor's own diagnostics (supervisor)
+
+This module is imported by the supervisor, so it stays on the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RUNS_DIR = "runs"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run's files."""
+
+    path: Path
+
+    @property
+    def spec(self) -> Path:
+        return self.path / "spec.json"
+
+    @property
+    def job(self) -> Path:
+        return self.path / "job.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.path / "job.lock"
+
+    @property
+    def cancel(self) -> Path:
+        return self.path / "cancel"
+
+    @property
+    def exit(self) -> Path:
+        return self.path / "exit.json"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "output.log"
+
+    @property
+    def outputs(self) -> Path:
+        return self.path / "outputs"
+
+    @property
+    def work(self) -> Path:
+        return self.path / "work"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / "supervisor.log"
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Readers see the old content or the new, never a torn file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The file's mapping, or None when it does not exist (yet)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an flock on ``path`` (created if missing) across processes for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_held(lock_path: Path) -> bool:
+    """True while some process holds ``lock_path`` exclusively (its supervisor is alive).
+
+    Probing takes a shared lock, so two probes never mistake each other for a supervisor.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's shared lock, if it got one
+    return False
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), or None when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count fields after its ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19])
+
+
+def same_process(pid: int, start_time: int | None) -> bool:
+    """True when ``pid`` is still the process that was recorded (not a reused PID)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else: only the start time can tell
+    if start_time is None:
+        return True
+    return process_start_time(pid) == start_time

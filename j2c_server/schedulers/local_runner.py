@@ -1,0 +1,223 @@
+"""The detached supervisor of one local job: ``python -m j2c_server.schedulers.local_runner``.
+
+Started by the local scheduler in a session of its own, it detaches once more (so it is nobody's
+child and never a zombie of the server), then, with no server needed:
+
+1. records its PID and start time in ``job.json`` while holding ``job.lock`` for its whole life;
+2. waits in line for the GPUs the job asked for (status queued);
+3. starts the job in a new session, cwd ``work/``, stdout and stderr into ``output.log``;
+4. forwards SIGTERM/SIGINT to the job's process group and sends SIGKILL after the grace (the
+   same when the job reaches its time limit);
+5. when the job ends, kills what is left of its process group, writes ``exit.json`` atomically
+   and frees the GPUs.
+
+Arguments: the run directory and the number of the inherited file descriptor that holds
+``job.lock`` (taken by the scheduler before the start, so the run never looks dead while the
+supervisor boots). Its environment is the job's base environment. Standard library only: it
+starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from .local_files import RunDir, process_start_time, read_json, write_json_atomic
+from .local_gpus import GpuLedger
+
+_GPU_POLL_S = 0.2
+# Exit code for a command that could not be started, as a shell reports it.
+_CANNOT_START = 127
+
+
+class Supervisor:
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        spec = read_json(run.spec)
+        if spec is None:
+            raise SystemExit(f"{run.spec} is missing")
+        self.spec: dict[str, Any] = spec
+        self.job_id: str = spec["job_id"]
+        self.child: subprocess.Popen[bytes] | None = None
+        self.stop_signal: int | None = None
+        self.stop_sent = False
+        self.timed_out = False
+        self.record: dict[str, Any] = {
+            "supervisor": {"pid": os.getpid(), "start_time": process_start_time(os.getpid())},
+            "child": None,
+            "state": "starting",
+            "message": None,
+            "gpus": [],
+            "submitted_at": spec["submitted_at"],
+            "started_at": None,
+        }
+
+    # ------------------------------------------------------------------ signals
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGALRM, self._on_grace_over)
+
+    def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stop_signal is not None:
+            return  # the first request already started the grace period
+        self.stop_signal = signum
+        if self.child is not None:
+            self._stop_child(signum)
+
+    def _stop_child(self, signum: int) -> None:
+        self.stop_sent = True
+        self._signal_group(signum)
+        grace = float(self.spec["cancel_grace_s"])
+        if grace > 0:
+            signal.setitimer(signal.ITIMER_REAL, grace)
+        else:
+            self._signal_group(signal.SIGKILL)
+
+    def _on_grace_over(self, _signum: int, _frame: FrameType | None) -> None:
+        self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        if self.child is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.child.pid, signum)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_signal is not None or self.run.cancel.exists()
+
+    # ------------------------------------------------------------------ steps
+
+    def save(self, **changes: Any) -> None:
+        self.record.update(changes)
+        write_json_atomic(self.run.job, self.record)
+
+    def wait_for_gpus(self) -> list[str] | None:
+        """The devices granted, or None when the job was cancelled while waiting."""
+        count = int(self.spec["gpus"])
+        if count == 0:
+            return []
+        ledger = GpuLedger(self.run.path.parent)
+        devices: list[str] = self.spec["gpu_devices"]
+        while not self.stopping:
+            grant = ledger.try_acquire(self.job_id, self.run.path, count, devices)
+            if grant.devices is not None:
+                return grant.devices
+            message = f"waiting for {count} GPU(s): {grant.free} free"
+            if self.record["state"] != "queued" or self.record["message"] != message:
+                self.save(state="queued", message=message)
+            time.sleep(_GPU_POLL_S)
+        ledger.release(self.job_id)
+        return None
+
+    def child_env(self, gpus: list[str]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.spec["env"])
+        env.update(
+            J2C_JOB_ID=self.job_id,
+            J2C_OUTPUT_DIR=str(self.run.outputs),
+            CUDA_VISIBLE_DEVICES=",".join(gpus),
+        )
+        return env
+
+    def start_child(self, gpus: list[str]) -> subprocess.Popen[bytes] | None:
+        """Start the job, or say in its log why it cannot start and return None."""
+        with open(self.run.log, "ab", buffering=0) as log:
+            try:
+                self.child = child = subprocess.Popen(
+                    self.spec["command"],
+                    cwd=self.run.work,
+                    env=self.child_env(gpus),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                log.write(f"j2c: cannot start {self.spec['command'][0]!r}: {exc}\n".encode())
+                return None
+        self.save(
+            state="running",
+            message=None,
+            gpus=gpus,
+            child={"pid": child.pid, "start_time": process_start_time(child.pid)},
+            started_at=time.time(),
+        )
+        if self.stopping and not self.stop_sent:  # cancelled while the job was being started
+            self.stop_signal = self.stop_signal or signal.SIGTERM
+            self._stop_child(self.stop_signal)
+        return child
+
+    def wait_child(self, child: subprocess.Popen[bytes]) -> int:
+        try:
+            code = child.wait(timeout=self.spec["time_limit_s"])
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            if not self.stop_sent:
+                self._stop_child(signal.SIGTERM)
+            code = child.wait()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        # The job's processes end with it: nothing it left behind keeps running on its GPUs.
+        self._signal_group(signal.SIGKILL)
+        return code
+
+    def finish(self, code: int | None, *, error: str | None = None) -> None:
+        signum = -code if code is not None and code < 0 else None
+        if self.timed_out:
+            error = f"time limit of {self.spec['time_limit_s']:g} s reached"
+        write_json_atomic(
+            self.run.exit,
+            {
+                "exit_code": 128 + signum if signum is not None else code,
+                "signal": signal.Signals(signum).name if signum is not None else None,
+                "cancelled": self.stopping,
+                "timed_out": self.timed_out,
+                "error": error,
+                "started_at": self.record["started_at"],
+                "ended_at": time.time(),
+            },
+        )
+
+    def main(self) -> None:
+        self.install_signal_handlers()
+        self.save()
+        gpus = self.wait_for_gpus()
+        try:
+            if gpus is None or self.stopping:
+                self.finish(None)  # cancelled before it started
+                return
+            child = self.start_child(gpus)
+            if child is None:
+                self.finish(_CANNOT_START, error="the command could not be started")
+            else:
+                self.finish(self.wait_child(child))
+        finally:
+            if gpus:
+                GpuLedger(self.run.path.parent).release(self.job_id)
+
+
+def _detach() -> None:
+    """Fork once more and let the parent exit: the scheduler reaps it at once, and the
+    supervisor is adopted by init, so it outlives the server and never lingers as its zombie."""
+    if os.fork() > 0:
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_dir, lock_fd = argv if argv is not None else sys.argv[1:]
+    _detach()
+    os.set_inheritable(int(lock_fd), False)  # only this process holds the run alive
+    Supervisor(RunDir(Path(run_dir))).main()
+
+
+if __name__ == "__main__":
+    main()

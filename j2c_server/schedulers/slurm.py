@@ -1,0 +1,291 @@
+"""The Slurm backend: batch jobs through slurmrestd (REST API v0.0.38, JWT auth) with httpx.
+
+- submit: ``POST /job/submit`` with the script and description of :mod:`.slurm_job`. A retried
+  submit first looks for a job whose comment carries the same key and adopts it.
+- status: ``GET /job/{id}`` read by :mod:`.slurm_state`; a job Slurm has forgotten (purged after
+  ``MinJobAge``) reads as lost.
+- logs: slurmrestd has no log endpoint, so the job's output file is followed from a byte offset.
+  This assumes what Slurm clusters have: ``scheduler.slurm.job_dir`` is a filesystem shared by
+  the compute nodes and the machine j2c runs on.
+- cancel: mark the job's comment, ``DELETE /job/{id}?signal=SIGTERM``, and after
+  ``cancel_grace_s`` ``SIGKILL`` if it still runs (from a task of this scheduler: if the server
+  stops first, the job keeps only its SIGTERM). A pending job is removed at once.
+
+slurmrestd unreachable raises :class:`SchedulerUnavailable`; the watcher retries with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..config import J2CSettings
+from ..errors import ConfigError, InvalidInput, J2CError, SchedulerError
+from ..models import JobHandle, JobResults, JobStatus
+from .base import JobSpec, LogLine, SchedulerState
+from .logfile import follow_log_file, parse_cursor
+from .slurm_job import (
+    CANCEL_MARK,
+    OUTPUT_NAME,
+    batch_script,
+    check_spec,
+    comment_fields,
+    job_description,
+)
+from .slurm_rest import SlurmFailure, SlurmRest
+from .slurm_state import exit_code, job_state
+
+# How often a log follower asks whether the job has ended (the file itself is polled faster).
+STATUS_POLL_S = 1.0
+_CANCEL_POLL_S = 0.25
+# Slurm error numbers: unknown job id; job cannot be signalled in its current state.
+_INVALID_JOB_ID = 2017
+_NOT_ALTERABLE = 2020
+# Submit refusals that the request (not the configuration) causes: node or partition limits.
+_REQUEST_UNSATISFIABLE = {2014, 2015}
+_INVALID_PARTITION = 2000
+log = logging.getLogger("j2c")
+
+
+def _job_dir(settings: J2CSettings) -> Path:
+    value = settings.scheduler.slurm.job_dir
+    if not value:
+        raise ConfigError(
+            "scheduler.slurm.job_dir is not set (a folder shared by the compute nodes and this "
+            "machine, for job output)",
+            field="scheduler.slurm.job_dir",
+        )
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise ConfigError(
+            f"scheduler.slurm.job_dir must be an absolute path, not {value!r}",
+            field="scheduler.slurm.job_dir",
+        )
+    return path
+
+
+def _slurm_id(handle: JobHandle) -> str:
+    if not handle.id.isdigit():
+        raise InvalidInput(f"{handle.id!r} is not a Slurm job id", field="handle")
+    return handle.id
+
+
+def _submit_error(exc: SlurmFailure, job: dict[str, Any]) -> J2CError:
+    if _INVALID_PARTITION in exc.numbers:
+        return ConfigError(
+            f"Slurm has no partition {job.get('partition', '(default)')!r}: {exc.message}",
+            field="scheduler.slurm.partition",
+        )
+    if _REQUEST_UNSATISFIABLE.intersection(exc.numbers):
+        asked = ", ".join(
+            f"{name}={job[name]}"
+            for name in ("gres", "cpus_per_task", "memory_per_node", "time_limit", "partition")
+            if name in job
+        )
+        return InvalidInput(
+            f"no Slurm node can run this job ({asked or 'defaults'}): {exc.message}",
+            field="resources",
+            hint="ask for fewer GPUs, CPUs or memory, or a GPU type the cluster has",
+        )
+    return exc
+
+
+class SlurmScheduler:
+    """Runs ``JobSpec.command`` as a Slurm batch job; see the module docstring."""
+
+    name = "slurm"
+
+    def __init__(self, settings: J2CSettings, *, environ: Mapping[str, str] | None = None) -> None:
+        self._slurm = settings.scheduler.slurm
+        self._job_dir = _job_dir(settings)
+        self._rest = SlurmRest(self._slurm, environ)
+        self._submit_lock = asyncio.Lock()
+        self._escalations: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ protocol
+
+    async def submit(self, spec: JobSpec) -> JobHandle:
+        check_spec(spec)
+        run_dir = self._job_dir / spec.job_id
+        output = run_dir / OUTPUT_NAME
+        job = job_description(spec, self._slurm, output)
+        script = batch_script(spec, self._slurm, run_dir)
+        # One submit at a time: two retries of one key in this process never both create a job.
+        async with self._submit_lock:
+            existing = await self._find(spec.key)
+            if existing is not None:
+                return self._handle(existing)
+            await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
+            try:
+                answer = await self._rest.request(
+                    "POST", "/job/submit", json_body={"job": job, "script": script}
+                )
+            except SlurmFailure as exc:
+                raise _submit_error(exc, job) from None
+        job_id = answer.get("job_id")
+        if not isinstance(job_id, int):
+            raise SchedulerError("slurmrestd accepted the job but returned no job id")
+        return JobHandle(scheduler=self.name, id=str(job_id), data={"output": str(output)})
+
+    async def status(self, handle: JobHandle) -> SchedulerState:
+        job = await self._job(_slurm_id(handle))
+        if job is None:
+            return SchedulerState(
+                status=JobStatus.lost,
+                message=f"Slurm no longer knows job {handle.id} (it forgets finished jobs after "
+                f"MinJobAge); its output stays in {handle.data.get('output', 'the job folder')}",
+            )
+        return job_state(job)
+
+    def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
+        _slurm_id(handle)
+        parse_cursor(cursor)  # a bad cursor fails here, not at the first line
+        return self._follow(handle, cursor)
+
+    async def cancel(self, handle: JobHandle) -> None:
+        slurm_id = _slurm_id(handle)
+        job = await self._job(slurm_id)
+        if job is None:
+            return
+        state = job_state(job)
+        if state.status.terminal:
+            return
+        comment = str(job.get("comment") or "")
+        if CANCEL_MARK not in comment.split():
+            await self._rest.request(
+                "POST", f"/job/{slurm_id}", json_body={"comment": f"{comment} {CANCEL_MARK}"}
+            )
+        if state.status != JobStatus.running:
+            await self._remove(slurm_id)
+            return
+        try:
+            await self._rest.request("DELETE", f"/job/{slurm_id}", params={"signal": "SIGTERM"})
+        except SlurmFailure as exc:
+            if _NOT_ALTERABLE not in exc.numbers:  # it went back to pending meanwhile
+                raise
+            await self._remove(slurm_id)
+            return
+        task = asyncio.create_task(self._kill_after_grace(slurm_id), name=f"j2c-kill-{slurm_id}")
+        self._escalations.add(task)
+        task.add_done_callback(self._escalations.discard)
+
+    async def results(self, handle: JobHandle) -> JobResults:
+        job = await self._job(_slurm_id(handle))
+        if job is None or not job_state(job).status.terminal:
+            return JobResults()
+        return JobResults(exit_code=exit_code(job))
+
+    async def close(self) -> None:
+        for task in list(self._escalations):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._rest.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _job(self, slurm_id: str) -> dict[str, Any] | None:
+        """The job's record, or None when Slurm does not know the id."""
+        try:
+            body = await self._rest.get(f"/job/{slurm_id}")
+        except SlurmFailure as exc:
+            if _INVALID_JOB_ID in exc.numbers:
+                return None
+            raise
+        jobs = body.get("jobs") or []
+        return jobs[0] if jobs and isinstance(jobs[0], dict) else None
+
+    async def _find(self, key: str) -> dict[str, Any] | None:
+        """The newest job Slurm still knows that was submitted with ``key``."""
+        body = await self._rest.get("/jobs")
+        matches = [
+            job
+            for job in body.get("jobs") or []
+            if isinstance(job, dict) and comment_fields(job.get("comment")).get("key") == key
+        ]
+        return max(matches, key=lambda job: int(job.get("job_id") or 0), default=None)
+
+    def _handle(self, job: dict[str, Any]) -> JobHandle:
+        return JobHandle(
+            scheduler=self.name,
+            id=str(job["job_id"]),
+            data={"output": str(job.get("standard_output") or "")},
+        )
+
+    async def _remove(self, slurm_id: str) -> None:
+        """Slurm's own cancel: a pending job leaves the queue at once."""
+        try:
+            await self._rest.request("DELETE", f"/job/{slurm_id}")
+        except SlurmFailure as exc:
+            if _INVALID_JOB_ID not in exc.numbers:
+                raise
+
+    async def _kill_after_grace(self, slurm_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._slurm.cancel_grace_s
+        try:
+            while loop.time() < deadline:
+                await asyncio.sleep(min(_CANCEL_POLL_S, max(0.0, deadline - loop.time())))
+                job = await self._job(slurm_id)
+                if job is None or job_state(job).status.terminal:
+                    return
+            await self._rest.request("DELETE", f"/job/{slurm_id}", params={"signal": "SIGKILL"})
+        except J2CError as exc:
+            log.warning("j2c: could not kill Slurm job %s after its grace: %s", slurm_id, exc)
+
+    async def _follow(self, handle: JobHandle, cursor: str | None) -> AsyncIterator[LogLine]:
+        output = handle.data.get("output")
+        if not output:
+            raise SchedulerError(f"the handle of Slurm job {handle.id} names no output file")
+        path = Path(output)
+        watch = _EndWatch()
+        poller = asyncio.create_task(watch.poll(self, handle))
+        delivered = False
+        try:
+            async for line in follow_log_file(path, cursor, watch.ended):
+                delivered = True
+                yield line
+        finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        if watch.started and not delivered and not await asyncio.to_thread(path.exists):
+            log.warning(
+                "j2c: Slurm job %s ran but its output %s is not visible here: is "
+                "scheduler.slurm.job_dir on a filesystem shared with the compute nodes?",
+                handle.id,
+                path,
+            )
+
+
+class _EndWatch:
+    """Polls the job's status on the event loop; ``ended`` (called from the log reader's worker
+    thread) reports the result, or raises the poll's failure (e.g. slurmrestd unreachable)."""
+
+    def __init__(self) -> None:
+        self.started = False  # seen running: it had a chance to write output
+        self._ended = False
+        self._failure: Exception | None = None
+
+    async def poll(self, scheduler: SlurmScheduler, handle: JobHandle) -> None:
+        try:
+            while True:
+                state = await scheduler.status(handle)
+                self.started = self.started or state.status == JobStatus.running
+                if state.status.terminal:
+                    ran = state.status in (JobStatus.succeeded, JobStatus.failed)
+                    self.started = self.started or ran
+                    self._ended = True
+                    return
+                await asyncio.sleep(STATUS_POLL_S)
+        except Exception as exc:  # any failure ends the follow; the caller sees it
+            self._failure = exc
+
+    def ended(self) -> bool:
+        if self._failure is not None:
+            raise self._failure
+        return self._ended

@@ -1,0 +1,310 @@
+"""``JobService``: the one API every front end (REST handlers, CLI, magic) uses for jobs.
+
+It resolves and confines request paths, creates jobs in the registry (an identical request
+attaches to the job already running it), drives their pipelines as background tasks under a
+lease, and serves their event streams: a replay from any ``seq``, then live events, woken at
+once by this process's writes and by a short poll for other processes' writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from .backends import Backends
+from .config import J2CSettings
+from .driver import LEASE_TTL_S, JobDriver, new_owner
+from .errors import Conflict, InvalidInput
+from .eventbus import EventBus
+from .journal import Journal
+from .models import Event, EventKind, JobRecord, JobRequest, JobStatus
+from .pack import PackPlan, make_manifest
+from .paths import resolve_request
+from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec
+from .registry import open_registry
+from .schedulers import BACKENDS
+from .storage.base import manifest_key
+
+POLL_S = 0.05  # other processes' events reach a follower within this
+ADOPT_EVERY_S = LEASE_TTL_S / 2
+STREAM_BATCH = 500
+WATCH_RETRY_S = 1.0
+Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+
+def request_key(request: JobRequest) -> str:
+    """Identical (resolved) requests share a key; ``new`` only decides whether they attach."""
+    body = request.model_dump_json(exclude={"new"})
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+class JobService:
+    def __init__(
+        self, settings: J2CSettings, root_dir: str | None = None, log: Log | None = None
+    ) -> None:
+        self.settings = settings
+        self.root_dir = root_dir
+        self.log: Log = log or logging.getLogger("j2c")
+        self.registry = open_registry(settings.data_path())
+        self.bus = EventBus()
+        self.owner = new_owner()
+        self.backends = Backends(settings)
+        self._drivers: dict[str, JobDriver] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._started = False
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        """Re-attach to jobs nobody drives (now, and whenever a lease expires later).
+        Call with the event loop running; ``stop()`` ends it."""
+        if self._started:
+            return
+        self._started = True
+        self.backends.packers.warm()
+        self._spawn(self._adopt_forever(), "j2c-adopt")
+
+    async def stop(self) -> None:
+        """Stop driving jobs without cancelling them: their leases are released, so another
+        process (a restarted server, a detached watcher) takes over at once."""
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.backends.close()
+        self.registry.close()
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _adopt_forever(self) -> None:
+        while True:
+            for job_id in await self.registry.unowned_active_jobs():
+                self._drive(job_id)
+            await asyncio.sleep(ADOPT_EVERY_S)
+
+    def _drive(self, job_id: str) -> None:
+        """Drive ``job_id`` here unless this process already does (the lease decides between
+        processes)."""
+        driver = self._drivers.get(job_id)
+        if driver is not None and driver.task is not None and not driver.task.done():
+            return
+        driver = JobDriver(
+            job_id,
+            owner=self.owner,
+            registry=self.registry,
+            bus=self.bus,
+            settings=self.settings,
+            backends=self.backends,
+            log=self.log,
+        )
+        self._drivers[job_id] = driver
+        driver.task = self._spawn(driver.run(), f"j2c-job-{job_id}")
+        driver.task.add_done_callback(lambda _: self._forget(job_id, driver))
+
+    def _forget(self, job_id: str, driver: JobDriver) -> None:
+        if self._drivers.get(job_id) is driver:
+            del self._drivers[job_id]
+
+    # ------------------------------------------------------------------ jobs
+
+    async def _resolve(self, request: JobRequest) -> JobRequest:
+        resolved = await asyncio.to_thread(resolve_request, request, self.root_dir)
+        scheduler = resolved.scheduler or self.settings.scheduler.default
+        if scheduler not in BACKENDS:
+            known = ", ".join(sorted(BACKENDS))
+            raise InvalidInput(
+                f"scheduler: unknown scheduler {scheduler!r} (known: {known})", field="scheduler"
+            )
+        return resolved.model_copy(update={"scheduler": scheduler})
+
+    async def submit(self, request: JobRequest) -> JobRecord:
+        """Create the job (or attach to the identical one) and start its pipeline in the
+        background; returns at once with the job's record."""
+        draft = self._draft(await self._resolve(request))
+        record = draft.model_copy(update={"id": new_job_id(), "message": "waiting to be packed"})
+        first = {"kind": EventKind.status, "status": JobStatus.pending, "text": record.message}
+        record, created = await self.registry.create_or_attach(record, first)
+        if created:
+            self.bus.publish(record.id)
+        if not record.status.terminal and (
+            created or await self.registry.lease_owner(record.id) is None
+        ):
+            self._drive(record.id)
+        return record
+
+    async def preflight(self, request: JobRequest) -> PackPlan:
+        """What packing this request would ship, leave out and warn about; writes nothing."""
+        record = self._draft(await self._resolve(request))
+        return await self.backends.packers.preflight(pack_spec(self.settings, record))
+
+    async def dry_run(self, request: JobRequest) -> dict[str, Any]:
+        """The job spec the scheduler would get, from a real pack (layers land in the local
+        cache); nothing is uploaded, submitted or recorded. A backend with a native job
+        document shows that instead (its ``render(spec)``, e.g. a Kubernetes batch/v1 Job)."""
+        record = self._draft(await self._resolve(request))
+        async with self.backends.pack_slots:
+            result, packed_at = await self.backends.packers.pack(
+                pack_spec(self.settings, record), layer_cache_dir(self.settings)
+            )
+        image = job_image(self.settings, record)
+        manifest = make_manifest(result, source_image=image, created_at=packed_at)
+        store = self.backends.store()
+        spec = job_spec(self.settings, record, store.uri(manifest_key(manifest.digest())), store)
+        render = getattr(self.backends.scheduler(record.scheduler), "render", None)
+        if callable(render):
+            rendered: dict[str, Any] = render(spec)
+            return rendered
+        return spec.model_dump(mode="json")
+
+    def _draft(self, resolved: JobRequest) -> JobRecord:
+        """The record of a request before it has an id (preflight and dry runs stop here)."""
+        now = time.time()
+        return JobRecord(
+            id="dry-run",
+            name=resolved.name or _default_name(resolved),
+            key=request_key(resolved),
+            status=JobStatus.pending,
+            request=resolved,
+            scheduler=resolved.scheduler or self.settings.scheduler.default,
+            created_at=now,
+            updated_at=now,
+        )
+
+    async def get(self, job_id: str) -> JobRecord:
+        return await self.registry.get(job_id)
+
+    async def cancel(self, job_id: str) -> JobRecord:
+        """Ask the job to stop. Before submission the pipeline stops; after it, the scheduler
+        is asked to cancel and the watcher records the end. A finished job is returned as is."""
+        record = await self.registry.get(job_id)
+        if record.status.terminal or record.status == JobStatus.cancelling:
+            return record
+        journal = Journal(self.registry, self.bus, job_id)
+        try:
+            record = await journal.status(JobStatus.cancelling, "cancel requested")
+        except Conflict:  # it finished meanwhile
+            return await self.registry.get(job_id)
+        driver = self._drivers.get(job_id)
+        if record.handle is None:
+            if driver is not None and driver.interrupt_for_cancel():
+                return record
+            if await self.registry.lease_owner(job_id) is None:
+                # Nobody drives it: no pipeline to stop, so it is cancelled here and now.
+                with contextlib.suppress(Conflict):
+                    record = await journal.status(JobStatus.cancelled, "cancelled")
+            return record
+        await self.backends.scheduler(record.handle.scheduler).cancel(record.handle)
+        if await self.registry.lease_owner(job_id) is None:
+            self._drive(job_id)  # someone must record how it ended
+        return record
+
+    async def remove(self, job_id: str) -> None:
+        """Forget a finished job (record and events); a job still going is a Conflict."""
+        await self.registry.remove(job_id)
+
+    async def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        events, _ = await self.registry.events(job_id, after, limit)
+        return events
+
+    async def stream(self, job_id: str, after: int = 0) -> AsyncIterator[Event]:
+        """The job's events after ``after``, then live ones as they are persisted; ends after
+        the terminal status event. A follower that finds the job unwatched takes it over."""
+        last = after
+        idle_since = time.monotonic()
+        with self.bus.subscribe(job_id) as wake:
+            while True:
+                wake.clear()
+                events, status = await self.registry.events(job_id, last, STREAM_BATCH)
+                for event in events:
+                    yield event
+                    last = event.seq
+                    if event.terminal:
+                        return
+                if events:
+                    idle_since = time.monotonic()
+                    continue
+                if status.terminal:
+                    return
+                if time.monotonic() - idle_since > LEASE_TTL_S:
+                    idle_since = time.monotonic()
+                    if await self.registry.lease_owner(job_id) is None:
+                        self._drive(job_id)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), POLL_S)
+
+    async def wait(self, job_id: str) -> JobRecord:
+        """Wait for the job to end; returns its final record."""
+        record = await self.registry.get(job_id)
+        if not record.status.terminal:
+            async for _ in self.stream(job_id, after=record.last_seq):
+                pass
+        return await self.registry.get(job_id)
+
+    # ------------------------------------------------------------------ detached watching
+
+    async def watch(self, job_id: str) -> JobRecord:
+        """Drive the job in this process whenever no other process does, until it ends (what
+        a detached watcher runs)."""
+        while True:
+            record = await self.registry.get(job_id)
+            if record.status.terminal:
+                return record
+            self._drive(job_id)
+            driver = self._drivers.get(job_id)
+            if driver is not None and driver.task is not None:
+                await asyncio.wait({driver.task})
+            if (await self.registry.lease_owner(job_id)) is not None:
+                await asyncio.sleep(WATCH_RETRY_S)
+
+    def run_detached_watcher(self, job_id: str) -> int:
+        """Start ``python -m j2c_server.watch <job_id>`` in its own session, so the job keeps
+        being watched after this process (a CLI, a kernel) exits; returns its PID. It takes the
+        lease as soon as it is free, watches to the end and exits."""
+        logs = self.settings.data_path() / "watchers"
+        logs.mkdir(parents=True, exist_ok=True)
+        settings = self.settings.model_copy(update={"data_dir": str(self.settings.data_path())})
+        with open(logs / f"{job_id}.log", "ab") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "j2c_server.watch", job_id],
+                stdin=subprocess.PIPE,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=Path.home(),
+                env=os.environ.copy(),
+            )
+        assert process.stdin is not None
+        # Settings travel on stdin: never on a command line other users can read.
+        process.stdin.write(settings.model_dump_json().encode())
+        process.stdin.close()
+        return process.pid
+
+    # Last in the class: below this, ``list`` in an annotation would mean this method.
+    async def list(self) -> list[JobRecord]:
+        """Every job, newest first."""
+        return await self.registry.all_jobs()
+
+
+def _default_name(request: JobRequest) -> str:
+    entry = request.call_path
+    return entry if entry.startswith("-m ") else Path(entry).name

@@ -1,0 +1,99 @@
+"""A byte range of a local file as a seekable, read-only upload body that hashes what it sends.
+
+The HTTP client reads the body in its executor, a chunk at a time, so a part goes from disk to
+the socket without ever being held in memory whole, and its MD5 is computed on that same read
+(off the event loop, one pass over the data). The MD5 is then compared with the ETag the server
+returns (see :func:`check_etag`). Each attempt opens its own range, so a retry never shares a
+file position with a read left over from a failed attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+HASH_BLOCK = 1024 * 1024
+# With these server-side encryptions S3's ETag is not the MD5 of the data (AWS S3 docs, "ETag").
+_OPAQUE_ETAG_ENCRYPTION = ("aws:kms", "aws:kms:dsse")
+
+
+class CorruptTransfer(Exception):
+    """The server stored other bytes than were sent (its ETag is not their MD5)."""
+
+
+class FileRange(io.RawIOBase):
+    """Bytes ``[offset, offset + size)`` of ``path``; positions are relative to ``offset``."""
+
+    def __init__(self, path: Path, offset: int, size: int) -> None:
+        super().__init__()
+        self._file = path.open("rb", buffering=0)
+        self._offset = offset
+        self._size = size
+        self._pos = 0
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._hashed = 0  # bytes [0, _hashed) went through _md5, in order
+
+    def __len__(self) -> int:
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = min(max(base + pos, 0), self._size)
+        return self._pos
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        wanted = min(len(buffer), self._size - self._pos)
+        if wanted <= 0:
+            return 0
+        self._file.seek(self._offset + self._pos)
+        view = memoryview(buffer)[:wanted]
+        got = self._file.readinto(view) or 0
+        if got < wanted:
+            raise OSError(f"{self._file.name} shrank while it was being uploaded")
+        if self._pos <= self._hashed < self._pos + got:
+            self._md5.update(view[self._hashed - self._pos : got])
+            self._hashed = self._pos + got
+        self._pos += got
+        return got
+
+    def md5(self) -> bytes | None:
+        """MD5 of the whole range once it has all been read, else None."""
+        return self._md5.digest() if self._hashed == self._size else None
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def range_md5(path: Path, offset: int, size: int) -> bytes:
+    """MD5 digest of a byte range of ``path`` (blocking: run it in a worker thread)."""
+    with FileRange(path, offset, size) as body:
+        while body.read(HASH_BLOCK):
+            pass
+        digest = body.md5()
+    assert digest is not None
+    return digest
+
+
+def check_etag(response: Mapping[str, Any], body: FileRange, what: str) -> str:
+    """The response's ETag, after checking it is the MD5 of what ``body`` sent."""
+    etag = str(response["ETag"])
+    opaque = response.get("ServerSideEncryption") in _OPAQUE_ETAG_ENCRYPTION or response.get(
+        "SSECustomerAlgorithm"
+    )
+    digest = body.md5()
+    if not opaque and digest is not None and etag.strip('"').lower() != digest.hex():
+        raise CorruptTransfer(f"{what}: the server's ETag {etag} is not the MD5 of the bytes sent")
+    return etag

@@ -1,0 +1,184 @@
+"""``j2c-unpack MANIFEST_URI [options] [-- ARGS...]``: a job's first process in its container.
+
+The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on stderr:
+
+1. manifest      fetch the manifest and validate it (and its digest, when its name is one)
+2. python        the venv's Python major.minor must be this interpreter's
+3. placing       original paths when they are free, else under the workdir
+4. downloading   every layer at once; verifying: each one's sha256 before it is used
+5. extracting    safely, code first
+6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs
+7. running       the entry point with the venv's interpreter; signals forwarded
+8. uploading outputs   when --output-uri is given, also after a failed run
+
+A failure in phases 1-6 stops the job before any user code runs, with the exit code errors.py
+assigns to it; after that the exit code is the entry point's own. The phase modules are imported
+after the command line is parsed, so ``--help`` answers without loading pydantic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import UnpackError
+from .log import Stage, say, size_text
+
+_EXIT_CODES = """exit codes:
+  the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
+  65 manifest invalid      66 manifest or layer missing   67 layer corrupt (digest)
+  68 unsafe archive entry  69 Python version mismatch     70 venv broken after relocation
+  71 entry not runnable    73 outputs not uploaded        74 local disk / workdir error
+  75 store unreachable (retry may help)"""
+
+
+def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Options before ``--``; everything after it goes to the entry point unchanged."""
+    own, user_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :])
+        if "--" in argv
+        else (
+            argv,
+            [],
+        )
+    )
+    parser = argparse.ArgumentParser(
+        prog="j2c-unpack",
+        description="Fetch a j2c job's layers, verify and extract them, make the venv work here, "
+        "and run the entry point with it.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("manifest", metavar="MANIFEST_URI", help="file://, s3:// or https://")
+    parser.add_argument(
+        "--workdir", type=Path, help="j2c-unpack's folder (default: a folder in $TMPDIR)"
+    )
+    parser.add_argument(
+        "--paths",
+        choices=("original", "relocate"),
+        default="original",
+        help="restore code and venv at their original paths when free (default), "
+        "or place them under the workdir",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help="$J2C_OUTPUT_DIR for the job (default: $J2C_OUTPUT_DIR or <workdir>/outputs)",
+    )
+    parser.add_argument(
+        "--output-uri", help="store prefix to upload the output dir to after the run"
+    )
+    parser.add_argument(
+        "--no-run",
+        action="store_true",
+        help="prepare everything (download, extract, relocate) but do not run the entry point",
+    )
+    return parser.parse_args(own), user_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, user_args = parse_command_line(sys.argv[1:] if argv is None else argv)
+    try:
+        return unpack_and_run(options, user_args)
+    except UnpackError as exc:
+        say("failed", str(exc))
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        say("failed", "interrupted before the entry point started")
+        return 128 + 2
+
+
+def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
+    from ..models import LayerRole
+    from .extract import extract_layer
+    from .fetch import download_layers, read_manifest
+    from .homes import place_layers, prepare_workdir
+    from .interpreter import check_python, this_interpreter
+    from .relocate import fix_venv, verify_venv
+    from .run import entry_command, job_environment, run_child, working_dir
+
+    # 1-2: what to run, and whether this interpreter can run it at all.
+    manifest = read_manifest(options.manifest)
+    interpreter = this_interpreter()
+    check_python(manifest, interpreter)
+
+    # 3: where the layers go.
+    workdir = prepare_workdir(options.workdir or _default_workdir(options.manifest))
+    placement = place_layers(manifest, options.paths, workdir)
+
+    # 4: every layer, verified, before anything is extracted.
+    fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
+
+    # 5: extraction, code first (a venv inside the project goes into the code folder).
+    stage = Stage("extracting")
+    total = 0
+    for item in sorted(fetched, key=lambda f: f.layer.role != LayerRole.code):
+        home = placement.homes[item.layer.role]
+        result = extract_layer(item.path, home, venv=item.layer.role == LayerRole.venv)
+        total += result.bytes
+        say("extracting", f"{item.layer.role.value} layer: {result.entries} entries into {home}")
+    stage.done(f"{size_text(total)} written ({placement.mode} paths)")
+
+    # 6: the venv, working at its home with this interpreter.
+    python = interpreter.executable
+    if placement.venv is not None:
+        stage = Stage("relocating")
+        changed = fix_venv(placement.venv, interpreter, placement.moves)
+        verify_venv(placement.venv)
+        stage.done(f"venv at {placement.venv} runs: {changed} files rewritten")
+        python = placement.venv / "bin" / "python"
+
+    # 7: the entry point.
+    output_dir = _output_dir(options, workdir)
+    argv = entry_command(manifest, placement.code, python, output_dir, user_args)
+    cwd = working_dir(manifest, placement.code)
+    if options.no_run:
+        say("running", "skipped (--no-run)")
+        return 0
+    stage = Stage("running")
+    code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
+    stage.done(f"exit code {code}")
+
+    # 8: the outputs, whatever the exit code.
+    if options.output_uri:
+        code = _upload_outputs(output_dir, options.output_uri, code)
+    return code
+
+
+def _default_workdir(manifest_uri: str) -> Path:
+    name = hashlib.sha256(manifest_uri.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"j2c-{name}"
+
+
+def _output_dir(options: argparse.Namespace, workdir: Path) -> Path:
+    from .errors import LocalIOError
+
+    chosen = options.output_dir or os.environ.get("J2C_OUTPUT_DIR") or workdir / "outputs"
+    output_dir = Path(os.path.abspath(chosen))
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalIOError(
+            f"cannot create the output dir {output_dir}: {exc.strerror}", field="output_dir"
+        ) from None
+    return output_dir
+
+
+def _upload_outputs(output_dir: Path, output_uri: str, code: int) -> int:
+    """Upload; a failed upload turns a successful run into exit code 73, else it is reported."""
+    from .outputs import upload_outputs
+
+    try:
+        upload_outputs(output_dir, output_uri)
+    except UnpackError as exc:
+        say("uploading outputs", str(exc))
+        return int(exc.exit_code) if code == 0 else code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

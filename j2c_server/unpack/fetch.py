@@ -1,0 +1,324 @@
+"""Fetching the manifest and the layers into the workdir, each checked against its sha256.
+
+Where a layer comes from: its ``url`` when the manifest has one (e.g. a presigned URL), else the
+store that holds the manifest: ``<root>/blobs/sha256/<hex>.tar.zst`` next to
+``<root>/manifests/sha256/<hex>.json`` (or ``<root>/jobs/<id>/<name>.json``); the layout is
+storage/base.py's. ``file://`` and ``http(s)://`` are read here with the standard library;
+``s3://`` goes through the storage package, imported only then because it brings the S3 client
+(and the storage package's import cost would otherwise land on every job's start-up).
+
+A layer is downloaded to ``<blob>.part`` while its sha256 is computed, then verified, and only
+then renamed to its final name: the extraction never sees bytes that were not verified. A blob
+already in the workdir (a restarted job) is verified again and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from pydantic import ValidationError
+
+from ..errors import J2CError
+from ..models import MANIFEST_FORMAT_VERSION, Layer, Manifest
+from .errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
+from .log import Stage, say, size_text
+
+CHUNK = 1024 * 1024
+MANIFEST_LIMIT = 16 * 1024 * 1024
+HTTP_TIMEOUT_S = 60
+HTTP_ATTEMPTS = 4
+_MANIFEST_PATH = re.compile(r"^(?P<root>.*)/manifests/sha256/(?P<hex>[0-9a-f]{64})\.json$")
+_JOB_FILE_PATH = re.compile(r"^(?P<root>.*)/jobs/[^/]+/[^/]+\.json$")
+_HTTP_GONE = {401, 403, 404, 410}  # no retry helps: missing, or a presigned URL that expired
+T = TypeVar("T")
+
+
+def shown(uri: str) -> str:
+    """``uri`` as it may appear in a log: without its query (a presigned URL's signature)."""
+    parts = urlsplit(uri)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+# --------------------------------------------------------------------------- the manifest
+
+
+def read_manifest(uri: str) -> Manifest:
+    """The manifest at ``uri``; when its name is its digest, the bytes are checked against it."""
+    stage = Stage("manifest")
+    data = _read_small(uri)
+    match = _MANIFEST_PATH.match(urlsplit(uri).path)
+    if match and hashlib.sha256(data).hexdigest() != match["hex"]:
+        raise LayerCorrupt(
+            f"the manifest at {shown(uri)} does not match its digest sha256:{match['hex']}",
+            field="manifest",
+            hint="the stored manifest is corrupt or was replaced; submit the job again",
+        )
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise ManifestInvalid(
+            f"the manifest at {shown(uri)} is not JSON: {exc}", field="manifest"
+        ) from None
+    version = raw.get("format_version") if isinstance(raw, dict) else None
+    if isinstance(version, int) and version > MANIFEST_FORMAT_VERSION:
+        raise ManifestInvalid(
+            f"the manifest has format version {version}; this j2c-unpack reads up to "
+            f"{MANIFEST_FORMAT_VERSION}",
+            field="format_version",
+            hint="install a newer j2c in the job's image",
+        )
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "manifest"
+        raise ManifestInvalid(
+            f"the manifest at {shown(uri)} is not valid: {where}: {first['msg']}", field=where
+        ) from None
+    stage.done(f"{shown(uri)}: {len(manifest.layers)} layers, entry {manifest.entry.describe()}")
+    return manifest
+
+
+def _read_small(uri: str) -> bytes:
+    scheme = urlsplit(uri).scheme
+    if scheme == "s3":
+        # The manifest is small: fetch it like a layer, through a temporary file.
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="j2c-manifest-") as tmp:
+            dest = Path(tmp) / "manifest.json"
+            _download_s3(uri, dest)
+            return dest.read_bytes()
+
+    def attempt() -> bytes:
+        chunks: list[bytes] = []
+        with _open(uri, what="manifest") as source:
+            while sum(map(len, chunks)) <= MANIFEST_LIMIT and (chunk := _read(source, uri)):
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    data = _with_retries(attempt, uri)
+    if len(data) > MANIFEST_LIMIT:
+        raise ManifestInvalid(
+            f"{shown(uri)} is larger than {size_text(MANIFEST_LIMIT)}: not a manifest",
+            field="manifest",
+        )
+    return data
+
+
+# --------------------------------------------------------------------------- the layers
+
+
+def layer_uri(manifest_uri: str, layer: Layer) -> str:
+    """Where ``layer`` is fetched from: its own ``url``, else beside the manifest in its store."""
+    if layer.url:
+        return layer.url
+    parts = urlsplit(manifest_uri)
+    match = _MANIFEST_PATH.match(parts.path) or _JOB_FILE_PATH.match(parts.path)
+    if match is None:
+        raise ManifestInvalid(
+            f"layer {layer.digest} has no url, and {shown(manifest_uri)} is not in a j2c store "
+            "(.../manifests/sha256/<hex>.json), so there is no store to find it in",
+            field="layers.url",
+        )
+    hexdigest = layer.digest.removeprefix("sha256:")
+    path = f"{match['root']}/blobs/sha256/{hexdigest}.tar.zst"
+    # The query of a presigned manifest URL signs that one object only: it is not reused.
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+@dataclass(frozen=True)
+class Fetched:
+    layer: Layer
+    path: Path
+    reused: bool
+    seconds: float
+
+
+def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> list[Fetched]:
+    """Fetch every layer concurrently into ``blob_dir``, each verified; in ``layers``' order.
+
+    The first failure (in layer order) is raised once every download has stopped, and a
+    failure stops the downloads still running: nothing is extracted from a partial set.
+    """
+    blob_dir.mkdir(parents=True, exist_ok=True)
+    total = sum(layer.size for layer in layers)
+    stage = Stage("downloading", f"{len(layers)} layers, {size_text(total)}")
+    stop = threading.Event()
+
+    def one(layer: Layer) -> Fetched:
+        try:
+            return _fetch_layer(layer_uri(manifest_uri, layer), layer, blob_dir, stop)
+        except BaseException:
+            stop.set()
+            raise
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(layers)))) as pool:
+        futures = [pool.submit(one, layer) for layer in layers]
+    # A layer that stopped because another failed says so; the cause is the error to report.
+    causes = [e for f in futures if (e := f.exception()) and not isinstance(e, _Stopped)]
+    if causes:
+        raise causes[0]
+    fetched = [f.result() for f in futures]
+    sent = sum(f.layer.size for f in fetched if not f.reused)
+    stage.done(f"{size_text(sent)} fetched, {sum(f.reused for f in fetched)} reused")
+    return fetched
+
+
+class _Stopped(Exception):
+    """Another layer failed: this download stopped early on purpose."""
+
+
+def _fetch_layer(uri: str, layer: Layer, blob_dir: Path, stop: threading.Event) -> Fetched:
+    started = time.monotonic()
+    expected = layer.digest.removeprefix("sha256:")
+    dest = blob_dir / f"{expected}.tar.zst"
+    if dest.exists() and _file_sha256(dest) == expected:
+        say("verifying", f"{layer.role.value} layer {_short(layer.digest)}: reused from {dest}")
+        return Fetched(layer, dest, True, time.monotonic() - started)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        got, size = _download(uri, part, stop)
+        _verify(layer, uri, got, size)
+        os.replace(part, dest)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    seconds = time.monotonic() - started
+    say(
+        "verifying",
+        f"{layer.role.value} layer {_short(layer.digest)}: sha256 ok "
+        f"({size_text(size)} in {seconds:.2f} s from {shown(uri)})",
+    )
+    return Fetched(layer, dest, False, seconds)
+
+
+def _verify(layer: Layer, uri: str, got: str, size: int) -> None:
+    if got != layer.digest.removeprefix("sha256:") or size != layer.size:
+        raise LayerCorrupt(
+            f"the {layer.role.value} layer from {shown(uri)} does not match the manifest: "
+            f"expected {layer.digest} ({layer.size} bytes), got sha256:{got} ({size} bytes)",
+            field="layers.digest",
+            hint="the stored blob is corrupt or was replaced; submit the job again to re-upload",
+        )
+
+
+def _download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
+    """Write the object at ``uri`` to ``dest``; return its sha256 (hex) and size."""
+    if urlsplit(uri).scheme == "s3":
+        _download_s3(uri, dest)
+        return _file_sha256(dest), dest.stat().st_size
+
+    def attempt() -> tuple[str, int]:
+        digest = hashlib.sha256()
+        size = 0
+        with _open(uri, what="layer") as source, open(dest, "wb") as out:
+            while chunk := _read(source, uri):
+                if stop.is_set():
+                    raise _Stopped()
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+        return digest.hexdigest(), size
+
+    return _with_retries(attempt, uri)
+
+
+def _download_s3(uri: str, dest: Path) -> None:
+    import asyncio
+
+    from ..errors import InvalidInput, NotFound
+    from ..storage import ObjectNotFound, download_uri
+
+    try:
+        asyncio.run(download_uri(uri, dest))
+    except (ObjectNotFound, NotFound) as exc:
+        raise LayerMissing(f"{shown(uri)} is not in the store: {exc.message}") from None
+    except InvalidInput as exc:
+        raise ManifestInvalid(f"cannot fetch {shown(uri)}: {exc.message}", hint=exc.hint) from None
+    except J2CError as exc:
+        raise StoreUnavailable(f"downloading {shown(uri)}: {exc.message}", hint=exc.hint) from None
+
+
+def _open(uri: str, *, what: str) -> BinaryIO:
+    """A readable stream of the object at a ``file://`` or ``http(s)://`` URI."""
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ManifestInvalid(f"{uri!r} is not a local file URL", field=what)
+        try:
+            return open(unquote(parts.path), "rb")
+        except FileNotFoundError:
+            raise LayerMissing(f"the {what} {uri} does not exist", field=what) from None
+        except OSError as exc:
+            raise LayerMissing(f"the {what} {uri} cannot be read: {exc.strerror}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ManifestInvalid(
+            f"cannot fetch the {what} from {shown(uri)!r}",
+            field=what,
+            hint="use file://, s3:// or https:// (a presigned URL)",
+        )
+    request = urllib.request.Request(uri, headers={"Accept-Encoding": "identity"})  # noqa: S310
+    try:
+        response: BinaryIO = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)  # noqa: S310
+    except urllib.error.HTTPError as exc:
+        if exc.code in _HTTP_GONE:
+            raise LayerMissing(
+                f"the {what} at {shown(uri)} is not available (HTTP {exc.code})",
+                field=what,
+                hint="a presigned URL may have expired; submit the job again"
+                if exc.code in (401, 403)
+                else None,
+            ) from None
+        raise StoreUnavailable(f"GET {shown(uri)}: HTTP {exc.code} {exc.reason}") from None
+    except OSError as exc:  # URLError, refused connections and timeouts are OSErrors
+        raise StoreUnavailable(f"GET {shown(uri)}: {getattr(exc, 'reason', exc)}") from None
+    return response
+
+
+def _read(source: BinaryIO, uri: str) -> bytes:
+    try:
+        return source.read(CHUNK)
+    except (OSError, http.client.HTTPException) as exc:
+        raise StoreUnavailable(f"reading {shown(uri)}: {exc}") from None
+
+
+def _with_retries(op: Callable[[], T], uri: str) -> T:
+    """``op()``, retried with backoff while an HTTP store is unavailable (it may be restarting)."""
+    attempts = HTTP_ATTEMPTS if urlsplit(uri).scheme in ("http", "https") else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return op()
+        except StoreUnavailable as exc:
+            if attempt == attempts:
+                raise
+            delay = 2 ** (attempt - 1)
+            say("downloading", f"{exc.message}; retrying in {delay} s")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12]

@@ -1,0 +1,130 @@
+"""The watch stage: follow a submitted job's status and log lines until it is over.
+
+Lines are read from the scheduler after the last persisted cursor and written to the registry in
+batches (whatever arrived while the previous batch was being written), each batch in one
+transaction together with the cursor just after its last line. A watcher that dies and one that
+takes over therefore continue from the same place: no line lost, none doubled. Writes carry the
+lease owner, so a watcher that lost its lease cannot write at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from .errors import SchedulerUnavailable
+from .journal import Journal
+from .models import EventKind, JobHandle, JobStatus
+from .registry import EventDraft
+from .schedulers.base import LogLine, Scheduler, SchedulerState
+
+MAX_BATCH = 1000
+QUEUE_LINES = 10_000  # bounded: a job printing faster than we persist waits for us
+STATUS_INTERVAL_S = 1.0
+RETRY_MAX_S = 30.0
+
+
+class Watcher:
+    def __init__(
+        self,
+        journal: Journal,
+        scheduler: Scheduler,
+        handle: JobHandle,
+        *,
+        status_hint: Callable[[], Awaitable[JobStatus]],
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        self.journal = journal
+        self.scheduler = scheduler
+        self.handle = handle
+        self.status_hint = status_hint
+        self.log = log
+
+    async def run(self) -> SchedulerState:
+        """Follow the job to its end; return the scheduler's final state."""
+        cursor = await self.journal.registry.log_cursor(self.journal.job_id)
+        queue: asyncio.Queue[LogLine | None] = asyncio.Queue(QUEUE_LINES)
+        reader = asyncio.create_task(self._read_logs(cursor, queue))
+        poller = asyncio.create_task(self._poll_status())
+        try:
+            await self._write_logs(queue)
+            await reader  # re-raises a reader failure
+        finally:
+            for task in (reader, poller):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return await self._retrying(lambda: self.scheduler.status(self.handle), "status")
+
+    async def _read_logs(self, cursor: str | None, queue: asyncio.Queue[LogLine | None]) -> None:
+        try:
+            attempt = 0
+            while True:
+                try:
+                    async for line in self.scheduler.follow_logs(self.handle, cursor):
+                        await queue.put(line)
+                        cursor = line.cursor
+                        attempt = 0
+                    return
+                except SchedulerUnavailable as exc:
+                    attempt += 1
+                    delay = min(RETRY_MAX_S, 0.5 * 2**attempt)
+                    self.log.warning(
+                        "j2c: logs of %s: %s; retry in %.0fs", self.handle.id, exc, delay
+                    )
+                    await asyncio.sleep(delay)
+        finally:
+            await queue.put(None)
+
+    async def _write_logs(self, queue: asyncio.Queue[LogLine | None]) -> None:
+        while True:
+            first = await queue.get()
+            if first is None:
+                return
+            batch = [first]
+            ended = False
+            while len(batch) < MAX_BATCH and not queue.empty():
+                item = queue.get_nowait()
+                if item is None:
+                    ended = True
+                    break
+                batch.append(item)
+            drafts: list[EventDraft] = [
+                {"kind": EventKind.log, "stream": line.stream, "text": line.text} for line in batch
+            ]
+            await self.journal.write(drafts, log_cursor=batch[-1].cursor)
+            if ended:
+                return
+
+    async def _poll_status(self) -> None:
+        """Turn the scheduler's non-terminal states (queued, running, ...) into status events;
+        the terminal one is recorded by the results stage, after the last line."""
+        while True:
+            state = await self._retrying(lambda: self.scheduler.status(self.handle), "status")
+            current = await self.status_hint()
+            wanted = state.status
+            if (
+                not wanted.terminal
+                and wanted != current
+                and current != JobStatus.cancelling
+                and wanted != JobStatus.submitted
+            ):
+                await self.journal.status(wanted, state.message)
+            await asyncio.sleep(STATUS_INTERVAL_S)
+
+    async def _retrying(
+        self, call: Callable[[], Awaitable[SchedulerState]], what: str
+    ) -> SchedulerState:
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except SchedulerUnavailable as exc:
+                attempt += 1
+                delay = min(RETRY_MAX_S, 0.5 * 2**attempt)
+                self.log.warning(
+                    "j2c: %s of %s: %s; retry in %.0fs", what, self.handle.id, exc, delay
+                )
+                await asyncio.sleep(delay)

@@ -1,0 +1,61 @@
+/** How numbers, sizes, rates, times and statuses read in the UI (one place, so they agree). */
+import { JobStatus } from './models';
+
+const UNITS = ['B', 'kB', 'MB', 'GB', 'TB'];
+
+/** 1234567 → "1.2 MB" (decimal units, as the server's messages). */
+export function formatBytes(bytes: number): string {
+  let value = bytes;
+  let unit = 0;
+  while (Math.abs(value) >= 1000 && unit < UNITS.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  const digits = unit === 0 || value >= 100 ? 0 : 1;
+  return `${value.toFixed(digits)} ${UNITS[unit]}`;
+}
+
+/** Bytes per second → "12.3 MB/s". */
+export function formatRate(bytesPerSecond: number): string {
+  return `${formatBytes(bytesPerSecond)}/s`;
+}
+
+/** Seconds → "0.4 s", "42 s", "3 min 05 s", "2 h 04 min". */
+export function formatDuration(seconds: number): string {
+  if (seconds < 10) {
+    return `${seconds.toFixed(1)} s`;
+  }
+  if (seconds < 60) {
+    return `${Math.round(seconds)} s`;
+  }
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) {
+    const rest = String(Math.round(seconds % 60)).padStart(2, '0');
+    return `${minutes} min ${rest} s`;
+  }
+  const rest = String(minutes % 60).padStart(2, '0');
+  return `${Math.floor(minutes / 60)} h ${rest} min`;
+}
+
+/** Unix seconds → the local time of day, with the date when it is not today. */
+export function formatTime(unixSeconds: number): string {
+  const date = new Date(unixSeconds * 1000);
+  const today = new Date().toDateString() === date.toDateString();
+  return today
+    ? date.toLocaleTimeString()
+    : `${date.toLocaleDateString()} ${date.toLocaleTimeString()}`;
+}
+
+/** The statuses after which nothing changes any more. */
+export const TERMINAL_STATUSES: ReadonlySet<JobStatus> = new Set<JobStatus>([
+  'succeeded',
+  'failed',
+  'cancelled',
+  'lost'
+]);
+
+export function isTerminal(status: JobStatus | null | undefined): boolean {
+  return (
+    status !== null && status !== undefined && TERMINAL_STATUSES.has(status)
+  );
+}

@@ -1,0 +1,241 @@
+/** The log panel's header: the job's status, its stage timeline, and its results at the end. */
+import { TranslationBundle } from '@jupyterlab/translation';
+import * as React from 'react';
+
+import { formatBytes, formatDuration, formatRate } from '../format';
+import { Artifact, JobRecord } from '../models';
+import { StreamState } from '../stream';
+import { IStep, JobProgress, StepName, StepState } from './progress';
+
+const GLYPHS: { [state in StepState]: string } = {
+  waiting: '○',
+  active: '◐',
+  done: '✓',
+  reused: '↺',
+  failed: '✕',
+  skipped: '–'
+};
+
+function stepLabel(name: StepName, trans: TranslationBundle): string {
+  const labels: { [step in StepName]: string } = {
+    scan: trans.__('Scan'),
+    pack: trans.__('Pack'),
+    upload: trans.__('Upload'),
+    submit: trans.__('Submit'),
+    queued: trans.__('Queued'),
+    running: trans.__('Running'),
+    results: trans.__('Results')
+  };
+  return labels[name];
+}
+
+function stateLabel(state: StepState, trans: TranslationBundle): string {
+  const labels: { [key in StepState]: string } = {
+    waiting: trans.__('waiting'),
+    active: trans.__('in progress'),
+    done: trans.__('done'),
+    reused: trans.__('reused'),
+    failed: trans.__('failed'),
+    skipped: trans.__('skipped')
+  };
+  return labels[state];
+}
+
+/** The short figures next to a step: percent, rate, seconds. */
+function figures(step: IStep, trans: TranslationBundle): string {
+  const parts: string[] = [];
+  if (step.state === 'active' && step.percent !== null) {
+    parts.push(`${Math.floor(step.percent)}%`);
+  }
+  if (step.state === 'active' && step.rate !== null && step.name === 'upload') {
+    parts.push(formatRate(step.rate));
+  }
+  if (step.state === 'reused') {
+    parts.push(trans.__('reused'));
+  }
+  if (
+    (step.state === 'done' || step.state === 'failed') &&
+    step.seconds !== null
+  ) {
+    parts.push(formatDuration(step.seconds));
+  }
+  return parts.join(' · ');
+}
+
+function Step(props: { step: IStep; trans: TranslationBundle }): JSX.Element {
+  const { step, trans } = props;
+  const label = stepLabel(step.name, trans);
+  const extra = figures(step, trans);
+  return (
+    <li
+      className={`j2c-Step j2c-Step-${step.state}`}
+      data-step={step.name}
+      data-state={step.state}
+      title={step.detail || undefined}
+    >
+      <span className="j2c-Step-glyph" aria-hidden="true">
+        {GLYPHS[step.state]}
+      </span>
+      <span className="j2c-Step-label">{label}</span>
+      <span className="j2c-u-screenReader">{`: ${stateLabel(step.state, trans)}`}</span>
+      {extra ? <span className="j2c-Step-figures">{extra}</span> : null}
+      {step.state === 'active' && step.percent !== null ? (
+        <progress
+          className="j2c-Step-bar"
+          max={100}
+          value={step.percent}
+          aria-label={trans.__('%1 progress', label)}
+        />
+      ) : null}
+      {step.state === 'reused' || step.state === 'failed' ? (
+        <span className="j2c-Step-detail">{step.detail}</span>
+      ) : null}
+    </li>
+  );
+}
+
+function ArtifactLink(props: { artifact: Artifact }): JSX.Element {
+  const { artifact } = props;
+  const size =
+    artifact.size !== null && artifact.size !== undefined
+      ? formatBytes(artifact.size)
+      : '';
+  const web = artifact.url && /^https?:/.test(artifact.url);
+  return (
+    <li>
+      {web ? (
+        <a
+          href={artifact.url ?? undefined}
+          target="_blank"
+          rel="noopener noreferrer"
+        >
+          {artifact.name}
+        </a>
+      ) : (
+        <span title={artifact.url ?? undefined}>{artifact.name}</span>
+      )}
+      {size ? <span className="j2c-Result-size"> {size}</span> : null}
+    </li>
+  );
+}
+
+function Results(props: {
+  record: JobRecord;
+  progress: JobProgress;
+  trans: TranslationBundle;
+  onOpenNotebook: (uri: string) => void;
+}): JSX.Element {
+  const { record, progress, trans, onOpenNotebook } = props;
+  const results = record.results;
+  const exitCode = record.exit_code ?? results?.exit_code ?? progress.exitCode;
+  const start = record.started_at ?? record.created_at;
+  const end = record.finished_at ?? record.updated_at;
+  const notebook = results?.executed_notebook;
+  return (
+    <section className="j2c-Result" aria-label={trans.__('Result')}>
+      <dl>
+        <dt>{trans.__('Exit code')}</dt>
+        <dd data-j2c="exit-code">{exitCode ?? '—'}</dd>
+        <dt>{trans.__('Duration')}</dt>
+        <dd data-j2c="duration">{formatDuration(Math.max(0, end - start))}</dd>
+        {results?.output_uri ? (
+          <>
+            <dt>{trans.__('Outputs')}</dt>
+            <dd className="j2c-Result-uri" title={results.output_uri}>
+              {results.output_uri}
+            </dd>
+          </>
+        ) : null}
+      </dl>
+      {results?.artifacts?.length ? (
+        <ul className="j2c-Result-artifacts" aria-label={trans.__('Artifacts')}>
+          {results.artifacts.map(artifact => (
+            <ArtifactLink key={artifact.name} artifact={artifact} />
+          ))}
+        </ul>
+      ) : null}
+      {notebook ? (
+        <button
+          type="button"
+          className="jp-mod-styled j2c-OpenNotebook"
+          onClick={() => onOpenNotebook(notebook)}
+        >
+          {trans.__('Open executed notebook')}
+        </button>
+      ) : null}
+    </section>
+  );
+}
+
+function connectionText(
+  state: StreamState,
+  retryInMs: number,
+  trans: TranslationBundle
+): string {
+  switch (state) {
+    case 'connecting':
+      return trans.__('connecting…');
+    case 'reconnecting':
+      return trans.__(
+        'connection lost; reconnecting in %1 s…',
+        Math.ceil(retryInMs / 1000)
+      );
+    case 'gone':
+      return trans.__('this job no longer exists');
+    default:
+      return '';
+  }
+}
+
+export interface IHeaderProps {
+  jobId: string;
+  record: JobRecord | null;
+  progress: JobProgress;
+  stream: StreamState;
+  retryInMs: number;
+  trans: TranslationBundle;
+  onOpenNotebook: (uri: string) => void;
+}
+
+export function LogHeader(props: IHeaderProps): JSX.Element {
+  const { record, progress, trans } = props;
+  const status = progress.status ?? record?.status ?? null;
+  const connection = connectionText(props.stream, props.retryInMs, trans);
+  return (
+    <>
+      <div className="j2c-LogHeader-top">
+        <span className="j2c-LogHeader-name">
+          {record?.name ?? props.jobId}
+        </span>
+        {status ? (
+          <span
+            className={`j2c-Status j2c-Status-${status}`}
+            data-j2c="status"
+            role="status"
+          >
+            {status}
+          </span>
+        ) : null}
+        <span className="j2c-LogHeader-message">{progress.message}</span>
+        {connection ? (
+          <span className="j2c-LogHeader-connection" role="status">
+            {connection}
+          </span>
+        ) : null}
+      </div>
+      <ol className="j2c-Timeline" aria-label={trans.__('Stages')}>
+        {progress.steps.map(step => (
+          <Step key={step.name} step={step} trans={trans} />
+        ))}
+      </ol>
+      {progress.ended && record ? (
+        <Results
+          record={record}
+          progress={progress}
+          trans={trans}
+          onOpenNotebook={props.onOpenNotebook}
+        />
+      ) : null}
+    </>
+  );
+}

@@ -1,0 +1,116 @@
+/** A log panel in the main area: `LogPanel` plus its toolbar (follow, search, copy, download, cancel). */
+import { Clipboard, MainAreaWidget, Notification } from '@jupyterlab/apputils';
+import { TranslationBundle } from '@jupyterlab/translation';
+import {
+  ToolbarButton,
+  copyIcon,
+  downloadIcon,
+  stopIcon
+} from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import { computeIcon } from '../icons';
+import { LogPanel } from './panel';
+
+/** A search field: Enter finds the next match, Shift+Enter the previous one. */
+class SearchField extends Widget {
+  constructor(panel: LogPanel, trans: TranslationBundle) {
+    super({ node: document.createElement('div') });
+    this.addClass('j2c-LogSearch');
+    const input = document.createElement('input');
+    input.type = 'search';
+    input.className = 'jp-mod-styled';
+    input.placeholder = trans.__('Search the log');
+    input.setAttribute('aria-label', trans.__('Search the log'));
+    input.addEventListener('keydown', event => {
+      if (event.key === 'Enter') {
+        event.preventDefault();
+        const found = panel.view.find(input.value, event.shiftKey);
+        input.classList.toggle('j2c-mod-notFound', !found && !!input.value);
+      } else if (event.key === 'Escape') {
+        input.value = '';
+        panel.view.find('');
+      }
+    });
+    this.node.appendChild(input);
+  }
+}
+
+function reportFailure(trans: TranslationBundle, what: string) {
+  return (error: unknown): void => {
+    Notification.error(
+      trans.__(
+        '%1 failed: %2',
+        what,
+        String((error as Error).message ?? error)
+      ),
+      {
+        autoClose: 5000
+      }
+    );
+  };
+}
+
+export function createLogWidget(
+  panel: LogPanel,
+  trans: TranslationBundle
+): MainAreaWidget<LogPanel> {
+  const widget = new MainAreaWidget({ content: panel });
+  widget.id = panel.id;
+  widget.title.icon = computeIcon;
+  widget.addClass('j2c-LogWidget');
+
+  const follow = new ToolbarButton({
+    label: trans.__('Follow'),
+    tooltip: trans.__('Keep the newest line in sight (click again to pause)'),
+    pressed: panel.view.following,
+    onClick: () => panel.view.setFollowing(!panel.view.following)
+  });
+  follow.addClass('j2c-FollowButton');
+  panel.view.followingChanged.connect((_, following) => {
+    follow.pressed = following;
+  });
+
+  const cancel = new ToolbarButton({
+    icon: stopIcon,
+    label: trans.__('Cancel'),
+    tooltip: trans.__('Cancel this job'),
+    enabled: !panel.progress.ended,
+    onClick: () => {
+      cancel.enabled = false;
+      panel.cancel().catch(reportFailure(trans, trans.__('Cancel')));
+    }
+  });
+  cancel.addClass('j2c-CancelButton');
+  panel.ended.connect(() => {
+    cancel.enabled = false;
+  });
+
+  const toolbar = widget.toolbar;
+  toolbar.addItem('follow', follow);
+  toolbar.addItem('search', new SearchField(panel, trans));
+  toolbar.addItem(
+    'copy',
+    new ToolbarButton({
+      icon: copyIcon,
+      tooltip: trans.__('Copy the selection, or the whole view'),
+      onClick: () => Clipboard.copyToSystem(panel.view.text())
+    })
+  );
+  toolbar.addItem(
+    'download',
+    new ToolbarButton({
+      icon: downloadIcon,
+      tooltip: trans.__('Download the whole log'),
+      onClick: () => {
+        panel.download().catch(reportFailure(trans, trans.__('Download')));
+      }
+    })
+  );
+  toolbar.addItem(
+    'spacer',
+    new Widget({ node: document.createElement('span') })
+  );
+  toolbar.addItem('cancel', cancel);
+  return widget;
+}

@@ -1,0 +1,196 @@
+/**
+ * Ways to send a job: the "Send to Compute" button of notebook and Python editor toolbars
+ * (declared in the settings schema), the file browser's context menu on .py/.ipynb files,
+ * the command palette, and the sidebar's own button. All go through one flow: fill the form
+ * for the file, save what is unsaved, send, open the log.
+ */
+import {
+  ILabShell,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  ICommandPalette,
+  IToolbarWidgetRegistry,
+  Notification
+} from '@jupyterlab/apputils';
+import { PathExt } from '@jupyterlab/coreutils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
+import { DocumentWidget } from '@jupyterlab/docregistry';
+import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import { ToolbarButton } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import { computeIcon } from '../icons';
+import { SIDEBAR_ID } from '../sidebar/widget';
+import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
+import { isRunnable, saveBeforeSending } from './documents';
+
+/** Seconds within which an answered job counts as new (else the request attached to it). */
+const NEW_JOB_WINDOW_S = 30;
+
+export const commandsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'j2c:commands',
+  description:
+    'Send to Compute: toolbar button, context menu and palette commands.',
+  autoStart: true,
+  requires: [IJ2C, ILogPanels, IDocumentManager, ILabShell],
+  optional: [
+    ICommandPalette,
+    IFileBrowserFactory,
+    IToolbarWidgetRegistry,
+    ITranslator
+  ],
+  activate: (
+    app: JupyterFrontEnd,
+    j2c: IJ2C,
+    panels: ILogPanels,
+    docManager: IDocumentManager,
+    labShell: ILabShell,
+    palette: ICommandPalette | null,
+    browsers: IFileBrowserFactory | null,
+    toolbars: IToolbarWidgetRegistry | null,
+    translator: ITranslator | null
+  ) => {
+    const trans = (translator ?? nullTranslator).load('j2c');
+    const { commands } = app;
+    const form = j2c.form;
+
+    const currentPath = (): string | null => {
+      const widget = labShell.currentWidget;
+      const path = widget
+        ? docManager.contextForWidget(widget)?.path
+        : undefined;
+      return path && isRunnable(path) ? path : null;
+    };
+
+    const selectedPath = (): string | null => {
+      const item = browsers?.tracker.currentWidget?.selectedItems().next();
+      const path = item && !item.done ? item.value.path : null;
+      return path && isRunnable(path) ? path : null;
+    };
+
+    /** Send the form as it is; on a field error, show the sidebar where it is marked. */
+    const sendForm = async (): Promise<void> => {
+      const { project, entry } = form.values;
+      const entryPath = PathExt.join(project, entry);
+      if (
+        !(await saveBeforeSending(app, docManager, project, entryPath, trans))
+      ) {
+        return;
+      }
+      const sentAt = Date.now() / 1000;
+      const record = await form.submit();
+      if (!record) {
+        app.shell.activateById(SIDEBAR_ID);
+        return;
+      }
+      if (record.created_at < sentAt - NEW_JOB_WINDOW_S) {
+        Notification.info(
+          trans.__(
+            'An identical job exists (%1, %2): showing it. Use "Run again" in the jobs list for a new run.',
+            record.id,
+            record.status
+          ),
+          { autoClose: 8000 }
+        );
+      }
+      if (form.values.noWait) {
+        Notification.info(
+          trans.__('Sent %1 as job %2.', record.name, record.id),
+          {
+            autoClose: 5000,
+            actions: [
+              {
+                label: trans.__('Open log'),
+                callback: () => void panels.open(record.id)
+              }
+            ]
+          }
+        );
+      } else {
+        await panels.open(record.id);
+      }
+    };
+
+    const sendFile = async (path: string): Promise<void> => {
+      await form.fillFor(path);
+      await sendForm();
+    };
+
+    commands.addCommand(CommandIDs.send, {
+      label: trans.__('Send to Compute'),
+      caption: trans.__(
+        'Send this file, its project and its venv to the compute cluster'
+      ),
+      icon: computeIcon,
+      isEnabled: args =>
+        typeof args.path === 'string' || currentPath() !== null,
+      execute: args => {
+        const path = typeof args.path === 'string' ? args.path : currentPath();
+        return path ? sendFile(path) : undefined;
+      }
+    });
+
+    commands.addCommand(CommandIDs.sendSelected, {
+      label: trans.__('Send to Compute'),
+      caption: trans.__(
+        'Send this file, its project and its venv to the compute cluster'
+      ),
+      icon: computeIcon,
+      isVisible: () => selectedPath() !== null,
+      execute: () => {
+        const path = selectedPath();
+        return path ? sendFile(path) : undefined;
+      }
+    });
+
+    commands.addCommand(CommandIDs.submitForm, {
+      label: trans.__('Send the Compute Form'),
+      execute: () => sendForm()
+    });
+
+    commands.addCommand(CommandIDs.showPanel, {
+      label: trans.__('Show the Compute Panel'),
+      execute: () => app.shell.activateById(SIDEBAR_ID)
+    });
+
+    const category = trans.__('Compute');
+    palette?.addItem({ command: CommandIDs.send, category });
+    palette?.addItem({ command: CommandIDs.showPanel, category });
+
+    // The toolbar items are declared in schema/plugin.json; this draws them with a label.
+    const button =
+      (kind: 'Notebook' | 'Editor') =>
+      (widget: Widget): Widget => {
+        const context =
+          widget instanceof DocumentWidget
+            ? widget.context
+            : docManager.contextForWidget(widget);
+        const item = new ToolbarButton({
+          icon: computeIcon,
+          label: trans.__('Send to Compute'),
+          tooltip: trans.__(
+            'Send this file, its project and its venv to the compute cluster'
+          ),
+          onClick: () => {
+            if (context) {
+              void commands.execute(CommandIDs.send, { path: context.path });
+            }
+          }
+        });
+        item.addClass('j2c-SendButton');
+        if (kind === 'Editor') {
+          // The editor toolbar is shared by every text file: show the button on scripts only.
+          const showForScripts = (): void =>
+            item.setHidden(PathExt.extname(context?.path ?? '') !== '.py');
+          showForScripts();
+          context?.pathChanged.connect(showForScripts);
+        }
+        return item;
+      };
+    toolbars?.addFactory('Notebook', 'j2c-send', button('Notebook'));
+    toolbars?.addFactory('Editor', 'j2c-send', button('Editor'));
+  }
+};

@@ -1,0 +1,300 @@
+/** The Compute form: labelled fields bound to a `ComputeForm`, errors inline. */
+import { TranslationBundle } from '@jupyterlab/translation';
+import { Button, HTMLSelect, ReactWidget } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { ComputeForm } from './model';
+import { PreflightSummary } from './preflight';
+import { FormField } from './values';
+
+const fieldId = (field: string): string => `j2c-field-${field}`;
+
+interface IFieldProps {
+  form: ComputeForm;
+  field: FormField;
+  label: string;
+  hint?: string;
+  children: (props: IControlProps) => JSX.Element;
+}
+
+/** What every control gets: its id, value, change handler and error wiring. */
+interface IControlProps {
+  id: string;
+  name: string;
+  value: string;
+  onChange: (
+    event: React.ChangeEvent<
+      HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement
+    >
+  ) => void;
+  'aria-invalid': boolean;
+  'aria-describedby'?: string;
+}
+
+/** A label, a control and, below it, its hint or its error. */
+function Field(props: IFieldProps): JSX.Element {
+  const { form, field, label, hint, children } = props;
+  const id = fieldId(field);
+  const error = form.errors[field];
+  const noteId = error || hint ? `${id}-note` : undefined;
+  return (
+    <div className="j2c-Field" data-field={field}>
+      <label htmlFor={id}>{label}</label>
+      {children({
+        id,
+        name: field,
+        value: form.values[field],
+        onChange: event => form.set(field, event.target.value),
+        'aria-invalid': !!error,
+        'aria-describedby': noteId
+      })}
+      {error ? (
+        <div id={noteId} className="j2c-Field-error" role="alert">
+          {error}
+        </div>
+      ) : hint ? (
+        <div id={noteId} className="j2c-Field-hint">
+          {hint}
+        </div>
+      ) : null}
+    </div>
+  );
+}
+
+const input = (placeholder: string, type = 'text') =>
+  function TextInput(props: IControlProps): JSX.Element {
+    return (
+      <input
+        {...props}
+        type={type}
+        className="jp-mod-styled j2c-Input"
+        placeholder={placeholder}
+        spellCheck={false}
+      />
+    );
+  };
+
+const textarea = (placeholder: string) =>
+  function TextArea(props: IControlProps): JSX.Element {
+    return (
+      <textarea
+        {...props}
+        className="jp-mod-styled j2c-Input"
+        placeholder={placeholder}
+        rows={2}
+        spellCheck={false}
+      />
+    );
+  };
+
+interface IFormProps {
+  form: ComputeForm;
+  trans: TranslationBundle;
+  onSend: () => void;
+}
+
+function ImageField(props: IFormProps): JSX.Element {
+  const { form, trans } = props;
+  const config = form.config;
+  const options = (config?.images ?? []).map(choice => ({
+    value: choice.image,
+    label:
+      choice.name === choice.image
+        ? choice.image
+        : `${choice.name} (${choice.image})`
+  }));
+  const current = form.values.image;
+  if (current && !options.some(option => option.value === current)) {
+    options.unshift({ value: current, label: current });
+  }
+  if (!options.length) {
+    options.push({ value: '', label: trans.__("The scheduler's default") });
+  }
+  return (
+    <Field form={form} field="image" label={trans.__('Image')}>
+      {control => <HTMLSelect {...control} options={options} />}
+    </Field>
+  );
+}
+
+function ResourceFields(props: IFormProps): JSX.Element {
+  const { form, trans } = props;
+  const presets = form.settings.memoryPresets;
+  return (
+    <div className="j2c-Resources">
+      <Field form={form} field="gpus" label={trans.__('GPUs')}>
+        {control => (
+          <input
+            {...control}
+            type="number"
+            min={0}
+            max={64}
+            step={1}
+            className="jp-mod-styled j2c-Input"
+          />
+        )}
+      </Field>
+      <Field form={form} field="cpus" label={trans.__('CPUs')}>
+        {control => (
+          <input
+            {...control}
+            type="number"
+            min={0.5}
+            step={0.5}
+            placeholder={trans.__('default')}
+            className="jp-mod-styled j2c-Input"
+          />
+        )}
+      </Field>
+      <Field form={form} field="memory" label={trans.__('Memory')}>
+        {control => (
+          <>
+            <input
+              {...control}
+              list="j2c-memory-presets"
+              placeholder={trans.__('default')}
+              className="jp-mod-styled j2c-Input"
+              spellCheck={false}
+            />
+            <datalist id="j2c-memory-presets">
+              {presets.map(preset => (
+                <option key={preset} value={preset} />
+              ))}
+            </datalist>
+          </>
+        )}
+      </Field>
+    </div>
+  );
+}
+
+function AdvancedFields(props: IFormProps): JSX.Element {
+  const { form, trans } = props;
+  const schedulers = form.config?.scheduler_kinds ?? [];
+  return (
+    <details className="j2c-Advanced">
+      <summary>{trans.__('Advanced')}</summary>
+      <Field
+        form={form}
+        field="compression"
+        label={trans.__('Compression level')}
+      >
+        {input(
+          trans.__('%1 (server default)', form.config?.compression_level ?? 3),
+          'number'
+        )}
+      </Field>
+      <Field
+        form={form}
+        field="excludes"
+        label={trans.__('Extra excludes')}
+        hint={trans.__('gitignore patterns, one a line')}
+      >
+        {textarea('data/raw/\n*.ckpt')}
+      </Field>
+      <Field form={form} field="scheduler" label={trans.__('Scheduler')}>
+        {control => <HTMLSelect {...control} options={schedulers} />}
+      </Field>
+      <div className="j2c-Field j2c-Field-check">
+        <input
+          id={fieldId('noWait')}
+          type="checkbox"
+          checked={form.values.noWait}
+          onChange={event => form.setNoWait(event.target.checked)}
+        />
+        <label htmlFor={fieldId('noWait')}>
+          {trans.__("Don't wait: send without opening the log")}
+        </label>
+      </div>
+    </details>
+  );
+}
+
+/** The whole form; Enter runs the preflight check, the button sends. */
+export function ComputeFormView(props: IFormProps): JSX.Element {
+  const { form, trans, onSend } = props;
+  return (
+    <form
+      className="j2c-Form"
+      aria-label={trans.__('Send a job to Compute')}
+      onSubmit={event => {
+        event.preventDefault();
+        void form.check();
+      }}
+    >
+      <Field
+        form={form}
+        field="project"
+        label={trans.__('Project folder')}
+        hint={trans.__('Relative to the server root; empty: the root')}
+      >
+        {input(trans.__('(server root)'))}
+      </Field>
+      <Field
+        form={form}
+        field="entry"
+        label={trans.__('Entry point')}
+        hint={trans.__(
+          'A .py script or .ipynb notebook in the project, or -m module'
+        )}
+      >
+        {input('train.py')}
+      </Field>
+      <Field
+        form={form}
+        field="venv"
+        label={trans.__('Virtual environment')}
+        hint={trans.__('Relative to the server root; empty: none')}
+      >
+        {input(trans.__('(none)'))}
+      </Field>
+      <ImageField {...props} />
+      <ResourceFields {...props} />
+      <Field form={form} field="args" label={trans.__('Arguments')}>
+        {input('--epochs 10 --lr 0.01')}
+      </Field>
+      <Field
+        form={form}
+        field="env"
+        label={trans.__('Environment variables')}
+        hint={trans.__('NAME=value, one a line')}
+      >
+        {textarea('WANDB_MODE=offline')}
+      </Field>
+      <AdvancedFields {...props} />
+      <PreflightSummary preflight={form.preflight} trans={trans} />
+      {form.formError ? (
+        <div className="j2c-Form-error" role="alert">
+          {form.formError}
+        </div>
+      ) : null}
+      <div className="j2c-Form-actions">
+        <Button type="submit" minimal={false} className="j2c-Check">
+          {form.preflight.running ? trans.__('Checking…') : trans.__('Check')}
+        </Button>
+        <Button
+          type="button"
+          className="jp-mod-accept j2c-Send"
+          disabled={form.sending}
+          onClick={onSend}
+        >
+          {form.sending ? trans.__('Sending…') : trans.__('Send to Compute')}
+        </Button>
+      </div>
+    </form>
+  );
+}
+
+/** The form as a sidebar section; re-renders whenever the model changes. */
+export class ComputeFormWidget extends ReactWidget {
+  constructor(private readonly _props: IFormProps) {
+    super();
+    this.addClass('j2c-FormSection');
+    this.title.label = _props.trans.__('Send a job');
+    _props.form.changed.connect(() => this.update(), this);
+  }
+
+  render(): JSX.Element {
+    return <ComputeFormView {...this._props} />;
+  }
+}

@@ -1,0 +1,157 @@
+/** The jobs list in the sidebar: status, name, start, duration, and what can be done. */
+import { TranslationBundle } from '@jupyterlab/translation';
+import {
+  Button,
+  LabIcon,
+  ReactWidget,
+  deleteIcon,
+  launchIcon,
+  refreshIcon,
+  stopIcon
+} from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { formatDuration, formatTime, isTerminal } from '../format';
+import { JobsModel } from '../jobs';
+import { JobRecord } from '../models';
+
+export interface IJobActions {
+  open(record: JobRecord): void;
+  cancel(record: JobRecord): void;
+  rerun(record: JobRecord): void;
+  remove(record: JobRecord): void;
+}
+
+function duration(record: JobRecord): string {
+  const start = record.started_at ?? record.created_at;
+  const end =
+    record.finished_at ??
+    (isTerminal(record.status) ? record.updated_at : Date.now() / 1000);
+  return formatDuration(Math.max(0, end - start));
+}
+
+function Action(props: {
+  label: string;
+  icon: LabIcon;
+  onClick: () => void;
+  action: string;
+}): JSX.Element {
+  return (
+    <Button
+      minimal
+      small
+      className="j2c-JobAction"
+      data-action={props.action}
+      aria-label={props.label}
+      title={props.label}
+      onClick={props.onClick}
+    >
+      <props.icon.react tag="span" elementPosition="center" />
+    </Button>
+  );
+}
+
+function JobRow(props: {
+  record: JobRecord;
+  actions: IJobActions;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { record, actions, trans } = props;
+  const ended = isTerminal(record.status);
+  return (
+    <li className="j2c-Job" data-job-id={record.id} data-status={record.status}>
+      <span className={`j2c-Status j2c-Status-${record.status}`}>
+        {record.status}
+      </span>
+      <button
+        type="button"
+        className="j2c-Job-name"
+        title={trans.__('Open the log of %1 (%2)', record.name, record.id)}
+        onClick={() => actions.open(record)}
+      >
+        {record.name}
+      </button>
+      <span className="j2c-Job-time" title={record.id}>
+        {formatTime(record.started_at ?? record.created_at)}
+      </span>
+      <span className="j2c-Job-duration">{duration(record)}</span>
+      <span className="j2c-Job-actions">
+        <Action
+          action="open"
+          label={trans.__('Open log')}
+          icon={launchIcon}
+          onClick={() => actions.open(record)}
+        />
+        {ended ? (
+          <>
+            <Action
+              action="rerun"
+              label={trans.__('Run again')}
+              icon={refreshIcon}
+              onClick={() => actions.rerun(record)}
+            />
+            <Action
+              action="remove"
+              label={trans.__('Remove record')}
+              icon={deleteIcon}
+              onClick={() => actions.remove(record)}
+            />
+          </>
+        ) : (
+          <Action
+            action="cancel"
+            label={trans.__('Cancel job')}
+            icon={stopIcon}
+            onClick={() => actions.cancel(record)}
+          />
+        )}
+      </span>
+    </li>
+  );
+}
+
+/** The list, re-rendered whenever the jobs model changes. */
+export class JobsListWidget extends ReactWidget {
+  constructor(
+    private readonly _model: JobsModel,
+    private readonly _actions: IJobActions,
+    private readonly _trans: TranslationBundle
+  ) {
+    super();
+    this.addClass('j2c-JobsSection');
+    this.title.label = _trans.__('Jobs');
+    _model.changed.connect(() => this.update(), this);
+  }
+
+  render(): JSX.Element {
+    const trans = this._trans;
+    const jobs = this._model.jobs;
+    return (
+      <div className="j2c-Jobs">
+        {this._model.error ? (
+          <div className="j2c-Jobs-error" role="status">
+            {trans.__('Cannot load the jobs: %1', this._model.error)}
+          </div>
+        ) : null}
+        {jobs.length ? (
+          <ul aria-label={trans.__('Jobs')}>
+            {jobs.map(record => (
+              <JobRow
+                key={record.id}
+                record={record}
+                actions={this._actions}
+                trans={trans}
+              />
+            ))}
+          </ul>
+        ) : (
+          <div className="j2c-Jobs-empty">
+            {this._model.loaded
+              ? trans.__('No jobs yet.')
+              : trans.__('Loading…')}
+          </div>
+        )}
+      </div>
+    );
+  }
+}

@@ -1,0 +1,323 @@
+/**
+ * `ComputeForm`: the state of the Compute form outside React, so that commands (toolbar,
+ * context menu) can fill and send it too: values, defaults from the server config and the
+ * user's settings, inline field errors, the debounced preflight, and sending.
+ */
+import { PathExt } from '@jupyterlab/coreutils';
+import { Contents } from '@jupyterlab/services';
+import { TranslationBundle } from '@jupyterlab/translation';
+import { Debouncer } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { JobsModel, jobsApi } from '../jobs';
+import { JobRecord, JobRequest, PackPlan, ServerConfig } from '../models';
+import { guessProject } from '../project';
+import { J2CRequestError } from '../request';
+import { IJ2CSettings, J2CSettings } from '../settings';
+import {
+  EMPTY_VALUES,
+  FieldErrors,
+  FormField,
+  IFormValues,
+  buildRequest,
+  formFieldOf
+} from './values';
+
+/** Fields whose change changes what would be packed: they re-run the preflight. */
+const PACKED_FIELDS: ReadonlySet<FormField> = new Set<FormField>([
+  'project',
+  'entry',
+  'venv',
+  'excludes',
+  'compression'
+]);
+
+const PREFLIGHT_DELAY_MS = 600;
+
+export interface IPreflightState {
+  plan: PackPlan | null;
+  running: boolean;
+  error: string | null;
+}
+
+export class ComputeForm {
+  constructor(options: ComputeForm.IOptions) {
+    this._contents = options.contents;
+    this._jobs = options.jobs;
+    this._trans = options.trans;
+    this._settings = options.settings;
+    this._settings.changed.connect((_, current) =>
+      this._applyDefaults(current)
+    );
+    this._applyDefaults(this._settings.current);
+    this._debouncer = new Debouncer(() => this.check(true), PREFLIGHT_DELAY_MS);
+  }
+
+  get values(): Readonly<IFormValues> {
+    return this._values;
+  }
+
+  get errors(): Readonly<FieldErrors> {
+    return this._errors;
+  }
+
+  /** An error that names no field (e.g. the scheduler is unreachable). */
+  get formError(): string | null {
+    return this._formError;
+  }
+
+  get preflight(): Readonly<IPreflightState> {
+    return this._preflight;
+  }
+
+  get sending(): boolean {
+    return this._sending;
+  }
+
+  get config(): ServerConfig | null {
+    return this._config;
+  }
+
+  get settings(): IJ2CSettings {
+    return this._settings.current;
+  }
+
+  /** Whether the user typed a project, entry point or venv (then they stay put). */
+  get pathsEdited(): boolean {
+    return ['project', 'entry', 'venv'].some(f =>
+      this._edited.has(f as FormField)
+    );
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  setConfig(config: ServerConfig): void {
+    this._config = config;
+    this._applyDefaults(this._settings.current);
+  }
+
+  /** A user's edit of one field. */
+  set(field: FormField, value: string): void {
+    this._edited.add(field);
+    const change: Partial<IFormValues> = { [field]: value };
+    if (field === 'venv') {
+      this._venvGuessed = false;
+    } else if (field === 'project' && !this._edited.has('venv')) {
+      // Propose the new project's .venv; the preflight keeps it only if it exists.
+      change.venv = PathExt.join(value.trim(), '.venv');
+      this._venvGuessed = true;
+    }
+    this._update(change, field);
+  }
+
+  setNoWait(noWait: boolean): void {
+    this._values = { ...this._values, noWait };
+    this._changed.emit();
+  }
+
+  /**
+   * Describe the project of `path` (a .py or .ipynb file): folder, entry point, venv; then
+   * start a preflight (not awaited: sending need not wait for it).
+   */
+  async fillFor(path: string): Promise<void> {
+    const guess = await guessProject(this._contents, path);
+    for (const field of ['project', 'entry', 'venv'] as FormField[]) {
+      this._edited.delete(field);
+    }
+    this._venvGuessed = !guess.venvVerified;
+    this._errors = {};
+    this._formError = null;
+    this._update(
+      { project: guess.project, entry: guess.entry, venv: guess.venv },
+      null
+    );
+    void this.check(true);
+  }
+
+  /**
+   * Run the preflight now: what would be packed, left out and warned about. `quiet` (while
+   * typing) skips an incomplete form instead of flagging its fields.
+   */
+  async check(quiet = false): Promise<void> {
+    const request = this._build(quiet);
+    if (!request) {
+      this._setPreflight({ plan: null, running: false, error: null });
+      return;
+    }
+    const ticket = ++this._preflightTicket;
+    this._setPreflight({ ...this._preflight, running: true, error: null });
+    try {
+      const plan = await this._withoutBadGuess(request, jobsApi.preflight);
+      if (ticket === this._preflightTicket) {
+        this._setPreflight({ plan, running: false, error: null });
+      }
+    } catch (error) {
+      if (ticket === this._preflightTicket) {
+        this._setPreflight({
+          plan: null,
+          running: false,
+          error: messageOf(error)
+        });
+        this._showError(error);
+      }
+    }
+  }
+
+  /** Send the form as a job; the record, or null when something is wrong (shown inline). */
+  async submit(): Promise<JobRecord | null> {
+    const request = this._build();
+    if (!request || this._sending) {
+      return null;
+    }
+    this._sending = true;
+    this._formError = null;
+    this._changed.emit();
+    try {
+      return await this._withoutBadGuess(request, r => this._jobs.submit(r));
+    } catch (error) {
+      this._showError(error);
+      return null;
+    } finally {
+      this._sending = false;
+      this._changed.emit();
+    }
+  }
+
+  /**
+   * Call `action`; when it fails on a venv that was only guessed (a `.venv` the contents API
+   * could not see), drop that venv and call it once more without one.
+   */
+  private async _withoutBadGuess<T>(
+    request: JobRequest,
+    action: (request: JobRequest) => Promise<T>
+  ): Promise<T> {
+    const guessed = this._venvGuessed && request.venv_path;
+    try {
+      return await action(request);
+    } catch (error) {
+      const field =
+        error instanceof J2CRequestError ? formFieldOf(error.field) : null;
+      if (!guessed || field !== 'venv') {
+        throw error;
+      }
+      if (this._values.venv.trim() === request.venv_path) {
+        this._venvGuessed = false;
+        this._update({ venv: '' }, null);
+      }
+      return action({ ...request, venv_path: null });
+    }
+  }
+
+  /** An error on its field when it names one, else above the Send button. */
+  private _showError(error: unknown): void {
+    const field =
+      error instanceof J2CRequestError ? formFieldOf(error.field) : null;
+    if (field) {
+      this._errors = { ...this._errors, [field]: messageOf(error) };
+    } else {
+      this._formError = messageOf(error);
+    }
+    this._changed.emit();
+  }
+
+  dispose(): void {
+    this._debouncer.dispose();
+    Signal.clearData(this);
+  }
+
+  /** The request, or null after showing what is wrong (unless `quiet`). */
+  private _build(quiet = false): JobRequest | null {
+    const t = this._trans;
+    const { request, errors } = buildRequest(this._values, {
+      entryRequired: t.__('Choose the script or notebook to run.'),
+      wholeNumber: t.__('Enter a whole number (0 or more).'),
+      positiveNumber: t.__('Enter a number above 0, or leave empty.'),
+      compressionRange: t.__('Enter a level from 1 to 22, or leave empty.'),
+      openQuote: t.__('A quote is not closed.')
+    });
+    if (!request && !quiet) {
+      this._errors = { ...this._errors, ...errors };
+      this._changed.emit();
+    }
+    return request;
+  }
+
+  private _update(
+    change: Partial<IFormValues>,
+    edited: FormField | null
+  ): void {
+    this._values = { ...this._values, ...change };
+    const errors = { ...this._errors };
+    for (const field of Object.keys(change) as FormField[]) {
+      delete errors[field];
+    }
+    this._errors = errors;
+    this._formError = null;
+    this._changed.emit();
+    if (edited && PACKED_FIELDS.has(edited)) {
+      void this._debouncer.invoke();
+    }
+  }
+
+  /** Defaults from the settings and the server config, for the fields nobody edited. */
+  private _applyDefaults(settings: IJ2CSettings): void {
+    const defaults: Partial<IFormValues> = {
+      image: settings.defaultImage || this._config?.default_image || '',
+      gpus: String(settings.defaultGpus),
+      cpus: settings.defaultCpus === null ? '' : String(settings.defaultCpus),
+      memory: settings.defaultMemory,
+      scheduler: this._config?.default_scheduler ?? ''
+    };
+    const change: Partial<IFormValues> = {};
+    for (const [field, value] of Object.entries(defaults) as [
+      FormField,
+      string
+    ][]) {
+      if (!this._edited.has(field)) {
+        change[field] = value;
+      }
+    }
+    this._values = { ...this._values, ...change };
+    this._changed.emit();
+  }
+
+  private _setPreflight(state: IPreflightState): void {
+    this._preflight = state;
+    this._changed.emit();
+  }
+
+  private readonly _contents: Contents.IManager;
+  private readonly _jobs: JobsModel;
+  private readonly _trans: TranslationBundle;
+  private readonly _settings: J2CSettings;
+  private readonly _debouncer: Debouncer;
+  private _config: ServerConfig | null = null;
+  private _values: IFormValues = EMPTY_VALUES;
+  private _errors: FieldErrors = {};
+  private _formError: string | null = null;
+  private _preflight: IPreflightState = {
+    plan: null,
+    running: false,
+    error: null
+  };
+  private _preflightTicket = 0;
+  private _sending = false;
+  private _venvGuessed = false;
+  private readonly _edited = new Set<FormField>();
+  private readonly _changed = new Signal<this, void>(this);
+}
+
+export namespace ComputeForm {
+  export interface IOptions {
+    contents: Contents.IManager;
+    jobs: JobsModel;
+    settings: J2CSettings;
+    trans: TranslationBundle;
+  }
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,171 @@
+/** What the preflight says would be sent: layer sizes, largest paths, exclusions, warnings. */
+import { TranslationBundle } from '@jupyterlab/translation';
+import * as React from 'react';
+
+import { formatBytes } from '../format';
+import { ExcludedGroup, PackPlan } from '../models';
+import { IPreflightState } from './model';
+
+const LARGEST_SHOWN = 5;
+
+function Layers(props: {
+  plan: PackPlan;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { plan, trans } = props;
+  return (
+    <table className="j2c-Preflight-layers">
+      <tbody>
+        {plan.layers.map(layer => (
+          <tr key={layer.role} data-layer={layer.role}>
+            <th scope="row">
+              {layer.role === 'code' ? trans.__('Code') : trans.__('Venv')}
+            </th>
+            <td>{trans._n('%1 file', '%1 files', layer.files)}</td>
+            <td>{formatBytes(layer.bytes)}</td>
+          </tr>
+        ))}
+        <tr className="j2c-Preflight-total">
+          <th scope="row">{trans.__('Total')}</th>
+          <td />
+          <td>{formatBytes(plan.total_bytes)}</td>
+        </tr>
+      </tbody>
+    </table>
+  );
+}
+
+function Largest(props: {
+  plan: PackPlan;
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { plan, trans } = props;
+  const largest = ([] as { path: string; bytes: number; role: string }[])
+    .concat(
+      ...plan.layers.map(layer =>
+        layer.largest.map(item => ({ ...item, role: layer.role }))
+      )
+    )
+    .sort((a, b) => b.bytes - a.bytes)
+    .slice(0, LARGEST_SHOWN);
+  if (!largest.length) {
+    return null;
+  }
+  return (
+    <details className="j2c-Preflight-largest">
+      <summary>{trans.__('Largest files')}</summary>
+      <ul>
+        {largest.map(item => (
+          <li key={`${item.role}:${item.path}`} title={item.path}>
+            <span className="j2c-Preflight-path">{item.path}</span>
+            <span className="j2c-Preflight-size">
+              {formatBytes(item.bytes)}
+            </span>
+          </li>
+        ))}
+      </ul>
+    </details>
+  );
+}
+
+function ruleLabel(group: ExcludedGroup, trans: TranslationBundle): string {
+  switch (group.rule) {
+    case 'secret':
+      return trans.__('secrets');
+    case 'venv':
+    case 'nested_venv':
+      return trans.__('virtual environments');
+    case 'default':
+    case 'cache_dir':
+      return trans.__('caches and tool folders');
+    case '.gitignore':
+    case '.j2cignore':
+      return trans.__('ignored by %1', group.rule);
+    case 'exclude':
+      return trans.__('your excludes');
+    default:
+      return group.rule.replace('_', ' ');
+  }
+}
+
+function Excluded(props: {
+  plan: PackPlan;
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { plan, trans } = props;
+  if (!plan.excluded.length) {
+    return null;
+  }
+  const secrets = plan.excluded.filter(group => group.rule === 'secret');
+  return (
+    <details className="j2c-Preflight-excluded" open={secrets.length > 0}>
+      <summary>
+        {trans._n(
+          '%1 path left out',
+          '%1 paths left out',
+          plan.excluded.reduce((sum, group) => sum + group.count, 0)
+        )}
+      </summary>
+      <ul>
+        {plan.excluded.map(group => (
+          <li
+            key={`${group.layer}:${group.rule}`}
+            data-rule={group.rule}
+            className={group.rule === 'secret' ? 'j2c-mod-secret' : undefined}
+            title={group.paths.join('\n')}
+          >
+            {trans.__(
+              '%1 (%2): %3',
+              ruleLabel(group, trans),
+              group.count,
+              group.paths.slice(0, 3).join(', ')
+            )}
+            {group.count > 3 ? ' …' : ''}
+          </li>
+        ))}
+      </ul>
+    </details>
+  );
+}
+
+export function PreflightSummary(props: {
+  preflight: IPreflightState;
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { preflight, trans } = props;
+  const { plan } = preflight;
+  if (!plan && !preflight.running) {
+    return null;
+  }
+  return (
+    <section
+      className="j2c-Preflight"
+      aria-label={trans.__('What will be sent')}
+      aria-busy={preflight.running}
+    >
+      <h3>{trans.__('What will be sent')}</h3>
+      {plan ? (
+        <>
+          <Layers plan={plan} trans={trans} />
+          {plan.refused ? (
+            <div className="j2c-Preflight-refused" role="alert">
+              {plan.refused}
+            </div>
+          ) : null}
+          {plan.warnings.map(warning => (
+            <div
+              key={`${warning.code}:${warning.path ?? ''}`}
+              className="j2c-Preflight-warning"
+            >
+              {warning.message}
+            </div>
+          ))}
+          <Excluded plan={plan} trans={trans} />
+          <Largest plan={plan} trans={trans} />
+        </>
+      ) : (
+        <div className="j2c-Preflight-running">{trans.__('Checking…')}</div>
+      )}
+    </section>
+  );
+}

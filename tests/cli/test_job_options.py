@@ -1,0 +1,151 @@
+"""Job parameters: defaults < config file < J2C_JOB__* environment < flags, one option parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from j2c_server.cli.options import (
+    build_request,
+    cli_defaults,
+    find_project_root,
+    flags_layer,
+    load_cli_config,
+    script_args,
+)
+from j2c_server.cli.submit import submit
+from j2c_server.errors import ConfigError, InvalidInput
+from j2c_server.models import JobRequest
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "src").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (root / "train.py").write_text("print('hi')\n")
+    return root
+
+
+def parse(*argv: str) -> tuple[dict[str, Any], list[str]]:
+    ctx = submit.make_context("j2c submit", list(argv))
+    return ctx.params, script_args(ctx)
+
+
+def request_for(
+    project: Path, *argv: str, config: str | None = None, environ: dict[str, str] | None = None
+) -> JobRequest:
+    path = None
+    if config is not None:
+        path = project / "j2c.yaml"
+        path.write_text(config)
+    loaded = load_cli_config(path, environ=environ or {})
+    params, args = parse(*argv)
+    return build_request(cli_defaults(project, {}), loaded.job, flags_layer(params, args, project))
+
+
+def test_flag_beats_environment_beats_file(project: Path) -> None:
+    config = "job:\n  call_path: train.py\n  gpus: 1\n"
+    env = {"J2C_JOB__GPUS": "2"}
+    assert request_for(project, config=config).resources.gpus == 1
+    assert request_for(project, config=config, environ=env).resources.gpus == 2
+    assert request_for(project, "--gpus", "3", config=config, environ=env).resources.gpus == 3
+
+
+def test_resources_may_be_nested_or_flat_in_the_file(project: Path) -> None:
+    nested = request_for(project, config="job:\n  call_path: train.py\n  resources: {gpus: 2}\n")
+    flat = request_for(project, config="job:\n  call_path: train.py\n  gpus: 2\n")
+    assert nested.resources == flat.resources
+
+
+def test_relative_paths_in_the_file_are_relative_to_the_file(project: Path, tmp_path: Path) -> None:
+    config = tmp_path / "elsewhere" / "j2c.yaml"
+    config.parent.mkdir()
+    config.write_text("job:\n  code_path: ../proj\n  call_path: ../proj/train.py\n")
+    job = load_cli_config(config, environ={}).job
+    assert job["code_path"] == str(project.resolve())
+    assert job["call_path"] == str((project / "train.py").resolve())
+
+
+def test_entry_flag_is_made_absolute_against_the_current_folder(project: Path) -> None:
+    request = request_for(project, "src/run.py")
+    assert request.call_path == str(project / "src" / "run.py")
+
+
+def test_module_entry_point_passes_through(project: Path) -> None:
+    assert request_for(project, "--call-path", "-m pkg.train").call_path == "-m pkg.train"
+
+
+def test_arguments_after_double_dash_go_to_the_script(project: Path) -> None:
+    request = request_for(project, "train.py", "--gpus", "1", "--", "--gpus", "8", "-x")
+    assert request.args == ["--gpus", "8", "-x"]
+    assert request.resources.gpus == 1
+
+
+def test_flag_args_replace_file_args(project: Path) -> None:
+    config = "job:\n  call_path: train.py\n  args: [--epochs, 3]\n"
+    assert request_for(project, config=config).args == ["--epochs", "3"]
+    assert request_for(project, "--", "--lr", "1", config=config).args == ["--lr", "1"]
+
+
+def test_env_merges_name_by_name(project: Path) -> None:
+    config = "job:\n  call_path: train.py\n  env: {A: '1', B: '2'}\n"
+    request = request_for(project, "--env", "B=3", "--env", "C=x=y", config=config)
+    assert request.env == {"A": "1", "B": "3", "C": "x=y"}
+
+
+def test_environment_lists_are_json(project: Path) -> None:
+    env = {"J2C_JOB__CALL_PATH": "train.py", "J2C_JOB__ARGS": '["a", "b c"]'}
+    loaded = load_cli_config(None, environ=env)
+    assert loaded.job["args"] == ["a", "b c"]
+
+
+def test_env_flag_without_equals_names_the_field(project: Path) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        request_for(project, "train.py", "--env", "NOVALUE")
+    assert caught.value.field == "env"
+
+
+def test_entry_given_twice_is_refused(project: Path) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        request_for(project, "train.py", "--call-path", "other.py")
+    assert caught.value.field == "call_path"
+
+
+def test_missing_entry_point_names_call_path(project: Path) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        request_for(project)
+    assert caught.value.field == "call_path"
+
+
+def test_bad_memory_names_the_field(project: Path) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        request_for(project, "train.py", "--memory", "lots")
+    assert caught.value.field == "resources.memory"
+
+
+def test_unknown_job_key_names_the_key(project: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        request_for(project, config="job:\n  call_pth: train.py\n")
+    assert caught.value.field == "job.call_pth"
+
+
+def test_no_venv_drops_the_active_venv(project: Path, tmp_path: Path) -> None:
+    defaults = cli_defaults(project, {"VIRTUAL_ENV": str(tmp_path)})
+    params, args = parse("train.py", "--no-venv")
+    request = build_request(defaults, flags_layer(params, args, project))
+    assert request.venv_path is None
+
+
+def test_active_venv_is_shipped_by_default(project: Path, tmp_path: Path) -> None:
+    assert cli_defaults(project, {"VIRTUAL_ENV": str(tmp_path)})["venv_path"] == str(tmp_path)
+
+
+def test_project_root_is_the_nearest_marked_ancestor(project: Path) -> None:
+    assert find_project_root(project / "src") == project.resolve()
+
+
+def test_project_root_without_marker_is_the_folder_itself(tmp_path: Path) -> None:
+    assert find_project_root(tmp_path) == tmp_path.resolve()

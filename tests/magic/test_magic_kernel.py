@@ -1,0 +1,219 @@
+"""``%j2c`` / ``%%j2c`` in a real IPython kernel (jupyter_client), on the local scheduler, with
+the registry in a throw-away data dir shared with this test process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager, start_new_kernel
+
+from j2c_server.config import J2CSettings
+from j2c_server.models import JobRecord
+
+CELL_TIMEOUT_S = 120
+
+
+@dataclass
+class CellOutput:
+    stdout: str = ""
+    stderr: str = ""
+    displays: list[str] = field(default_factory=list)
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class Kernel:
+    manager: KernelManager
+    client: BlockingKernelClient
+    venv: Path
+
+    def run(self, code: str) -> CellOutput:
+        out = CellOutput()
+
+        def hook(msg: dict[str, Any]) -> None:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    out.stdout += content["text"]
+                else:
+                    out.stderr += content["text"]
+            elif kind in ("display_data", "update_display_data"):
+                out.displays.append(content["data"].get("text/plain", ""))
+            elif kind == "execute_result":
+                out.result = content["data"].get("text/plain")
+            elif kind == "error":
+                out.error = f"{content['ename']}: {content['evalue']}"
+
+        self.client.execute_interactive(code, output_hook=hook, timeout=CELL_TIMEOUT_S)
+        return out
+
+    def run_and_interrupt(self, code: str, *, after_output: str) -> str:
+        """Run ``code``, interrupt the kernel once ``after_output`` was printed; its stderr."""
+        msg_id = self.client.execute(code)
+        stdout = stderr = ""
+        interrupted = False
+        while True:
+            msg = self.client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                if content["name"] == "stdout":
+                    stdout += content["text"]
+                else:
+                    stderr += content["text"]
+            elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                return stderr
+            if not interrupted and after_output in stdout:
+                self.manager.interrupt_kernel()
+                interrupted = True
+
+
+@pytest.fixture
+def kernel(cli_project: Path, cli_venv: Path, cli_env: dict[str, str]) -> Iterator[Kernel]:
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(cli_project), env=cli_env)
+    try:
+        loaded = Kernel(manager, client, cli_venv)
+        assert loaded.run("%load_ext j2c_server").error is None
+        yield loaded
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+
+
+def registry_jobs(data_dir: str) -> list[JobRecord]:
+    """The jobs a fresh service sees (as the server and the CLI would)."""
+    from j2c_server.service import JobService
+
+    async def read() -> list[JobRecord]:
+        service = JobService(J2CSettings(data_dir=data_dir))
+        try:
+            return await service.list()
+        finally:
+            await service.stop()
+
+    return asyncio.run(read())
+
+
+def test_line_magic_shows_the_jobs_output_in_the_cell(kernel: Kernel) -> None:
+    out = kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv} -- --lines 2")
+    assert out.error is None, out.stderr
+    assert out.stdout.splitlines() == ["args ['--lines', '2']", "line 0", "line 1", "oops"]
+    assert "j2c: running: exit code 0" in out.stderr  # j2c-unpack's own line
+    assert any("succeeded" in display for display in out.displays)
+
+
+def test_line_magic_returns_a_job_handle(kernel: Kernel) -> None:
+    kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv} -- --exit 4")
+    out = kernel.run("print(job.status.value, job.exit_code); print(job.logs())")
+    lines = out.stdout.splitlines()
+    assert lines[0] == "failed 4"
+    assert "args ['--exit', '4']" in lines and "line 2" in lines
+
+
+def test_cell_magic_runs_the_cell_as_a_job(kernel: Kernel, cli_project: Path) -> None:
+    (cli_project / ".gitignore").write_text(".j2c/\n")  # the cell file must ship regardless
+    out = kernel.run(f"%%j2c --venv-path {kernel.venv}\nprint('from the cell', 6 * 7)\n")
+    assert out.error is None, out.stderr
+    assert "from the cell 42" in out.stdout
+    assert len(list((cli_project / ".j2c" / "cells").glob("cell-*.py"))) == 1
+
+
+def test_jobs_from_the_magic_are_in_the_shared_registry(
+    kernel: Kernel,
+    cli_env: dict[str, str],
+) -> None:
+    kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv}")
+    job_id = kernel.run("print(job.id)").stdout.strip()
+    assert [record.id for record in registry_jobs(cli_env["J2C_DATA_DIR"])] == [job_id]
+    assert job_id in kernel.run("%j2c list").stdout
+    assert "succeeded" in kernel.run(f"%j2c status {job_id[:-1]}").stdout
+
+
+def test_no_wait_returns_at_once_and_wait_follows(kernel: Kernel) -> None:
+    started = time.monotonic()
+    out = kernel.run(
+        f"job = %j2c submit train.py --venv-path {kernel.venv} --no-wait -- --sleep 0.5"
+    )
+    assert "j2c logs -f" in out.stdout or "%j2c logs -f" in out.stdout
+    assert time.monotonic() - started < 10
+    waited = kernel.run("record = job.wait(); print(record.status.value)")
+    assert "line 2" in waited.stdout
+    assert waited.stdout.rstrip().endswith("succeeded")
+
+
+def test_bad_option_is_a_short_usage_error(kernel: Kernel) -> None:
+    out = kernel.run("%j2c submit --gpus many")
+    assert out.stderr.startswith("UsageError: ") and "--gpus" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_unknown_job_is_a_short_usage_error(kernel: Kernel) -> None:
+    out = kernel.run("%j2c status nope")
+    assert out.stderr.startswith("UsageError: ") and "no job with id 'nope'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_line_magic_without_entry_runs_this_notebook_once(
+    cli_project: Path, notebook_venv: Path, cli_env: dict[str, str]
+) -> None:
+    import nbformat
+
+    notebook = cli_project / "analysis.ipynb"
+    cells = [
+        nbformat.v4.new_code_cell("print('from the notebook', 6 * 7)"),
+        nbformat.v4.new_code_cell("%load_ext j2c_server\n%j2c submit"),
+    ]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), notebook)
+    env = {**cli_env, "JPY_SESSION_NAME": str(notebook)}
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(cli_project), env=env)
+    try:
+        kernel = Kernel(manager, client, notebook_venv)
+        kernel.run("%load_ext j2c_server")
+        out = kernel.run(f"job = %j2c submit --venv-path {notebook_venv}")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+    assert "from the notebook 42" in out.stdout, out.stderr
+    assert "not submitting again" in out.stdout + out.stderr
+    assert any("succeeded" in display for display in out.displays)
+
+
+def test_interrupt_detaches_and_the_job_goes_on(kernel: Kernel) -> None:
+    stderr = kernel.run_and_interrupt(
+        f"job = %j2c submit train.py --venv-path {kernel.venv} -- --lines 20 --sleep 0.1",
+        after_output="line 0",
+    )
+    assert "detached" in stderr and "keeps running" in stderr
+    waited = kernel.run("print(job.wait(quiet=True).status.value)")
+    assert waited.stdout.strip() == "succeeded"
+
+
+def test_a_job_running_when_the_kernel_exits_is_watched_to_its_end(
+    cli_project: Path, cli_venv: Path, cli_env: dict[str, str]
+) -> None:
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(cli_project), env=cli_env)
+    try:
+        kernel = Kernel(manager, client, cli_venv)
+        kernel.run("%load_ext j2c_server")
+        kernel.run(
+            f"job = %j2c submit train.py --venv-path {cli_venv} --no-wait -- --lines 20 --sleep 0.1"
+        )
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+    deadline = time.monotonic() + 60
+    while True:
+        (record,) = registry_jobs(cli_env["J2C_DATA_DIR"])
+        if record.status.terminal or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert record.status.value == "succeeded"

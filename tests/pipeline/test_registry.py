@@ -1,0 +1,179 @@
+"""The job registry: one SQLite file shared by processes, ordered events, leases, schema version."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from j2c_server.errors import ConfigError, Conflict, NotFound
+from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.registry import SCHEMA_VERSION, LeaseLost, Registry
+
+_WRITER = """
+import asyncio, sys
+from pathlib import Path
+from j2c_server.registry import Registry
+
+async def main():
+    registry = Registry(Path(sys.argv[1]))
+    for i in range(int(sys.argv[3])):
+        await registry.append(sys.argv[2], [{"kind": "log", "text": f"{sys.argv[4]}-{i}"}])
+    registry.close()
+
+asyncio.run(main())
+"""
+
+
+def _record(job_id: str = "job-1", key: str = "k1", *, new: bool = False) -> JobRecord:
+    now = time.time()
+    return JobRecord(
+        id=job_id,
+        name="train.py",
+        key=key,
+        status=JobStatus.pending,
+        request=JobRequest(code_path="/p", call_path="/p/train.py", new=new),
+        scheduler="local",
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _pending() -> dict[str, object]:
+    return {"kind": EventKind.status, "status": JobStatus.pending}
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Registry]:
+    registry = Registry(tmp_path / "registry.sqlite3")
+    yield registry
+    registry.close()
+
+
+async def test_first_event_of_a_new_job_has_seq_1(registry: Registry) -> None:
+    record, created = await registry.create_or_attach(_record(), _pending())
+    events, status = await registry.events(record.id)
+    assert created
+    assert [e.seq for e in events] == [1]
+    assert status == JobStatus.pending
+    assert record.last_seq == 1
+
+
+async def test_writers_in_several_processes_get_distinct_consecutive_seqs(
+    registry: Registry, tmp_path: Path
+) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(registry.path), "job-1", "40", f"w{n}"]
+        )
+        for n in range(3)
+    ]
+    assert [w.wait(timeout=60) for w in writers] == [0, 0, 0]
+    events, _ = await registry.events("job-1")
+    assert [e.seq for e in events] == list(range(1, 122))
+    for n in range(3):
+        mine = [e.text for e in events if e.text and e.text.startswith(f"w{n}-")]
+        assert mine == [f"w{n}-{i}" for i in range(40)]  # each writer's order is kept
+
+
+async def test_events_after_a_seq_are_only_the_later_ones(registry: Registry) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    await registry.append("job-1", [{"kind": "log", "text": str(i)} for i in range(5)])
+    events, _ = await registry.events("job-1", after=3, limit=2)
+    assert [e.seq for e in events] == [4, 5]
+
+
+async def test_log_cursor_is_stored_with_the_lines_before_it(registry: Registry) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    await registry.append("job-1", [{"kind": "log", "text": "a"}], log_cursor="2")
+    assert await registry.log_cursor("job-1") == "2"
+
+
+async def test_identical_request_attaches_to_the_running_job(registry: Registry) -> None:
+    await registry.create_or_attach(_record("job-1"), _pending())
+    record, created = await registry.create_or_attach(_record("job-2"), _pending())
+    assert not created
+    assert record.id == "job-1"
+
+
+async def test_new_flag_creates_a_second_job_for_the_same_key(registry: Registry) -> None:
+    await registry.create_or_attach(_record("job-1"), _pending())
+    record, created = await registry.create_or_attach(_record("job-2", new=True), _pending())
+    assert created
+    assert record.id == "job-2"
+
+
+async def test_identical_request_after_a_failure_runs_again(registry: Registry) -> None:
+    await registry.create_or_attach(_record("job-1"), _pending())
+    await registry.update("job-1", lambda r: setattr(r, "status", JobStatus.failed))
+    record, created = await registry.create_or_attach(_record("job-2"), _pending())
+    assert created
+    assert record.id == "job-2"
+
+
+async def test_a_finished_job_takes_no_more_events(registry: Registry) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    await registry.update("job-1", lambda r: setattr(r, "status", JobStatus.succeeded))
+    with pytest.raises(Conflict):
+        await registry.append("job-1", [{"kind": "log", "text": "late"}])
+
+
+async def test_writer_without_the_lease_is_refused(registry: Registry) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    assert await registry.acquire_lease("job-1", "a", 10)
+    with pytest.raises(LeaseLost):
+        await registry.append("job-1", [{"kind": "log", "text": "x"}], owner="b")
+    events, _ = await registry.events("job-1")
+    assert [e.text for e in events if e.kind == EventKind.log] == []
+
+
+async def test_lease_is_exclusive_until_it_expires(registry: Registry) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    assert await registry.acquire_lease("job-1", "a", 0.2)
+    assert not await registry.acquire_lease("job-1", "b", 10)
+    await asyncio.sleep(0.3)
+    assert await registry.acquire_lease("job-1", "b", 10)
+    assert not await registry.renew_lease("job-1", "a", 10)
+    assert await registry.lease_owner("job-1") == "b"
+
+
+async def test_jobs_without_a_live_lease_are_listed_for_adoption(registry: Registry) -> None:
+    await registry.create_or_attach(_record("job-1"), _pending())
+    await registry.create_or_attach(_record("job-2", key="k2"), _pending())
+    await registry.acquire_lease("job-1", "a", 10)
+    assert await registry.unowned_active_jobs() == ["job-2"]
+
+
+async def test_removing_a_running_job_is_a_conflict(registry: Registry) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    with pytest.raises(Conflict):
+        await registry.remove("job-1")
+
+
+async def test_removed_job_is_gone_with_its_events(registry: Registry) -> None:
+    await registry.create_or_attach(_record(), _pending())
+    await registry.update("job-1", lambda r: setattr(r, "status", JobStatus.cancelled))
+    await registry.remove("job-1")
+    with pytest.raises(NotFound):
+        await registry.events("job-1")
+
+
+def test_schema_version_is_recorded(tmp_path: Path) -> None:
+    Registry(tmp_path / "r.sqlite3").close()
+    with sqlite3.connect(tmp_path / "r.sqlite3") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_registry_from_a_newer_j2c_is_refused(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "r.sqlite3") as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(ConfigError, match="newer"):
+        Registry(tmp_path / "r.sqlite3")

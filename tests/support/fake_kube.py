@@ -1,0 +1,750 @@
+"""A fake Kubernetes API server, because no real one can run on this machine.
+
+There is no container runtime here and no kube-apiserver on PyPI or in Debian, so the Kubernetes
+backend is tested against this stand-in. It is a real HTTPS server (tornado, 127.0.0.1, its own
+thread and event loop) that speaks the real batch/v1 and core/v1 JSON for the endpoints j2c uses:
+
+- ``POST/GET/PATCH/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}]`` (409 on a duplicate
+  create, 422 on an invalid Job, merge-patch, ``DeleteOptions.propagationPolicy`` recorded);
+- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...`` and ``.../pods/{name}``;
+- ``GET .../pods/{name}/log`` with ``follow``, ``timestamps``, ``sinceTime`` (applied at whole
+  seconds, the coarsest a real server does) and ``container``; a test can make it drop the
+  connection mid-stream, in the middle of a line;
+- authentication by bearer token or verified client certificate (CN = user), 401 otherwise.
+
+Its Job controller and kubelet are the test: methods such as :meth:`FakeKube.unschedulable`,
+:meth:`FakeKube.start`, :meth:`FakeKube.log` and :meth:`FakeKube.finish` move the pod through the
+states a real cluster reports, with the real field names and reasons. Loaded as a pytest plugin
+by ``tests/conftest.py``; :func:`fake_kube` gives each test a fresh server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import ipaddress
+import json
+import re
+import secrets
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tornado import httpserver, locks, netutil, web
+from tornado.http1connection import HTTP1Connection
+from tornado.ioloop import IOLoop
+
+T = TypeVar("T")
+GOOD_TOKEN = "token-for-tests"
+CLIENT_USER = "alice"
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+# --------------------------------------------------------------------------- TLS material
+
+
+@dataclass(frozen=True)
+class FakeTLS:
+    """PEM bytes of a throw-away CA, the server's certificate and a client certificate."""
+
+    ca: bytes
+    server_cert: bytes
+    server_key: bytes
+    client_cert: bytes
+    client_key: bytes
+
+    def write(self, directory: Path) -> dict[str, Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for name in ("ca", "server_cert", "server_key", "client_cert", "client_key"):
+            path = directory / f"{name}.pem"
+            path.write_bytes(getattr(self, name))
+            paths[name] = path
+        return paths
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _issue(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate | None,
+    *,
+    usage: x509.ObjectIdentifier | None,
+    san: list[x509.GeneralName] | None = None,
+) -> x509.Certificate:
+    now = dt.datetime.now(dt.timezone.utc)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(ca_cert.subject if ca_cert else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .add_extension(x509.BasicConstraints(ca=ca_cert is None, path_length=None), True)
+    )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), False)
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(san), False)
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def make_tls(ca_name: str = "fake-kube-ca") -> FakeTLS:
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue(ca_name, ca_key, ca_key, None, usage=None)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = _issue(
+        "kube-apiserver",
+        server_key,
+        ca_key,
+        ca,
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        san=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = _issue(CLIENT_USER, client_key, ca_key, ca, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    pem = serialization.Encoding.PEM
+    return FakeTLS(
+        ca=ca.public_bytes(pem),
+        server_cert=server.public_bytes(pem),
+        server_key=_pem_key(server_key),
+        client_cert=client.public_bytes(pem),
+        client_key=_pem_key(client_key),
+    )
+
+
+# --------------------------------------------------------------------------- object shapes
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _nano_timestamp(nanos: int) -> str:
+    """RFC3339Nano with nine digits, as the kubelet prefixes log lines."""
+    seconds, fraction = divmod(nanos, 1_000_000_000)
+    whole = dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{fraction:09d}Z"
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _condition(kind: str, reason: str, message: str, status: str = "True") -> dict[str, Any]:
+    now = _now()
+    return {
+        "type": kind,
+        "status": status,
+        "lastProbeTime": now,
+        "lastTransitionTime": now,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_patch(target[key], value)
+        else:
+            target[key] = value
+
+
+def _invalid_job(job: dict[str, Any]) -> str | None:
+    """The first validation error the real API server would report, or None."""
+    meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+    if job.get("apiVersion") != "batch/v1" or job.get("kind") != "Job":
+        return "apiVersion/kind: must be batch/v1 Job"
+    name = str(meta.get("name") or "")
+    if not _DNS1123.match(name) or len(name) > 63:
+        return f"metadata.name: Invalid value: {name!r}"
+    pod = (spec.get("template") or {}).get("spec") or {}
+    if pod.get("restartPolicy") not in ("Never", "OnFailure"):
+        return 'spec.template.spec.restartPolicy: Unsupported value: must be "OnFailure" or "Never"'
+    containers = pod.get("containers") or []
+    if not containers:
+        return "spec.template.spec.containers: Required value"
+    for i, container in enumerate(containers):
+        where = f"spec.template.spec.containers[{i}]"
+        if not container.get("image"):
+            return f"{where}.image: Required value"
+        for env in container.get("env") or []:
+            if not _ENV_NAME.match(env.get("name", "")):
+                return f"{where}.env[].name: Invalid value: {env.get('name')!r}"
+        resources = container.get("resources") or {}
+        for kind in ("limits", "requests"):
+            for resource, value in (resources.get(kind) or {}).items():
+                if not _QUANTITY.match(str(value)):
+                    return f"{where}.resources.{kind}[{resource}]: Invalid value: {value!r}"
+    return None
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class FakeKube:
+    """State of the fake cluster plus the methods a test uses to play kubelet and controllers."""
+
+    def __init__(self, tls: FakeTLS, directory: Path) -> None:
+        self.tls = tls
+        self.tokens: set[str] = {GOOD_TOKEN}
+        self.users: set[str] = {CLIENT_USER}
+        self.namespaces: set[str] = {"default", "ml"}
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.logs: dict[str, list[tuple[int, str]]] = {}
+        self.requests: list[tuple[str, str, str]] = []  # (method, path, who)
+        self.deletes: list[dict[str, Any]] = []  # DeleteOptions received
+        self.log_requests: list[dict[str, str]] = []
+        self.drops: list[int] = []  # next log responses: cut after this many lines
+        self.suspend_new_jobs = False  # what Kueue's admission webhook does
+        self.version = 0
+        self.closing = False
+        self._dir = directory
+        self._loop: IOLoop | None = None
+        self._changed: locks.Condition | None = None
+        self._server: httpserver.HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def serve(self) -> None:
+        paths = self.tls.write(self._dir)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(paths["server_cert"], paths["server_key"])
+        context.load_verify_locations(paths["ca"])
+        context.verify_mode = ssl.CERT_OPTIONAL  # client certificates are one way in
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            self._loop = IOLoop.current()
+            self._changed = locks.Condition()
+            app = web.Application(_routes(), fake=self)
+            self._server = httpserver.HTTPServer(app, ssl_options=context)
+            sockets = netutil.bind_sockets(0, "127.0.0.1")
+            self.port = sockets[0].getsockname()[1]
+            self._server.add_sockets(sockets)
+            ready.set()
+            self._loop.start()
+            self._loop.close(all_fds=True)
+
+        self._thread = threading.Thread(target=serve, name="fake-kube", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+
+    def shutdown(self) -> None:
+        async def shutdown() -> None:
+            assert self._server is not None and self._loop is not None
+            self._server.stop()
+            self.closing = True
+            self._touch()
+            await asyncio.sleep(0.05)  # let open log streams see `closing` and finish
+            await self._server.close_all_connections()
+            self._loop.stop()
+
+        assert self._loop is not None and self._thread is not None
+        self._loop.add_callback(shutdown)
+        self._thread.join(10)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server's loop (where the handlers read the state) and wait."""
+        assert self._loop is not None
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+                self._touch()
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._loop.add_callback(run)
+        return future.result(10)
+
+    def _touch(self) -> None:
+        self.version += 1
+        assert self._changed is not None
+        self._changed.notify_all()
+
+    async def changed(self, seen: int) -> None:
+        if self.version == seen and not self.closing:
+            assert self._changed is not None
+            await self._changed.wait(timeout=dt.timedelta(seconds=1))
+
+    # ------------------------------------------------------------ the "controllers"
+
+    def create_job(self, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
+        meta, spec = job["metadata"], job["spec"]
+        uid = str(uuid.uuid4())
+        name = meta["name"]
+        meta.update(namespace=namespace, uid=uid, resourceVersion="1", generation=1)
+        meta["creationTimestamp"] = _now()
+        controller_labels = {
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": uid,
+            "job-name": name,
+        }
+        spec.setdefault("completions", 1)
+        spec.setdefault("parallelism", 1)
+        spec["suspend"] = bool(spec.get("suspend")) or self.suspend_new_jobs
+        spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        template_meta = spec["template"].setdefault("metadata", {})
+        template_meta["labels"] = {**template_meta.get("labels", {}), **controller_labels}
+        job["status"] = {}
+        self.jobs[(namespace, name)] = job
+        if not spec["suspend"]:
+            self._create_pod(namespace, job)
+        return job
+
+    def _create_pod(self, namespace: str, job: dict[str, Any]) -> None:
+        template = json.loads(json.dumps(job["spec"]["template"]))
+        name = f"{job['metadata']['name']}-{secrets.token_hex(3)[:5]}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": _now(),
+                "labels": template["metadata"]["labels"],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job["metadata"]["name"],
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": template["spec"],
+            "status": {"phase": "Pending", "qosClass": "BestEffort"},
+        }
+        self.pods[(namespace, name)] = pod
+        self.logs[name] = []
+        job["status"].update(active=1, startTime=_now())
+
+    def pod_of(self, job: str, namespace: str = "default") -> dict[str, Any]:
+        uid = self.jobs[(namespace, job)]["metadata"]["uid"]
+        return next(
+            p
+            for (ns, _), p in self.pods.items()
+            if ns == namespace and p["metadata"]["labels"].get("controller-uid") == uid
+        )
+
+    def _container_status(self, pod: dict[str, Any], state: dict[str, Any]) -> None:
+        container = pod["spec"]["containers"][0]
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": container["name"],
+                "image": container["image"],
+                "imageID": "",
+                "ready": "running" in state,
+                "restartCount": 0,
+                "started": "running" in state,
+                "state": state,
+                "lastState": {},
+            }
+        ]
+
+    def unschedulable(self, job: str, message: str) -> None:
+        def run() -> None:
+            pod = self.pod_of(job)
+            pod["status"]["conditions"] = [
+                _condition("PodScheduled", "Unschedulable", message, status="False")
+            ]
+
+        self.call(run)
+
+    def schedule(self, job: str) -> None:
+        def run() -> None:
+            pod = self.pod_of(job)
+            pod["spec"]["nodeName"] = "gpu-node-1"
+            pod["status"]["conditions"] = [_condition("PodScheduled", "", "")]
+            self._container_status(pod, {"waiting": {"reason": "ContainerCreating"}})
+
+        self.call(run)
+
+    def waiting(self, job: str, reason: str, message: str, last_exit: int | None = None) -> None:
+        def run() -> None:
+            pod = self.pod_of(job)
+            pod["spec"]["nodeName"] = "gpu-node-1"
+            pod["status"]["conditions"] = [_condition("PodScheduled", "", "")]
+            self._container_status(pod, {"waiting": {"reason": reason, "message": message}})
+            if last_exit is not None:
+                status = pod["status"]["containerStatuses"][0]
+                status["lastState"] = {"terminated": {"exitCode": last_exit, "reason": "Error"}}
+                status["restartCount"] = 3
+                pod["status"]["phase"] = "Running"
+
+        self.call(run)
+
+    def start(self, job: str) -> None:
+        def run() -> None:
+            pod = self.pod_of(job)
+            pod["spec"]["nodeName"] = "gpu-node-1"
+            pod["status"].update(phase="Running", startTime=_now(), podIP="10.0.0.7")
+            pod["status"]["conditions"] = [_condition("PodScheduled", "", "")]
+            self._container_status(pod, {"running": {"startedAt": _now()}})
+            self.jobs[("default", job)]["status"]["ready"] = 1
+
+        self.call(run)
+
+    def log(self, job: str, *lines: str, same_time: bool = False) -> None:
+        """Append lines to the container's log, each stamped now (or all with one stamp)."""
+
+        def run() -> None:
+            pod = self.pod_of(job)
+            stamp = time.time_ns()
+            for line in lines:
+                self.logs[pod["metadata"]["name"]].append((stamp, line))
+                if not same_time:
+                    stamp = max(time.time_ns(), stamp + 1)
+
+        self.call(run)
+
+    def finish(self, job: str, exit_code: int, reason: str | None = None) -> None:
+        """The container exits; the Job controller records Complete or Failed."""
+
+        def run() -> None:
+            pod = self.pod_of(job)
+            terminated = {
+                "exitCode": exit_code,
+                "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                "startedAt": _now(),
+                "finishedAt": _now(),
+                "containerID": "containerd://" + secrets.token_hex(8),
+            }
+            self._container_status(pod, {"terminated": terminated})
+            pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+            status = self.jobs[("default", job)]["status"]
+            status.pop("active", None)
+            status["ready"] = 0
+            if exit_code == 0:
+                status.update(succeeded=1, completionTime=_now())
+                status["conditions"] = [
+                    _condition(
+                        "SuccessCriteriaMet",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                    ),
+                    _condition(
+                        "Complete",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                    ),
+                ]
+            else:
+                status["failed"] = 1
+                message = "Job has reached the specified backoff limit"
+                status["conditions"] = [
+                    _condition("FailureTarget", "BackoffLimitExceeded", message),
+                    _condition("Failed", "BackoffLimitExceeded", message),
+                ]
+
+        self.call(run)
+
+    def exceed_deadline(self, job: str) -> None:
+        """activeDeadlineSeconds passed: the controller deletes the pod and fails the Job."""
+
+        def run() -> None:
+            pod = self.pod_of(job)
+            del self.pods[("default", pod["metadata"]["name"])]
+            status = self.jobs[("default", job)]["status"]
+            status.pop("active", None)
+            status["failed"] = 1
+            message = "Job was active longer than specified deadline"
+            status["conditions"] = [
+                _condition("FailureTarget", "DeadlineExceeded", message),
+                _condition("Failed", "DeadlineExceeded", message),
+            ]
+
+        self.call(run)
+
+    def expire(self, job: str) -> None:
+        """ttlSecondsAfterFinished passed: the Job and its pods are garbage-collected."""
+
+        def run() -> None:
+            self._delete_job("default", job)
+
+        self.call(run)
+
+    def _delete_job(self, namespace: str, name: str) -> None:
+        uid = self.jobs.pop((namespace, name))["metadata"]["uid"]
+        for key, pod in list(self.pods.items()):
+            if pod["metadata"]["labels"].get("controller-uid") == uid:
+                del self.pods[key]
+
+
+def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    return [
+        (r"/apis/batch/v1/namespaces/([^/]+)/jobs", JobsHandler),
+        (r"/apis/batch/v1/namespaces/([^/]+)/jobs/([^/]+)", JobHandler),
+        (r"/api/v1/namespaces/([^/]+)/pods", PodsHandler),
+        (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", PodHandler),
+        (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", LogHandler),
+    ]
+
+
+class _KubeHandler(web.RequestHandler):
+    @property
+    def fake(self) -> FakeKube:
+        fake: FakeKube = self.settings["fake"]
+        return fake
+
+    def prepare(self) -> None:
+        who = self._identity()
+        self.fake.requests.append((self.request.method or "", self.request.path, who or ""))
+        if who is None:
+            self.reply(401, _status(401, "Unauthorized", "Unauthorized"))
+
+    def _identity(self) -> str | None:
+        header = self.request.headers.get("Authorization", "")
+        if header.startswith("Bearer ") and header[7:] in self.fake.tokens:
+            return "token:" + header[7:]
+        cert = self.request.get_ssl_certificate()
+        if isinstance(cert, dict):
+            for rdn in cert.get("subject", ()):
+                for key, value in rdn:
+                    if key == "commonName" and value in self.fake.users:
+                        return f"cert:{value}"
+        return None
+
+    def reply(self, code: int, body: dict[str, Any]) -> None:
+        self.set_status(code)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    def not_found(self, kind: str, name: str) -> None:
+        self.reply(404, _status(404, "NotFound", f'{kind} "{name}" not found'))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.reply(status_code, _status(status_code, "InternalError", self._reason))
+
+
+class JobsHandler(_KubeHandler):
+    def post(self, namespace: str) -> None:
+        job = json.loads(self.request.body)
+        if namespace not in self.fake.namespaces:
+            return self.not_found("namespaces", namespace)
+        name = (job.get("metadata") or {}).get("name", "")
+        problem = _invalid_job(job)
+        if problem:
+            message = f'Job.batch "{name}" is invalid: {problem}'
+            return self.reply(422, _status(422, "Invalid", message))
+        if (namespace, name) in self.fake.jobs:
+            message = f'jobs.batch "{name}" already exists'
+            return self.reply(409, _status(409, "AlreadyExists", message))
+        created = self.fake.create_job(namespace, job)
+        self.fake._touch()
+        self.reply(201, created)
+
+
+class JobHandler(_KubeHandler):
+    def _job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        job = self.fake.jobs.get((namespace, name))
+        if job is None:
+            self.not_found("jobs.batch", name)
+        return job
+
+    def get(self, namespace: str, name: str) -> None:
+        job = self._job(namespace, name)
+        if job is not None:
+            self.reply(200, job)
+
+    def patch(self, namespace: str, name: str) -> None:
+        if self.request.headers.get("Content-Type") != "application/merge-patch+json":
+            return self.reply(415, _status(415, "UnsupportedMediaType", "unsupported patch type"))
+        job = self._job(namespace, name)
+        if job is not None:
+            _merge_patch(job, json.loads(self.request.body))
+            self.fake._touch()
+            self.reply(200, job)
+
+    def delete(self, namespace: str, name: str) -> None:
+        options = json.loads(self.request.body or b"{}")
+        job = self._job(namespace, name)
+        if job is None:
+            return
+        self.fake.deletes.append({"name": name, "options": options, "job": json.dumps(job)})
+        # Background propagation: the Job goes now, the garbage collector removes its pods.
+        self.fake._delete_job(namespace, name)
+        self.fake._touch()
+        self.reply(200, {**_status(200, "", ""), "status": "Success", "details": {"name": name}})
+
+
+class PodsHandler(_KubeHandler):
+    def get(self, namespace: str) -> None:
+        wanted = {}
+        for term in filter(None, self.get_argument("labelSelector", "").split(",")):
+            key, _, value = term.replace("==", "=").partition("=")
+            wanted[key] = value
+        items = [
+            pod
+            for (ns, _), pod in self.fake.pods.items()
+            if ns == namespace
+            and all(pod["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+        ]
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        self.reply(200, body)
+
+
+class PodHandler(_KubeHandler):
+    def get(self, namespace: str, name: str) -> None:
+        pod = self.fake.pods.get((namespace, name))
+        if pod is None:
+            return self.not_found("pods", name)
+        self.reply(200, pod)
+
+
+def _since_nanos(text: str) -> int:
+    moment = dt.datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    return int(moment.timestamp()) * 1_000_000_000
+
+
+class LogHandler(_KubeHandler):
+    async def get(self, namespace: str, name: str) -> None:
+        fake = self.fake
+        fake.log_requests.append({k: self.get_argument(k) for k in self.request.arguments})
+        pod = fake.pods.get((namespace, name))
+        if pod is None:
+            return self.not_found("pods", name)
+        state = ((pod["status"].get("containerStatuses") or [{}])[0]).get("state") or {}
+        if "running" not in state and "terminated" not in state:
+            reason = (state.get("waiting") or {}).get("reason", "ContainerCreating")
+            message = f'container "j2c" in pod "{name}" is waiting to start: {reason}'
+            return self.reply(400, _status(400, "BadRequest", message))
+        follow = self.get_argument("follow", "false") == "true"
+        stamps = self.get_argument("timestamps", "false") == "true"
+        since = self.get_argument("sinceTime", None)
+        since_nanos = _since_nanos(since) if since else 0
+        cut_after = fake.drops.pop(0) if fake.drops else None
+        self.set_header("Content-Type", "text/plain")
+        sent = index = 0
+        while True:
+            seen = fake.version
+            lines = fake.logs.get(name, [])
+            while index < len(lines):
+                nanos, text = lines[index]
+                index += 1
+                if nanos < since_nanos:
+                    continue
+                out = (f"{_nano_timestamp(nanos)} " if stamps else "") + text + "\n"
+                if cut_after is not None and sent == cut_after:
+                    # Drop the connection in the middle of a line, as a broken proxy would.
+                    self.write(out[: len(out) // 2])
+                    await self.flush()
+                    connection = self.request.connection
+                    assert isinstance(connection, HTTP1Connection)
+                    connection.detach().close()
+                    return
+                self.write(out)
+                sent += 1
+            await self.flush()
+            pod = fake.pods.get((namespace, name))
+            state = ((pod or {}).get("status", {}).get("containerStatuses") or [{}])[0]
+            if not follow or pod is None or "terminated" in state.get("state", {}):
+                break
+            if fake.closing:
+                break
+            await fake.changed(seen)
+        self.finish()
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def kube_tls() -> FakeTLS:
+    return make_tls()
+
+
+@pytest.fixture
+def fake_kube(kube_tls: FakeTLS, tmp_path: Path) -> Iterator[FakeKube]:
+    fake = FakeKube(kube_tls, tmp_path / "fake-kube-tls")
+    fake.serve()
+    yield fake
+    fake.shutdown()
+
+
+def write_kubeconfig(
+    path: Path,
+    fake: FakeKube,
+    *,
+    user: dict[str, Any] | None = None,
+    namespace: str | None = None,
+    ca: bytes | None = None,
+    server: str | None = None,
+) -> Path:
+    """A kubeconfig with one context ``fake`` pointing at ``fake`` (token auth by default)."""
+    import base64
+
+    context: dict[str, Any] = {"cluster": "fake", "user": "tester"}
+    if namespace:
+        context["namespace"] = namespace
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "fake",
+        "clusters": [
+            {
+                "name": "fake",
+                "cluster": {
+                    "server": server or fake.url,
+                    "certificate-authority-data": base64.b64encode(ca or fake.tls.ca).decode(),
+                },
+            }
+        ],
+        "users": [{"name": "tester", "user": user if user is not None else {"token": GOOD_TOKEN}}],
+        "contexts": [{"name": "fake", "context": context}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path

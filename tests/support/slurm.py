@@ -1,0 +1,126 @@
+"""A real Slurm for the tests marked ``slurm``.
+
+When ``J2C_SLURM_URL`` is exported (CI runs ``eval "$(scripts/slurm-up.sh DIR)"`` before pytest)
+that cluster is used; otherwise ``scripts/slurm-up.sh`` starts a throw-away one for the session
+(installing Slurm from Debian packages if needed) and ``scripts/slurm-down.sh`` stops it at the
+end. The tests are skipped, with the script's reason, only when Slurm cannot be installed here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from j2c_server.config import J2CSettings
+
+REPO = Path(__file__).resolve().parents[2]
+SLURM_UP = REPO / "scripts" / "slurm-up.sh"
+SLURM_DOWN = REPO / "scripts" / "slurm-down.sh"
+NOT_INSTALLABLE = 2  # slurm-up.sh's exit code when Slurm is missing and cannot be installed
+
+
+@dataclass
+class SlurmCluster:
+    url: str
+    user: str
+    token: str
+    job_dir: Path
+    dir: Path | None  # where slurm-up.sh put it; None when it is not known
+    conf: str | None  # SLURM_CONF, for the command-line tools
+
+    def settings(self, **slurm: Any) -> J2CSettings:
+        """Settings that point the ``slurm`` backend at this cluster; keywords override
+        ``scheduler.slurm`` keys."""
+        values: dict[str, Any] = {
+            "url": self.url,
+            "user": self.user,
+            "token": self.token,
+            "job_dir": str(self.job_dir),
+            "cancel_grace_s": 1.0,
+        }
+        values.update(slurm)
+        return J2CSettings.model_validate({"scheduler": {"slurm": values}})
+
+    def stop_restd(self) -> None:
+        """Stop only slurmrestd (slurmctld, slurmd and the jobs keep running)."""
+        subprocess.run([SLURM_DOWN, self._dir(), "--restrd-only"], check=True, timeout=30)
+
+    def start_restd(self) -> None:
+        subprocess.run(
+            [SLURM_UP, self._dir(), "--restrd-only"],
+            check=True,
+            timeout=30,
+            stdout=subprocess.DEVNULL,
+        )
+
+    def scancel(self, job_ids: list[str]) -> None:
+        """Remove jobs a failed test left behind (best effort)."""
+        if job_ids and self.conf and shutil.which("scancel"):
+            subprocess.run(
+                ["scancel", *job_ids],
+                env={**os.environ, "SLURM_CONF": self.conf},
+                timeout=30,
+                check=False,
+                capture_output=True,
+            )
+
+    def _dir(self) -> Path:
+        if self.dir is None:
+            pytest.skip("J2C_SLURM_DIR is not exported: slurmrestd cannot be restarted")
+        return self.dir
+
+
+def _from_exports(values: dict[str, str]) -> SlurmCluster:
+    token = values.get("J2C_SLURM_TOKEN")
+    if not token:
+        token = Path(values["J2C_SLURM_TOKEN_FILE"]).read_text().strip()
+    directory = values.get("J2C_SLURM_DIR")
+    return SlurmCluster(
+        url=values["J2C_SLURM_URL"],
+        user=values.get("J2C_SLURM_USER", "root"),
+        token=token,
+        job_dir=Path(values["J2C_SLURM_JOB_DIR"]),
+        dir=Path(directory) if directory else None,
+        conf=values.get("SLURM_CONF"),
+    )
+
+
+def _parse_exports(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.removeprefix("export ").partition("=")
+        if line.startswith("export ") and sep:
+            values[name] = value
+    return values
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    if os.environ.get("J2C_SLURM_URL"):
+        yield _from_exports(dict(os.environ))
+        return
+    # Not under pytest's tmp folder: slurmrestd runs as user slurm and must read the config,
+    # and pytest's folders are private to root.
+    directory = Path(tempfile.mkdtemp(prefix="j2c-slurm-"))
+    started = subprocess.run(
+        [SLURM_UP, directory], capture_output=True, text=True, timeout=900, check=False
+    )
+    if started.returncode == NOT_INSTALLABLE:
+        shutil.rmtree(directory, ignore_errors=True)
+        pytest.skip(f"no Slurm here: {started.stderr.strip().splitlines()[-1]}")
+    if started.returncode != 0:
+        shutil.rmtree(directory, ignore_errors=True)
+        pytest.fail(f"scripts/slurm-up.sh failed:\n{started.stderr}")
+    try:
+        yield _from_exports(_parse_exports(started.stdout))
+    finally:
+        subprocess.run([SLURM_DOWN, directory], timeout=120, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
