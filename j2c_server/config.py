@@ -26,6 +26,8 @@ _ENV_NOT_SETTINGS = {"J2C_CONFIG", "J2C_DATA_DIR", "J2C_OUTPUT_DIR", "J2C_JOB_ID
 _ENV_NOT_SETTINGS |= {
     f"J2C_SLURM_{name}" for name in ("DIR", "URL", "USER", "TOKEN", "TOKEN_FILE", "JOB_DIR")
 }
+# Turns on the UI benchmark (ui-tests/tests/bench-logpanel.spec.ts); the server inherits it.
+_ENV_NOT_SETTINGS.add("J2C_BENCH")
 # The CLI's and magic's job defaults (``job:`` in the file, ``J2C_JOB__*`` in the environment)
 # share the file and the prefix but are not settings: the front ends read them
 # (``cli/options.py``), settings loading leaves them out.

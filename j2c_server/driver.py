@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import socket
 import time
@@ -26,6 +25,7 @@ from .journal import Journal
 from .models import JobRecord, JobStatus
 from .pipeline import Pipeline
 from .registry import LeaseLost, Registry
+from .watching import Log
 
 LEASE_TTL_S = 10.0
 RENEW_EVERY_S = 3.0
@@ -48,7 +48,7 @@ class JobDriver:
         bus: EventBus,
         settings: J2CSettings,
         backends: Backends,
-        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+        log: Log,
     ) -> None:
         self.job_id = job_id
         self.owner = owner

@@ -193,8 +193,9 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
                 await self.write_message(event.model_dump_json(exclude_defaults=True))
         except WebSocketClosedError:
             return
-        except J2CError as exc:  # e.g. the job was removed while followed: 4404
-            self.close(4000 + exc.status_code, exc.message)
+        except J2CError as exc:  # e.g. the server is stopping: 4503
+            # A close frame's reason holds at most 123 bytes.
+            self.close(4000 + exc.status_code, exc.message.encode()[:120].decode(errors="ignore"))
             return
         self.close(1000, "job finished")
 

@@ -22,10 +22,16 @@ from .registry import EventDraft, RecordChange, Registry
 PROGRESS_INTERVAL_S = 0.2  # at most 5 progress events per second per stage
 
 
+class CancelPending(Exception):
+    """A job being cancelled keeps that status until it ends (raised to abort the write)."""
+
+
 def status_change(status: JobStatus, message: str | None) -> RecordChange:
     """The record change that goes with a status event (timestamps included)."""
 
     def apply(record: JobRecord) -> None:
+        if record.status == JobStatus.cancelling and not status.terminal:
+            raise CancelPending
         now = time.time()
         record.status = status
         record.message = message
@@ -77,10 +83,15 @@ class Journal:
         change: RecordChange | None = None,
         data: dict[str, Any] | None = None,
     ) -> JobRecord:
+        """Record a status change with its event; while the job is being cancelled only its
+        end is recorded (the current record is returned instead)."""
         draft: EventDraft = {"kind": EventKind.status, "status": status, "text": message}
         if data:
             draft["data"] = data
-        return await self.write([draft], change=combine(change, status_change(status, message)))
+        try:
+            return await self.write([draft], change=combine(status_change(status, message), change))
+        except CancelPending:
+            return await self.registry.get(self.job_id)
 
     async def stage(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import hashlib
 import os
 import queue
@@ -66,7 +67,7 @@ class BackgroundService:
         )
         self._thread.start()
         self.service: JobService = self.call(self._open(settings))
-        # Jobs this kernel submitted or followed, so possibly drove: handed off at exit.
+        # Jobs this kernel submitted or followed and did not see end: handed off at exit.
         self.jobs: set[str] = set()
 
     @staticmethod
@@ -84,11 +85,16 @@ class BackgroundService:
         return self.spawn(coro).result()
 
     def close(self) -> None:
-        """Hand the jobs this kernel still drives to detached watchers, then stop."""
+        """Hand the jobs this kernel may still drive to detached watchers, then stop.
+
+        Runs at interpreter exit, when thread pools (the registry's included) take no more
+        work: nothing here may read the registry. A watcher given a finished job just exits;
+        one given a job whose lease this process could not release takes over when it expires.
+        """
         for job_id in sorted(self.jobs):
-            if not self.call(self.service.get(job_id)).status.terminal:
-                self.service.run_detached_watcher(job_id)
-        self.call(self.service.stop())
+            self.service.run_detached_watcher(job_id)
+        with contextlib.suppress(RuntimeError):  # "cannot schedule new futures after shutdown"
+            self.call(self.service.stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
@@ -220,6 +226,7 @@ def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool
                 continue
             if event is None:
                 pumping.result()  # re-raises what ended the stream early
+                runner.jobs.discard(job_id)  # over: nothing to hand off at exit
                 return True
             if not quiet or event.kind != EventKind.log:
                 view.handle(event)
@@ -308,7 +315,11 @@ def _usage_error(message: str) -> Exception:
 
 def run_line(line: str, shell: Any, cell: str | None = None) -> Any:
     try:
-        return _dispatch(shlex.split(line), shell, cell)
+        argv = shlex.split(line)
+    except ValueError as exc:  # e.g. an unclosed quote
+        raise _usage_error(f"j2c: {exc}") from None
+    try:
+        return _dispatch(argv, shell, cell)
     except J2CError as exc:
         raise _usage_error(f"j2c: {exc}") from None
 
@@ -408,6 +419,8 @@ def _cancel(args: list[str]) -> None:
     if ctx is not None:
         runner, record = _job_for(ctx)
         cancelled = runner.call(runner.service.cancel(record.id))
+        if not cancelled.status.terminal:
+            runner.jobs.add(cancelled.id)  # this kernel may be the one recording its end
         print(f"j2c: job {cancelled.id} {cancelled.status.value}")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable
@@ -48,7 +47,7 @@ from .pack import (
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
-from .watching import Watcher
+from .watching import Log, Watcher, until_available
 
 UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
 LAST_LINES = 20
@@ -108,24 +107,40 @@ def job_spec(
     settings: J2CSettings, record: JobRecord, manifest_uri: str, store: ObjectStore
 ) -> JobSpec:
     """What the scheduler gets: ``j2c-unpack <manifest> --output-uri <store> -- <args>`` in the
-    job's image, with the request's env plus ``J2C_JOB_ID`` (never a credential)."""
+    job's image, with the request's env, ``J2C_JOB_ID`` and where the store is (never a
+    credential). With presigned URLs the job has no way to write to the store, so its outputs
+    stay where the scheduler keeps them."""
     request = record.request
+    outputs = (
+        []
+        if settings.storage.presign_for_jobs
+        else [
+            "--output-uri",
+            store.uri(f"jobs/{record.id}/outputs"),
+        ]
+    )
     return JobSpec(
         key=f"j2c-{record.id}",
         job_id=record.id,
         name=record.name,
         image=job_image(settings, record),
-        command=[
-            *unpack_command(record.scheduler),
-            manifest_uri,
-            "--output-uri",
-            store.uri(f"jobs/{record.id}/outputs"),
-            "--",
-            *request.args,
-        ],
-        env={**request.env, "J2C_JOB_ID": record.id},
+        command=[*unpack_command(record.scheduler), manifest_uri, *outputs, "--", *request.args],
+        env={**request.env, **store_location_env(settings, store), "J2C_JOB_ID": record.id},
         resources=request.resources,
     )
+
+
+def store_location_env(settings: J2CSettings, store: ObjectStore) -> dict[str, str]:
+    """The ``J2C_STORAGE__*`` settings ``j2c-unpack`` needs to reach an S3-compatible store
+    (endpoint, region, addressing): locations only, credentials come from the cluster."""
+    if store.kind != "s3":
+        return {}
+    chosen = {
+        "ENDPOINT_URL": settings.storage.endpoint_url,
+        "REGION": settings.storage.region,
+        "ADDRESSING_STYLE": settings.storage.addressing_style,
+    }
+    return {f"J2C_STORAGE__{name}": value for name, value in chosen.items() if value}
 
 
 def unpack_command(scheduler: str) -> list[str]:
@@ -157,7 +172,7 @@ class Pipeline:
         settings: J2CSettings,
         journal: Journal,
         backends: Backends,
-        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+        log: Log,
     ) -> None:
         self.settings = settings
         self.journal = journal
@@ -177,6 +192,9 @@ class Pipeline:
         if record.status.terminal:
             return
         handle = record.handle
+        if handle is None and record.status == JobStatus.cancelling:
+            await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
+            return
         if handle is None:
             handle = await self._prepare_and_submit(record)
             if handle is None:
@@ -446,7 +464,9 @@ class Pipeline:
         self.submitting = True
         await self._started(Stage.submit, inputs, f"submit: sending the job to {record.scheduler}")
         scheduler = self.backends.scheduler(record.scheduler)
-        handle = await scheduler.submit(spec)
+        handle = await until_available(
+            lambda: scheduler.submit(spec), f"submit of {self.job_id}", self.log, attempts=6
+        )
 
         def apply(job: JobRecord) -> None:
             job.handle = handle
@@ -459,8 +479,8 @@ class Pipeline:
             {"handle": handle.model_dump(mode="json")},
             change=apply,
         )
-        await self.journal.status(JobStatus.submitted, f"submitted as {handle.id}")
-        if (await self.registry.get(self.job_id)).status == JobStatus.cancelling:
+        current = await self.journal.status(JobStatus.submitted, f"submitted as {handle.id}")
+        if current.status == JobStatus.cancelling:  # asked while it was being submitted
             await scheduler.cancel(handle)
         return handle
 
@@ -470,12 +490,12 @@ class Pipeline:
         inputs = StageInputs({"handle": handle.id})
         await self._started(Stage.watch, inputs, f"watch: following {handle.id}")
         scheduler = self.backends.scheduler(handle.scheduler)
-
-        async def current_status() -> JobStatus:
-            return (await self.registry.get(self.job_id)).status
-
         state = await Watcher(
-            self.journal, scheduler, handle, status_hint=current_status, log=self.log
+            self.journal,
+            scheduler,
+            handle,
+            current=lambda: self.registry.get(self.job_id),
+            log=self.log,
         ).run()
         await self._finished(
             Stage.watch, inputs, "finished", f"watch: job ended ({state.status.value})", {}

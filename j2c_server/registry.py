@@ -244,12 +244,6 @@ class Registry:
         )
         return None if row is None else _record(row)
 
-    async def update(self, job_id: str, change: RecordChange) -> JobRecord:
-        """Apply ``change`` to the stored record atomically (read, change, write in one
-        transaction), so writers in other processes never lose each other's updates."""
-        record, _ = await self._call(self._append, job_id, [], change, None, None)
-        return record
-
     async def remove(self, job_id: str) -> None:
         """Delete a finished job, its events and its lease; a job still going is a Conflict."""
         await self._call(self._remove, job_id)

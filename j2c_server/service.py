@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib
 import logging
 import os
 import secrets
@@ -24,7 +25,7 @@ from typing import Any
 from .backends import Backends
 from .config import J2CSettings
 from .driver import LEASE_TTL_S, JobDriver, new_owner
-from .errors import Conflict, InvalidInput
+from .errors import Conflict, InvalidInput, J2CError
 from .eventbus import EventBus
 from .journal import Journal
 from .models import Event, EventKind, JobRecord, JobRequest, JobStatus
@@ -34,12 +35,22 @@ from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec
 from .registry import open_registry
 from .schedulers import BACKENDS
 from .storage.base import manifest_key
+from .watching import Log
 
 POLL_S = 0.05  # other processes' events reach a follower within this
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 STREAM_BATCH = 500
 WATCH_RETRY_S = 1.0
-Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
+# Backends whose own job document is what a dry run shows: name -> "module:function(spec,
+# settings)", imported only when asked for.
+NATIVE_SPECS = {"kubernetes": "j2c_server.schedulers.kube_spec:render_job"}
+
+
+class ServiceStopping(J2CError):
+    """The service stopped while a client followed a job (the job itself goes on)."""
+
+    status_code = 503
+    code = "stopping"
 
 
 def request_key(request: JobRequest) -> str:
@@ -66,6 +77,7 @@ class JobService:
         self._drivers: dict[str, JobDriver] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._started = False
+        self._stopping = False
 
     # ------------------------------------------------------------------ life cycle
 
@@ -81,6 +93,9 @@ class JobService:
     async def stop(self) -> None:
         """Stop driving jobs without cancelling them: their leases are released, so another
         process (a restarted server, a detached watcher) takes over at once."""
+        if self._stopping:
+            return
+        self._stopping = True
         tasks = list(self._background)
         for task in tasks:
             task.cancel()
@@ -88,7 +103,7 @@ class JobService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.backends.close()
-        self.registry.close()
+        await asyncio.to_thread(self.registry.close)  # waits for calls in flight
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -160,7 +175,7 @@ class JobService:
     async def dry_run(self, request: JobRequest) -> dict[str, Any]:
         """The job spec the scheduler would get, from a real pack (layers land in the local
         cache); nothing is uploaded, submitted or recorded. A backend with a native job
-        document shows that instead (its ``render(spec)``, e.g. a Kubernetes batch/v1 Job)."""
+        document shows that instead (:data:`NATIVE_SPECS`, e.g. a Kubernetes batch/v1 Job)."""
         record = self._draft(await self._resolve(request))
         async with self.backends.pack_slots:
             result, packed_at = await self.backends.packers.pack(
@@ -170,11 +185,14 @@ class JobService:
         manifest = make_manifest(result, source_image=image, created_at=packed_at)
         store = self.backends.store()
         spec = job_spec(self.settings, record, store.uri(manifest_key(manifest.digest())), store)
-        render = getattr(self.backends.scheduler(record.scheduler), "render", None)
-        if callable(render):
-            rendered: dict[str, Any] = render(spec)
-            return rendered
-        return spec.model_dump(mode="json")
+        renderer = NATIVE_SPECS.get(record.scheduler)
+        if renderer is None:
+            return spec.model_dump(mode="json")
+        module, _, function = renderer.partition(":")
+        rendered: dict[str, Any] = getattr(importlib.import_module(module), function)(
+            spec, self.settings
+        )
+        return rendered
 
     def _draft(self, resolved: JobRequest) -> JobRecord:
         """The record of a request before it has an id (preflight and dry runs stop here)."""
@@ -233,6 +251,8 @@ class JobService:
         idle_since = time.monotonic()
         with self.bus.subscribe(job_id) as wake:
             while True:
+                if self._stopping:
+                    raise ServiceStopping("j2c is shutting down; reconnect with your last seq")
                 wake.clear()
                 events, status = await self.registry.events(job_id, last, STREAM_BATCH)
                 for event in events:

@@ -9,12 +9,14 @@ or SIGINT release the lease first, so the next process takes over at once.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
 
 from .config import J2CSettings, load_settings, validate_settings
 from .errors import J2CError
+from .service import JobService
 
 log = logging.getLogger("j2c.watch")
 
@@ -23,20 +25,15 @@ def _settings_from_stdin() -> J2CSettings:
     raw = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
     if not raw.strip():
         return load_settings()
-    import json
-
     return validate_settings(json.loads(raw), source="stdin")
 
 
 async def _watch(settings: J2CSettings, job_id: str) -> int:
-    from .service import JobService
-
     service = JobService(settings, log=log)
     task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
+    assert task is not None
     for signum in (signal.SIGTERM, signal.SIGINT):
-        if task is not None:
-            loop.add_signal_handler(signum, task.cancel)
+        asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
     try:
         record = await service.watch(job_id)
         log.info("job %s ended: %s", job_id, record.status.value)

@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from .errors import SchedulerUnavailable
 from .journal import Journal
-from .models import EventKind, JobHandle, JobStatus
+from .models import EventKind, JobHandle, JobRecord, JobStatus
 from .registry import EventDraft
 from .schedulers.base import LogLine, Scheduler, SchedulerState
 
@@ -24,6 +25,8 @@ MAX_BATCH = 1000
 QUEUE_LINES = 10_000  # bounded: a job printing faster than we persist waits for us
 STATUS_INTERVAL_S = 1.0
 RETRY_MAX_S = 30.0
+T = TypeVar("T")
+Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 
 class Watcher:
@@ -33,13 +36,13 @@ class Watcher:
         scheduler: Scheduler,
         handle: JobHandle,
         *,
-        status_hint: Callable[[], Awaitable[JobStatus]],
-        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+        current: Callable[[], Awaitable[JobRecord]],
+        log: Log,
     ) -> None:
         self.journal = journal
         self.scheduler = scheduler
         self.handle = handle
-        self.status_hint = status_hint
+        self.current = current
         self.log = log
 
     async def run(self) -> SchedulerState:
@@ -56,7 +59,7 @@ class Watcher:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        return await self._retrying(lambda: self.scheduler.status(self.handle), "status")
+        return await self._status()
 
     async def _read_logs(self, cursor: str | None, queue: asyncio.Queue[LogLine | None]) -> None:
         try:
@@ -102,29 +105,35 @@ class Watcher:
         """Turn the scheduler's non-terminal states (queued, running, ...) into status events;
         the terminal one is recorded by the results stage, after the last line."""
         while True:
-            state = await self._retrying(lambda: self.scheduler.status(self.handle), "status")
-            current = await self.status_hint()
-            wanted = state.status
+            state = await self._status()
+            record = await self.current()
             if (
-                not wanted.terminal
-                and wanted != current
-                and current != JobStatus.cancelling
-                and wanted != JobStatus.submitted
+                not state.status.terminal
+                and state.status != JobStatus.submitted
+                and record.status != JobStatus.cancelling
+                and (state.status, state.message) != (record.status, record.message)
             ):
-                await self.journal.status(wanted, state.message)
+                await self.journal.status(state.status, state.message)
             await asyncio.sleep(STATUS_INTERVAL_S)
 
-    async def _retrying(
-        self, call: Callable[[], Awaitable[SchedulerState]], what: str
-    ) -> SchedulerState:
-        attempt = 0
-        while True:
-            try:
-                return await call()
-            except SchedulerUnavailable as exc:
-                attempt += 1
-                delay = min(RETRY_MAX_S, 0.5 * 2**attempt)
-                self.log.warning(
-                    "j2c: %s of %s: %s; retry in %.0fs", what, self.handle.id, exc, delay
-                )
-                await asyncio.sleep(delay)
+    async def _status(self) -> SchedulerState:
+        what = f"status of {self.handle.id}"
+        return await until_available(lambda: self.scheduler.status(self.handle), what, self.log)
+
+
+async def until_available(
+    call: Callable[[], Awaitable[T]], what: str, log: Log, *, attempts: int | None = None
+) -> T:
+    """``call()``, retried with backoff while the scheduler is unavailable (all ``attempts``
+    used: the last error is raised)."""
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except SchedulerUnavailable as exc:
+            attempt += 1
+            if attempts is not None and attempt >= attempts:
+                raise
+            delay = min(RETRY_MAX_S, 0.5 * 2**attempt)
+            log.warning("j2c: %s: %s; retry in %.0fs", what, exc, delay)
+            await asyncio.sleep(delay)

@@ -16,7 +16,7 @@ import click
 from ..models import Event, EventKind, JobRecord
 from .options import config_option, json_option, load_cli_config
 from .output import print_json, print_json_line, say
-from .render import TerminalRenderer
+from .render import TerminalRenderer, stage_line
 from .session import detach_signals, follow_until, open_service, resolve_job
 from .submit import DETACHED_EXIT, detached_message
 
@@ -54,9 +54,7 @@ def describe(record: JobRecord) -> str:
     if record.exit_code is not None:
         lines.append(f"exit code  {record.exit_code}")
     for name, stage in record.stages.items():
-        took = f" {stage.seconds:.1f}s" if stage.seconds is not None else ""
-        why = f" ({stage.reason})" if stage.reason else ""
-        lines.append(f"  {name:<9} {stage.state}{took}{why}")
+        lines.append("  " + stage_line(name, stage.state, stage.seconds, stage.reason))
     if record.results and record.results.output_uri:
         lines.append(f"outputs    {record.results.output_uri}")
     return "\n".join(lines)

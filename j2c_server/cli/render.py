@@ -18,6 +18,10 @@ BAR_WIDTH = 24
 # j2c-unpack's own lines in a job's log start so (see ``unpack/log.py``); they are j2c's status
 # lines, not the job's output.
 UNPACK_LINE_PREFIX = "j2c: "
+# Statuses the stage lines already tell about; plain output skips their status lines.
+PIPELINE_STATUSES = frozenset(
+    {JobStatus.pending, JobStatus.packing, JobStatus.uploading, JobStatus.submitted}
+)
 REDRAW_INTERVAL_S = 0.1
 _SIGNAL_EXIT_BASE = 128
 
@@ -38,10 +42,7 @@ class StageView:
         label = f"{self.stage.value:<9}"
         if self.state == "started":
             return f"{label} {self._progress()}".rstrip()
-        took = f" {self.seconds:.1f}s" if self.seconds is not None else ""
-        # The pipeline's texts start with the stage's name ("scan: 12 files"); it is the label.
-        text = (self.text or "").removeprefix(f"{self.stage.value}: ")
-        return f"{label} {self.state}{took}{'  ' + text if text else ''}"
+        return stage_line(self.stage.value, self.state, self.seconds, self.text)
 
     def _progress(self) -> str:
         if self.done is None:
@@ -56,6 +57,13 @@ class StageView:
 
     def _rate(self) -> str:
         return f"  {amount(self.rate, 'bytes')}/s" if self.rate else ""
+
+
+def stage_line(stage: str, state: str, seconds: float | None, text: str | None) -> str:
+    took = f" {seconds:.1f}s" if seconds is not None else ""
+    # The pipeline's texts start with the stage's name ("scan: 12 files"); it is the label.
+    detail = (text or "").removeprefix(f"{stage}: ")
+    return f"{stage:<9} {state}{took}{'  ' + detail if detail else ''}"
 
 
 def amount(value: float, unit: str) -> str:
@@ -173,11 +181,13 @@ class TerminalRenderer:
             self._freeze()
             self._say(f"j2c: error: {event.text}")
         elif event.kind == EventKind.status:
-            if not self._live or event.terminal:
+            if event.terminal:
                 self._freeze()
                 self._say(status_line(self.job_id, event))
-            else:
+            elif self._live:
                 self._draw(force=True)
+            elif event.status not in PIPELINE_STATUSES:
+                self._say(status_line(self.job_id, event))
         elif event.kind == EventKind.stage:
             if self._live:
                 self._draw(force=True)

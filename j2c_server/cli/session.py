@@ -45,7 +45,9 @@ async def resolve_job(service: JobService, ref: str) -> JobRecord:
     if exact:
         return exact[0]
     if not matches:
-        raise NotFound(f"no job with id {ref!r}", field="job", hint="`j2c list` shows the jobs")
+        raise NotFound(
+            f"no job with id {ref!r}", field="job", hint="`j2c list` or `%j2c list` shows them"
+        )
     if len(matches) > 1:
         ids = ", ".join(sorted(record.id for record in matches)[:5])
         raise InvalidInput(f"job id prefix {ref!r} is ambiguous: {ids}", field="job")

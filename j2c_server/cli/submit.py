@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..config import J2CSettings
 from ..models import JobRequest
 from .failures import exit_code_for_code
 from .options import (
@@ -68,12 +69,12 @@ submit = _make_command("submit", _HELP)
 pack = _make_command("pack", "Alias of `j2c submit`.\n\n" + _HELP)
 
 
-async def _dry_run(settings: Any, request: JobRequest) -> Any:
+async def _dry_run(settings: J2CSettings, request: JobRequest) -> dict[str, Any]:
     async with open_service(settings) as service:
         return await service.dry_run(request)
 
 
-async def _submit(settings: Any, request: JobRequest, *, wait: bool, as_json: bool) -> int:
+async def _submit(settings: J2CSettings, request: JobRequest, *, wait: bool, as_json: bool) -> int:
     with detach_signals() as detach:
         async with open_service(settings) as service:
             return await _submit_with(service, request, detach, wait=wait, as_json=as_json)

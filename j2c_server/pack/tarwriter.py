@@ -137,6 +137,12 @@ class _Piece:
     bytes_done: int
 
 
+def _zeros(count: int) -> Iterator[bytes]:
+    while count > 0:
+        yield bytes(min(PIECE, count))
+        count -= PIECE
+
+
 def _read_file(path: str, entry: Entry, stats: WriteStats) -> Iterator[bytes]:
     """The entry's contents, exactly ``entry.size`` bytes (a file that changed size while
     being packed is cut or zero-padded and reported, so the archive stays well-formed)."""
@@ -144,7 +150,7 @@ def _read_file(path: str, entry: Entry, stats: WriteStats) -> Iterator[bytes]:
         handle = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in the finally below
     except FileNotFoundError:
         stats.changed.append(entry.rel)
-        yield bytes(entry.size)
+        yield from _zeros(entry.size)
         return
     try:
         left = entry.size
@@ -152,7 +158,7 @@ def _read_file(path: str, entry: Entry, stats: WriteStats) -> Iterator[bytes]:
             chunk = handle.read(min(PIECE, left))
             if not chunk:
                 stats.changed.append(entry.rel)
-                yield bytes(left)
+                yield from _zeros(left)
                 return
             left -= len(chunk)
             yield chunk

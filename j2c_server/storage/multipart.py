@@ -61,9 +61,8 @@ class MultipartUpload:
     concurrency: int
     attempts: int
     progress: ProgressFn | None = None
-    sent: int = 0
-    reused_parts: int = 0
-    _etags: dict[int, str] = field(default_factory=dict)
+    sent: int = field(default=0, init=False)
+    _etags: dict[int, str] = field(default_factory=dict, init=False)
 
     async def run(self) -> int:
         parts = plan_parts(self.size, self.part_size)
@@ -104,7 +103,6 @@ class MultipartUpload:
         # most ``concurrency`` parts are in flight.
         for part in queue:
             if await self._already_stored(part, stored.get(part.number)):
-                self.reused_parts += 1
                 continue
             self._etags[part.number] = await self._call(
                 "upload_part", body=part, UploadId=upload_id, PartNumber=part.number

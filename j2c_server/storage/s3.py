@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import importlib
 import logging
 import os
 from collections.abc import Iterator
@@ -91,6 +92,8 @@ class S3Store:
         return self._client
 
     async def _open_client(self) -> tuple[Any, AsyncExitStack]:
+        # Importing aiobotocore takes ~0.4 s: not on the event loop of a Jupyter server.
+        await asyncio.to_thread(importlib.import_module, "aiobotocore.session")
         from aiobotocore.config import AioConfig
         from aiobotocore.session import AioSession
 
@@ -108,8 +111,9 @@ class S3Store:
             max_pool_connections=max(10, settings.concurrency + 2),
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
+            warm_up_loader_caches=True,  # botocore's JSON models load in a thread, not the loop
         )
-        session = AioSession(profile=settings.profile)
+        session = await asyncio.to_thread(AioSession, profile=settings.profile)
         stack = AsyncExitStack()
         client = await stack.enter_async_context(
             session.create_client("s3", endpoint_url=settings.endpoint_url, config=config)

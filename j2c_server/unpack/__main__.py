@@ -19,14 +19,18 @@ after the command line is parsed, so ``--help`` answers without loading pydantic
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .errors import UnpackError
+from .errors import LocalIOError, UnpackError
 from .log import Stage, say, size_text
+
+if TYPE_CHECKING:
+    from .fetch import Fetched
+    from .homes import Placement
+    from .interpreter import Interpreter
 
 _EXIT_CODES = """exit codes:
   the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
@@ -38,14 +42,10 @@ _EXIT_CODES = """exit codes:
 
 def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Options before ``--``; everything after it goes to the entry point unchanged."""
-    own, user_args = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :])
-        if "--" in argv
-        else (
-            argv,
-            [],
-        )
-    )
+    own, user_args = argv, []
+    if "--" in argv:
+        split = argv.index("--")
+        own, user_args = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(
         prog="j2c-unpack",
         description="Fetch a j2c job's layers, verify and extract them, make the venv work here, "
@@ -55,7 +55,10 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("manifest", metavar="MANIFEST_URI", help="file://, s3:// or https://")
     parser.add_argument(
-        "--workdir", type=Path, help="j2c-unpack's folder (default: a folder in $TMPDIR)"
+        "--workdir",
+        type=Path,
+        help="j2c-unpack's folder, kept after the job (default: a temporary folder, removed "
+        "at the end except outputs)",
     )
     parser.add_argument(
         "--paths",
@@ -93,70 +96,76 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
-    from ..models import LayerRole
-    from .extract import extract_layer
     from .fetch import download_layers, read_manifest
-    from .homes import place_layers, prepare_workdir
+    from .homes import place_layers
     from .interpreter import check_python, this_interpreter
-    from .relocate import fix_venv, verify_venv
     from .run import entry_command, job_environment, run_child, working_dir
+    from .workdir import workdir_in_use
 
     # 1-2: what to run, and whether this interpreter can run it at all.
     manifest = read_manifest(options.manifest)
     interpreter = this_interpreter()
     check_python(manifest, interpreter)
 
-    # 3: where the layers go.
-    workdir = prepare_workdir(options.workdir or _default_workdir(options.manifest))
-    placement = place_layers(manifest, options.paths, workdir)
+    with workdir_in_use(options.workdir, keep=options.no_run) as workdir:
+        # 3: where the layers go.
+        placement = place_layers(manifest, options.paths, workdir)
 
-    # 4: every layer, verified, before anything is extracted.
-    fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
+        # 4: every layer, verified, before anything is extracted.
+        fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
 
-    # 5: extraction, code first (a venv inside the project goes into the code folder).
+        # 5: extraction, code first (a venv inside the project goes into the code folder).
+        _extract_all(fetched, placement)
+
+        # 6: the venv, working at its home with this interpreter.
+        python = _prepare_venv(placement, interpreter)
+
+        # 7: the entry point.
+        output_dir = _output_dir(options, workdir)
+        argv = entry_command(manifest, placement.code, python, output_dir, user_args)
+        cwd = working_dir(manifest, placement.code)
+        if options.no_run:
+            say("running", f"skipped (--no-run); prepared in {workdir}")
+            return 0
+        stage = Stage("running")
+        code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
+        stage.done(f"exit code {code}")
+
+        # 8: the outputs, whatever the exit code.
+        if options.output_uri:
+            code = _upload_outputs(output_dir, options.output_uri, code)
+        return code
+
+
+def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
+    from ..models import LayerRole
+    from .extract import extract_layer
+
     stage = Stage("extracting")
     total = 0
     for item in sorted(fetched, key=lambda f: f.layer.role != LayerRole.code):
-        home = placement.homes[item.layer.role]
-        result = extract_layer(item.path, home, venv=item.layer.role == LayerRole.venv)
+        role = item.layer.role
+        home = placement.homes[role]
+        result = extract_layer(item.path, home, venv=role == LayerRole.venv)
         total += result.bytes
-        say("extracting", f"{item.layer.role.value} layer: {result.entries} entries into {home}")
+        say("extracting", f"{role.value} layer: {result.entries} entries into {home}")
     stage.done(f"{size_text(total)} written ({placement.mode} paths)")
 
-    # 6: the venv, working at its home with this interpreter.
-    python = interpreter.executable
-    if placement.venv is not None:
-        stage = Stage("relocating")
-        changed = fix_venv(placement.venv, interpreter, placement.moves)
-        verify_venv(placement.venv)
-        stage.done(f"venv at {placement.venv} runs: {changed} files rewritten")
-        python = placement.venv / "bin" / "python"
 
-    # 7: the entry point.
-    output_dir = _output_dir(options, workdir)
-    argv = entry_command(manifest, placement.code, python, output_dir, user_args)
-    cwd = working_dir(manifest, placement.code)
-    if options.no_run:
-        say("running", "skipped (--no-run)")
-        return 0
-    stage = Stage("running")
-    code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
-    stage.done(f"exit code {code}")
+def _prepare_venv(placement: Placement, interpreter: Interpreter) -> Path:
+    """The interpreter that runs the job: the venv's, once it is proved to work here."""
+    from .relocate import fix_venv, verify_venv
 
-    # 8: the outputs, whatever the exit code.
-    if options.output_uri:
-        code = _upload_outputs(output_dir, options.output_uri, code)
-    return code
-
-
-def _default_workdir(manifest_uri: str) -> Path:
-    name = hashlib.sha256(manifest_uri.encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"j2c-{name}"
+    if placement.venv is None:
+        return interpreter.executable
+    stage = Stage("relocating")
+    changed = fix_venv(placement.venv, interpreter, placement.moves)
+    verify_venv(placement.venv)
+    stage.done(f"venv at {placement.venv} runs: {changed} files rewritten")
+    return placement.venv / "bin" / "python"
 
 
 def _output_dir(options: argparse.Namespace, workdir: Path) -> Path:
-    from .errors import LocalIOError
-
     chosen = options.output_dir or os.environ.get("J2C_OUTPUT_DIR") or workdir / "outputs"
     output_dir = Path(os.path.abspath(chosen))
     try:

@@ -45,6 +45,14 @@ from .errors import LayerCorrupt, LocalIOError, UnsafeEntry
 CHUNK = 1024 * 1024
 PREFETCH_CHUNKS = 8
 MAX_LINK_HOPS = 40
+MAX_HEADER_BYTES = 1024 * 1024  # a pax record or GNU long name is read whole into memory
+_HEADER_TYPES = {
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+}
 # A venv's own interpreter links; their target is the base interpreter, outside the venv.
 INTERPRETER_LINK = re.compile(r"^bin/python[0-9.]*$")
 
@@ -93,7 +101,9 @@ class _Extraction:
         self.bytes = 0
 
     def run(self) -> Extracted:
-        with tarfile.open(fileobj=self.stream, mode="r:") as tar:  # type: ignore[call-overload]
+        with tarfile.open(  # type: ignore[call-overload]
+            fileobj=self.stream, mode="r:", tarinfo=_BoundedHeaders
+        ) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # tarfile keeps every header otherwise: memory grows
                 self._member(member)
@@ -248,6 +258,18 @@ class _Extraction:
             mtime_ns = int(member.mtime * 1_000_000_000)
             os.utime(path, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
             os.chmod(path, (member.mode & 0o777) | 0o700)
+
+
+class _BoundedHeaders(tarfile.TarInfo):
+    """tarfile reads extended headers whole: a huge one must not exhaust memory."""
+
+    def _proc_member(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
+            raise UnsafeEntry(
+                f"the archive has a {self.size}-byte extended header before entry "
+                f"{self.name!r} (at most {MAX_HEADER_BYTES} are read)"
+            )
+        return super()._proc_member(archive)  # type: ignore[misc,no-any-return]
 
 
 def _relative_name(name: str, entry: str) -> str:

@@ -8,9 +8,8 @@
   inside the code folder when it lived inside the project. The paths the venv embeds are then
   rewritten (relocate.py).
 
-The workdir belongs to j2c-unpack: a marker file says so, and only a marked workdir is ever
-cleaned (a restarted job replaces its previous ``code``/``venv`` folders). An unmarked workdir
-that is not empty is refused rather than touched.
+In relocate mode a previous run's ``code``/``venv`` folders in the workdir (a restarted job) are
+replaced; the workdir is j2c-unpack's own (workdir.py), so nothing else is ever removed.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from .errors import LocalIOError, ManifestInvalid
 from .log import say
 
 Mode = Literal["original", "relocate"]
-MARKER = ".j2c-unpack-workdir"
 
 
 @dataclass(frozen=True)
@@ -42,26 +40,6 @@ class Placement:
     @property
     def venv(self) -> Path | None:
         return self.homes.get(LayerRole.venv)
-
-
-def prepare_workdir(workdir: Path) -> Path:
-    """Create (or adopt) the workdir; refuse a non-empty folder that j2c-unpack did not make."""
-    workdir = Path(os.path.abspath(workdir))
-    marker = workdir / MARKER
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-        if not marker.exists() and any(workdir.iterdir()):
-            raise LocalIOError(
-                f"the workdir {workdir} is not empty and was not made by j2c-unpack",
-                field="workdir",
-                hint="choose an empty or new folder with --workdir",
-            )
-        marker.touch()
-    except OSError as exc:
-        raise LocalIOError(
-            f"cannot use {workdir} as the workdir: {exc.strerror or exc}", field="workdir"
-        ) from None
-    return workdir
 
 
 def place_layers(manifest: Manifest, mode: Mode, workdir: Path) -> Placement:
@@ -103,11 +81,10 @@ def _relocated_homes(originals: dict[LayerRole, Path], workdir: Path) -> dict[La
     homes = {LayerRole.code: code}
     venv = originals.get(LayerRole.venv)
     if venv is not None:
+        project = originals[LayerRole.code]
         # A venv inside the project keeps its place relative to the code.
-        inside = venv.is_relative_to(originals[LayerRole.code])
-        homes[LayerRole.venv] = (
-            code / venv.relative_to(originals[LayerRole.code]) if inside else (workdir / "venv")
-        )
+        inside = venv.is_relative_to(project)
+        homes[LayerRole.venv] = code / venv.relative_to(project) if inside else workdir / "venv"
     return homes
 
 

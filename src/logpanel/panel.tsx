@@ -51,7 +51,7 @@ export class LogPanel extends Panel {
     this.trans = options.trans;
     this._jobs = options.jobs;
     this._openNotebook = options.openNotebook;
-    this.id = `j2c-log-${options.jobId}`;
+    this.id = `j2c-logpanel-${options.jobId}`;
     this.addClass('j2c-LogPanel');
     this.title.label = options.jobId;
     this.title.closable = true;
@@ -172,7 +172,7 @@ export class LogPanel extends Panel {
   private _setTitle(): void {
     const name = this._record?.name ?? this.jobId;
     const status = this.progress.status ?? this._record?.status ?? '';
-    this.title.label = name;
+    this.title.label = this.trans.__('%1 log', name);
     this.title.caption = this.trans.__('%1 (%2): %3', name, this.jobId, status);
     this.title.className = status ? `j2c-mod-${status}` : '';
   }

@@ -56,7 +56,7 @@ export function createLogWidget(
   trans: TranslationBundle
 ): MainAreaWidget<LogPanel> {
   const widget = new MainAreaWidget({ content: panel });
-  widget.id = panel.id;
+  widget.id = `j2c-log-${panel.jobId}`;
   widget.title.icon = computeIcon;
   widget.addClass('j2c-LogWidget');
 

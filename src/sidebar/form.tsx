@@ -141,7 +141,7 @@ function ResourceFields(props: IFormProps): JSX.Element {
             type="number"
             min={0.5}
             step={0.5}
-            placeholder={trans.__('default')}
+            placeholder={trans.__('auto')}
             className="jp-mod-styled j2c-Input"
           />
         )}
@@ -152,7 +152,7 @@ function ResourceFields(props: IFormProps): JSX.Element {
             <input
               {...control}
               list="j2c-memory-presets"
-              placeholder={trans.__('default')}
+              placeholder={trans.__('auto')}
               className="jp-mod-styled j2c-Input"
               spellCheck={false}
             />
@@ -269,12 +269,12 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
         </div>
       ) : null}
       <div className="j2c-Form-actions">
-        <Button type="submit" minimal={false} className="j2c-Check">
+        <Button type="submit" className="jp-mod-styled j2c-Check">
           {form.preflight.running ? trans.__('Checking…') : trans.__('Check')}
         </Button>
         <Button
           type="button"
-          className="jp-mod-accept j2c-Send"
+          className="jp-mod-styled jp-mod-accept j2c-Send"
           disabled={form.sending}
           onClick={onSend}
         >

@@ -107,3 +107,11 @@ def test_signal_exit_reads_as_128_plus_signal() -> None:
 
 def test_failure_without_exit_code_is_1() -> None:
     assert exit_code_of(record(JobStatus.failed, None)) == 1
+
+
+def test_plain_renderer_tells_queued_and_running_but_not_the_pipelines_own_statuses() -> None:
+    err = io.StringIO()
+    renderer = TerminalRenderer("j1", tty=False, out=io.StringIO(), err=err)
+    for status in (JobStatus.packing, JobStatus.queued, JobStatus.running):
+        renderer.handle(event(EventKind.status, status=status, text=None))
+    assert err.getvalue().splitlines() == ["j2c: job j1 queued", "j2c: job j1 running"]

@@ -217,3 +217,23 @@ def test_dry_run_prints_the_job_spec_and_submits_nothing(
     if scheduler == "kubernetes":
         assert spec["kind"] == "Job"
     assert json.loads(run_j2c("list", "--json").stdout) == []
+
+
+def test_interrupting_logs_follow_detaches_and_says_how_to_resume(
+    cli_env: dict[str, str], cli_project: Path, cli_venv: Path, run_j2c: RunJ2C
+) -> None:
+    submitted = run_j2c(
+        *submit_args(cli_venv, "--no-wait", "--", "--lines", "100", "--sleep", "0.1"),
+        cwd=cli_project,
+    )
+    job_id = submitted.stdout.strip()
+    process = subprocess.Popen(
+        [J2C, "logs", "-f", job_id], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b"args")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert f"j2c logs -f {job_id} --after " in err.decode()
+    run_j2c("cancel", job_id)

@@ -45,9 +45,9 @@ def test_defaults_ship_the_project_around_the_notebook(project: Path) -> None:
 
 
 def test_defaults_ship_the_kernels_venv_when_it_runs_in_one(project: Path) -> None:
-    defaults = notebook_defaults(project, {}, {})
     in_venv = sys.prefix != sys.base_prefix
-    assert ("venv_path" in defaults) == in_venv
+    expected = str(Path(sys.prefix).resolve()) if in_venv else None
+    assert notebook_defaults(project, {}, {}).get("venv_path") == expected
 
 
 def test_cell_file_lives_in_the_project_and_is_named_by_content(project: Path) -> None:

@@ -205,8 +205,10 @@ def test_a_job_running_when_the_kernel_exits_is_watched_to_its_end(
         kernel = Kernel(manager, client, cli_venv)
         kernel.run("%load_ext j2c_server")
         kernel.run(
-            f"job = %j2c submit train.py --venv-path {cli_venv} --no-wait -- --lines 20 --sleep 0.1"
+            f"job = %j2c submit train.py --venv-path {cli_venv} --no-wait -- --lines 30 --sleep 0.1"
         )
+        # Running: the kernel drives it (follows its logs) when it is shut down.
+        kernel.run("import time\nwhile job.status.value != 'running': time.sleep(0.1)")
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=False)

@@ -95,17 +95,18 @@ def test_empty_and_block_sized_files(spec: PackSpec, project: Path, cache: Path)
     assert read(blob, "block.bin") == b"b" * 512
 
 
-def test_file_that_changes_size_while_packed_keeps_the_archive_well_formed(
+def test_file_that_changes_or_vanishes_while_packed_keeps_the_archive_well_formed(
     project: Path, tmp_path: Path
 ) -> None:
     scanned = scan_code(project, CodeRules([], []), None)
     with (project / "data" / "train.csv").open("a") as grown:
         grown.write("appended after the scan\n")
     (project / "train.py").write_text("")  # shrunk to nothing after the scan
+    (project / "mypkg" / "__main__.py").unlink()  # gone after the scan
     blob = tmp_path / "layer.tar.zst"
     with blob.open("wb") as out:
         written = write_layer(str(project), scanned.entries, out, level=3, threads=1)
-    assert sorted(written.stats.changed) == ["data/train.csv", "train.py"]
+    assert sorted(written.stats.changed) == ["data/train.csv", "mypkg/__main__.py", "train.py"]
     with open_layer(blob) as archive:
         train = archive.getmember("train.py")
         handle = archive.extractfile(train)

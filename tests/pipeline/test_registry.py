@@ -45,6 +45,14 @@ def _record(job_id: str = "job-1", key: str = "k1", *, new: bool = False) -> Job
     )
 
 
+async def _finish(registry: Registry, status: JobStatus) -> None:
+    await registry.append(
+        "job-1",
+        [{"kind": "status", "status": status}],
+        change=lambda r: setattr(r, "status", status),
+    )
+
+
 def _pending() -> dict[str, object]:
     return {"kind": EventKind.status, "status": JobStatus.pending}
 
@@ -112,7 +120,7 @@ async def test_new_flag_creates_a_second_job_for_the_same_key(registry: Registry
 
 async def test_identical_request_after_a_failure_runs_again(registry: Registry) -> None:
     await registry.create_or_attach(_record("job-1"), _pending())
-    await registry.update("job-1", lambda r: setattr(r, "status", JobStatus.failed))
+    await _finish(registry, JobStatus.failed)
     record, created = await registry.create_or_attach(_record("job-2"), _pending())
     assert created
     assert record.id == "job-2"
@@ -120,7 +128,7 @@ async def test_identical_request_after_a_failure_runs_again(registry: Registry) 
 
 async def test_a_finished_job_takes_no_more_events(registry: Registry) -> None:
     await registry.create_or_attach(_record(), _pending())
-    await registry.update("job-1", lambda r: setattr(r, "status", JobStatus.succeeded))
+    await _finish(registry, JobStatus.succeeded)
     with pytest.raises(Conflict):
         await registry.append("job-1", [{"kind": "log", "text": "late"}])
 
@@ -159,7 +167,7 @@ async def test_removing_a_running_job_is_a_conflict(registry: Registry) -> None:
 
 async def test_removed_job_is_gone_with_its_events(registry: Registry) -> None:
     await registry.create_or_attach(_record(), _pending())
-    await registry.update("job-1", lambda r: setattr(r, "status", JobStatus.cancelled))
+    await _finish(registry, JobStatus.cancelled)
     await registry.remove("job-1")
     with pytest.raises(NotFound):
         await registry.events("job-1")

@@ -42,11 +42,15 @@ async def test_restarted_server_finishes_a_running_job_and_its_stream(
     jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any, project: Path
 ) -> None:
     record = await submit(jp_fetch, args=["--lines", "40", "--sleep", "0.05"])
-    before = await follow(jp_ws_fetch, record.id, stop_after=1)
+    ws = await jp_ws_fetch("j2c", "api", "jobs", record.id, "stream")
+    before: list[Event] = []
     while len(log_lines(before)) < 5:
-        before += await follow(jp_ws_fetch, record.id, after=before[-1].seq, stop_after=1)
+        before.append(Event.model_validate_json(await ws.read_message()))
     service = await _restart(jp_serverapp)
     try:
+        while (message := await ws.read_message()) is not None:
+            before.append(Event.model_validate_json(message))
+        assert ws.close_code == 4503  # "the server is stopping": the browser reconnects
         after = await follow(jp_ws_fetch, record.id, after=before[-1].seq)
     finally:
         await service.stop()

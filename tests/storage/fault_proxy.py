@@ -6,7 +6,9 @@ Faults (drawn at ``rate`` with a fixed seed, or queued one by one with ``queue``
 - ``"500"`` / ``"503"``: an S3 error response (InternalError / SlowDown) instead of forwarding;
 - ``"reset"``: read the request, then reset the TCP connection without answering;
 - ``"slow"``: forward, but answer only after ``slow_s`` seconds (beyond the client's timeout);
-- ``"cut"``: forward, send the headers and half of the body, then reset the connection.
+- ``"cut"``: forward, send the headers and half of the body, then reset the connection;
+- ``"corrupt"``: forward the request with one byte of its body flipped (as a broken middlebox
+  would), so the server stores other bytes than the client sent.
 
 It also counts the request-body bytes it received (``bytes_up``), so a test can tell how much a
 client really sent, and can answer every request with one canned S3 error (``canned``).
@@ -25,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-FAULTS = ("500", "503", "reset", "slow", "cut")
+FAULTS = ("500", "503", "reset", "slow", "cut", "corrupt")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
@@ -164,6 +166,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if fault == "reset":
             self._reset()
             return
+        if fault == "corrupt" and body:
+            middle = len(body) // 2
+            body = body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1 :]
         status, headers, payload = self._forward(body)
         if fault == "slow":
             time.sleep(proxy.slow_s)

@@ -57,6 +57,24 @@ async def test_upload_completes_despite_errors_resets_and_timeouts(
         await clean.close()
 
 
+async def test_part_altered_on_the_way_is_detected_by_its_etag_and_sent_again(
+    s3_bucket: S3Target, fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    source, digest = random_file(tmp_path / "layer")
+    key = blob_key("sha256:" + digest)
+    fault_proxy.methods = frozenset({"PUT"})
+    fault_proxy.queue("corrupt", "corrupt")
+    store = open_store(s3_bucket.url, s3_bucket.via(fault_proxy.url).settings)
+    sent: list[int] = []
+    try:
+        await store.put_file(key, source, progress=sent.append)
+        await store.get_file(key, tmp_path / "out", sha256=digest)
+    finally:
+        await store.close()
+    assert fault_proxy.injected["corrupt"] == 2
+    assert sum(sent) == SIZE
+
+
 async def test_download_resumes_after_cut_bodies_and_errors_and_verifies(
     s3_bucket: S3Target, fault_proxy: FaultProxy, tmp_path: Path
 ) -> None:

@@ -66,6 +66,20 @@ async def test_small_file_goes_up_in_one_put(s3_bucket: S3Target, tmp_path: Path
     assert "-" not in etag["ETag"]
 
 
+async def test_empty_file_round_trips(s3_bucket: S3Target, tmp_path: Path) -> None:
+    store = s3_store(s3_bucket)
+    (tmp_path / "empty").write_bytes(b"")
+    empty_sha256 = hashlib.sha256(b"").hexdigest()
+    try:
+        await store.put_file(blob_key("sha256:" + empty_sha256), tmp_path / "empty")
+        await store.get_file(
+            blob_key("sha256:" + empty_sha256), tmp_path / "out", sha256=empty_sha256
+        )
+    finally:
+        await store.close()
+    assert (tmp_path / "out").read_bytes() == b""
+
+
 async def test_put_bytes_get_bytes_size_and_exists(s3_bucket: S3Target) -> None:
     store = s3_store(s3_bucket)
     try:

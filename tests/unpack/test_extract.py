@@ -153,6 +153,12 @@ def test_malicious_archive_writes_nothing_outside_and_leaves_the_target_empty(
     assert not os.path.lexists("/tmp/j2c-escaped")
 
 
+def test_a_huge_extended_header_is_refused_before_it_is_read(box: Path):
+    with pytest.raises(UnsafeEntry, match="extended header"):
+        extract(box, [Entry("deep/" * 400_000 + "name", data=b"x")])
+    assert everything_under(box) == ["target"]
+
+
 def test_a_file_that_is_not_a_tar_zst_is_corrupt(box: Path):
     archive = box.parent / "layer.tar.zst"
     archive.write_bytes(b"not zstd at all")

@@ -125,13 +125,3 @@ def test_an_entry_point_missing_from_the_code_layer_is_not_runnable(store: Path,
     done = run_unpack(uri, "--workdir", str(tmp_path / "job"))
     assert done.returncode == ExitCode.ENTRY
     assert "train.py is not in the code layer" in done.stderr
-
-
-def test_a_workdir_with_someone_elses_files_is_refused(small_job: SmallJob, tmp_path: Path):
-    workdir = tmp_path / "home"
-    workdir.mkdir()
-    (workdir / "thesis.tex").write_text("precious")
-    done = run_unpack(small_job.publish(), "--workdir", str(workdir), "--paths", "relocate")
-    assert done.returncode == ExitCode.LOCAL_IO
-    assert "not made by j2c-unpack" in done.stderr
-    assert sorted(p.name for p in workdir.iterdir()) == ["thesis.tex"]

@@ -14,8 +14,10 @@ interface IPageWindow {
 export async function openComputePanel(
   page: IJupyterLabPageFixture
 ): Promise<Locator> {
-  await page.getByRole('tab', { name: 'Compute' }).click();
   const panel = page.locator('#j2c-compute-sidebar');
+  if (!(await panel.isVisible())) {
+    await page.getByRole('tab', { name: 'Compute' }).click();
+  }
   await expect(panel).toBeVisible();
   return panel;
 }
