@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine: `make lab` (set up, then serve JupyterLab with j2c on the
 # embedded defaults) and `make test` (set up, then run every check). Logic lives in scripts/.
-.PHONY: setup lab demo test lint ui-test bench clean
+.PHONY: setup lab test clean
 
 setup:
 	bash scripts/setup.sh
@@ -8,14 +8,8 @@ setup:
 lab: setup
 	bash scripts/lab.sh
 
-demo: setup
-	bash scripts/demo.sh
-
 test:
 	bash scripts/test.sh
-
-bench: setup
-	.venv/bin/python benchmarks/run_all.py
 
 clean:
 	rm -rf .venv node_modules lib j2c_server/labextension ui-tests/node_modules .bench

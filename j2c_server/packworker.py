@@ -97,6 +97,9 @@ class _Worker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=LINE_LIMIT,
+            # Its own session: a Ctrl-C in the CLI's terminal or a kernel interrupt (sent to the
+            # whole process group) must not kill a pack in progress; it exits when stdin closes.
+            start_new_session=True,
         )
         return cls(process)
 

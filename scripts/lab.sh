@@ -1,22 +1,17 @@
 #!/usr/bin/env bash
-# Serves JupyterLab with j2c on the embedded defaults (local object store, local scheduler),
-# on a working copy of the example project with its venv made on top of the platform Python.
+# The main job on the embedded defaults (local object store, local scheduler): sends the example
+# project once with the j2c CLI (its log streams here; re-running attaches to the same job),
+# then serves JupyterLab on that workspace, where the job shows in the Compute panel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 
-root=${J2C_LAB_ROOT:-$PWD/.lab}
-project="$root/digits"
-if [ ! -d "$project" ]; then
-  mkdir -p "$root"
-  cp -r examples/digits "$project"
-fi
-if [ ! -x "$project/.venv/bin/python" ]; then
-  echo "lab: creating the example's venv (--system-site-packages)"
-  base=$(.venv/bin/python -c 'import sys; print(sys.base_prefix)')/bin/python3
-  "$base" -m venv --system-site-packages "$project/.venv"
-  "$project/.venv/bin/python" -m pip install -q -r "$project/requirements.txt"
-fi
+project=$(bash scripts/example-project.sh)
+root=$(dirname "$project")
 
+echo "lab: sending the example job (local scheduler, file:// store)"
+(cd "$project" && j2c submit train.py --venv-path .venv -- --epochs 5)
+
+echo "lab: serving JupyterLab on http://127.0.0.1:${LAB_PORT:-8888}/lab"
 exec jupyter lab --ServerApp.root_dir="$root" --ServerApp.ip=127.0.0.1 --no-browser \
-  --ServerApp.allow_root=True "$@"
+  --ServerApp.port="${LAB_PORT:-8888}" --ServerApp.allow_root=True "$@"

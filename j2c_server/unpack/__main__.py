@@ -48,6 +48,7 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         own, user_args = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(
         prog="j2c-unpack",
+        usage="%(prog)s MANIFEST_URI [options] [-- ARGS...]",
         description="Fetch a j2c job's layers, verify and extract them, make the venv work here, "
         "and run the entry point with it.",
         epilog=_EXIT_CODES,

@@ -207,7 +207,16 @@ def test_dry_run_prints_the_job_spec_and_submits_nothing(
     run_j2c: RunJ2C, cli_project: Path, cli_venv: Path, scheduler: str
 ) -> None:
     result = run_j2c(
-        *submit_args(cli_venv, "--dry-run", "--scheduler", scheduler, "--", "--x"),
+        *submit_args(
+            cli_venv,
+            "--dry-run",
+            "--scheduler",
+            scheduler,
+            "--image",
+            "registry.example/platform:1",
+            "--",
+            "--x",
+        ),
         cwd=cli_project,
     )
     assert result.returncode == 0, result.stderr
@@ -216,6 +225,8 @@ def test_dry_run_prints_the_job_spec_and_submits_nothing(
     assert "--x" in text and "j2c" in text
     if scheduler == "kubernetes":
         assert spec["kind"] == "Job"
+        container = spec["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"] == "registry.example/platform:1"
     assert json.loads(run_j2c("list", "--json").stdout) == []
 
 
