@@ -4,7 +4,8 @@ All methods send the same file (random bytes, ``.bench/upload-<N>MB.bin``) to th
 server (server mode, its own process, on loopback). Each upload runs in a fresh subprocess that
 reports its wall time and its peak RSS (``resource.getrusage``), both before the upload (after
 imports and client creation) and at the end, so the table shows what the transfer itself costs
-in memory. Each method runs ``--repeat`` times, alternating; the table shows medians.
+in memory. Each method runs ``--repeat`` times, interleaved, each round starting with another
+method; the table shows medians.
 
     python benchmarks/upload.py [--size-mb 256] [--repeat 3]
 
@@ -194,7 +195,9 @@ def main() -> None:
         client.create_bucket(Bucket=BUCKET)
         measure("j2c, blob already stored", server, endpoint, path, "", sha256)  # stores it once
         for round_ in range(args.repeat):
-            for method in METHODS:
+            # Each round starts with another method, so none always runs first.
+            shift = round_ % len(METHODS)
+            for method in METHODS[shift:] + METHODS[:shift]:
                 key = f"runs/{round_}/{method.replace(' ', '-').replace(',', '')}"
                 results[method].append(measure(method, server, endpoint, path, key, sha256))
                 if method != "j2c, blob already stored":

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from pathlib import PurePosixPath
 
 from .. import __version__
-from ..models import Manifest
+from ..models import EntryPoint, Manifest
 from .models import PackResult
 
 
@@ -27,4 +28,14 @@ def make_manifest(
         env=dict(env or {}),
         venv=result.venv,
         source_image=source_image,
+        workdir=entry_workdir(result.entry),
     )
+
+
+def entry_workdir(entry: EntryPoint) -> str:
+    """Where the entry runs, relative to the code layer: a notebook in its own folder, as
+    JupyterLab runs it (relative paths in notebooks assume that); scripts and modules at the
+    project root, as users launch them from there."""
+    if entry.kind == "notebook":
+        return str(PurePosixPath(entry.target).parent)
+    return "."

@@ -4,8 +4,12 @@ An interrupted upload is not aborted: the next run finds it (``list_multipart_up
 which parts the server already holds (``list_parts``) and sends only the rest. A stored part is
 reused only when its size and ETag (the MD5 of its bytes) match the local part, so a file that
 changed since cannot be stitched into a corrupt object. Each part streams from disk as the HTTP
-client reads it (memory stays a few chunks per concurrent part, whatever the part size), and the
-ETag the server returns must be the MD5 of the bytes sent, or the part is sent again.
+client reads it (memory stays a few chunks per concurrent part, whatever the part size).
+
+Integrity, twice: each part carries a CRC32 computed beforehand in a worker thread, which the
+server verifies (uploads are created with ``ChecksumAlgorithm=CRC32``, as boto3 does; a server
+that refuses checksums gets uploads without), and the ETag the server returns must be the MD5 of
+the bytes sent, or the part is sent again.
 """
 
 from __future__ import annotations
@@ -18,13 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from .base import ProgressFn
-from .filerange import FileRange, check_etag, range_md5
+from .filerange import FileRange, check_etag, range_digests
 from .retry import client_error_status, retrying
 
 log = logging.getLogger("j2c.storage")
 
 MAX_PARTS = 10_000  # S3's limit per upload
 MIB = 1024 * 1024
+CHECKSUM = "CRC32"
+# What servers without flexible checksums answer to ChecksumAlgorithm.
+_CHECKSUM_REFUSED = frozenset({"InvalidArgument", "InvalidRequest", "NotImplemented"})
 
 
 class UploadVanished(Exception):
@@ -36,6 +43,15 @@ class Part:
     number: int
     offset: int
     size: int
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """An upload of the key that an earlier run left unfinished, and what the server holds."""
+
+    upload_id: str
+    checksum: str | None
+    parts: dict[int, tuple[str, int]]  # part number -> (MD5 hex, size)
 
 
 def plan_parts(size: int, part_size: int) -> list[Part]:
@@ -62,15 +78,21 @@ class MultipartUpload:
     attempts: int
     progress: ProgressFn | None = None
     sent: int = field(default=0, init=False)
-    _etags: dict[int, str] = field(default_factory=dict, init=False)
+    _checksum: str | None = field(default=CHECKSUM, init=False)
+    _done: dict[int, dict[str, Any]] = field(default_factory=dict, init=False)
 
     async def run(self) -> int:
         parts = plan_parts(self.size, self.part_size)
-        upload_id, stored = await self._find_resumable()
-        if upload_id is None:
-            created = await self._call("create_multipart_upload")
-            upload_id = str(created["UploadId"])
+        unfinished = await self._find_unfinished()
+        if unfinished is None:
+            upload_id = await self._create()
+            stored: dict[int, tuple[str, int]] = {}
         else:
+            upload_id, stored, self._checksum = (
+                unfinished.upload_id,
+                unfinished.parts,
+                unfinished.checksum,
+            )
             log.info(
                 "resuming upload of s3://%s/%s: the server holds %d of %d parts",
                 self.bucket,
@@ -90,11 +112,22 @@ class MultipartUpload:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             raise
-        listing = [{"PartNumber": p.number, "ETag": self._etags[p.number]} for p in parts]
+        listing = [{"PartNumber": part.number, **self._done[part.number]} for part in parts]
         await self._call(
             "complete_multipart_upload", UploadId=upload_id, MultipartUpload={"Parts": listing}
         )
         return self.sent
+
+    async def _create(self) -> str:
+        try:
+            created = await self._call("create_multipart_upload", ChecksumAlgorithm=CHECKSUM)
+        except Exception as exc:
+            if client_error_status(exc)[1] not in _CHECKSUM_REFUSED:
+                raise
+            log.info("s3://%s refuses checksums; uploading without", self.bucket)
+            self._checksum = None
+            created = await self._call("create_multipart_upload")
+        return str(created["UploadId"])
 
     async def _send_parts(
         self, queue: Iterator[Part], upload_id: str, stored: dict[int, tuple[str, int]]
@@ -102,30 +135,27 @@ class MultipartUpload:
         # Workers share one iterator: each takes the next part only when it is free, so at
         # most ``concurrency`` parts are in flight.
         for part in queue:
-            if await self._already_stored(part, stored.get(part.number)):
-                continue
-            self._etags[part.number] = await self._call(
-                "upload_part", body=part, UploadId=upload_id, PartNumber=part.number
+            held = stored.get(part.number)
+            md5, crc32 = await asyncio.to_thread(
+                range_digests, self.path, part.offset, part.size, md5=held is not None
             )
+            checksum = {f"Checksum{self._checksum}": crc32} if self._checksum else {}
+            if md5 is not None and held == (md5.hex(), part.size):
+                self._done[part.number] = {"ETag": f'"{md5.hex()}"', **checksum}
+                continue
+            etag = await self._call(
+                "upload_part", body=part, UploadId=upload_id, PartNumber=part.number, **checksum
+            )
+            self._done[part.number] = {"ETag": etag, **checksum}
             self.sent += part.size
             if self.progress is not None:
                 self.progress(part.size)
 
-    async def _already_stored(self, part: Part, stored: tuple[str, int] | None) -> bool:
-        """True when the server holds this part with the same size and MD5 (its ETag)."""
-        if stored is None or stored[1] != part.size:
-            return False
-        digest = await asyncio.to_thread(range_md5, self.path, part.offset, part.size)
-        if stored[0] != digest.hex():
-            return False
-        self._etags[part.number] = f'"{stored[0]}"'
-        return True
-
-    async def _find_resumable(self) -> tuple[str | None, dict[int, tuple[str, int]]]:
-        """The newest unfinished upload of this key and its stored parts, if there is one."""
+    async def _find_unfinished(self) -> Unfinished | None:
+        """The newest unfinished upload of this key that can be continued, if there is one."""
         try:
             return await retrying(
-                self._list_resumable,
+                self._list_unfinished,
                 attempts=self.attempts,
                 what=f"listing unfinished uploads of s3://{self.bucket}/{self.key}",
             )
@@ -136,25 +166,27 @@ class MultipartUpload:
                 log.info(
                     "cannot resume s3://%s/%s (%s): starting afresh", self.bucket, self.key, code
                 )
-                return None, {}
+                return None
             raise
 
-    async def _list_resumable(self) -> tuple[str | None, dict[int, tuple[str, int]]]:
+    async def _list_unfinished(self) -> Unfinished | None:
         uploads = [
             upload
             async for page in self._pages("list_multipart_uploads", Prefix=self.key)
             for upload in page.get("Uploads", [])
-            if upload["Key"] == self.key
+            # Only CRC32 (ours) or no checksum: parts of another algorithm cannot be continued.
+            if upload["Key"] == self.key and upload.get("ChecksumAlgorithm") in (None, CHECKSUM)
         ]
         if not uploads:
-            return None, {}
-        upload_id = str(max(uploads, key=lambda upload: upload["Initiated"])["UploadId"])
-        stored = {
+            return None
+        newest = max(uploads, key=lambda upload: upload["Initiated"])
+        upload_id = str(newest["UploadId"])
+        parts = {
             int(part["PartNumber"]): (str(part["ETag"]).strip('"').lower(), int(part["Size"]))
             async for page in self._pages("list_parts", Key=self.key, UploadId=upload_id)
             for part in page.get("Parts", [])
         }
-        return upload_id, stored
+        return Unfinished(upload_id, newest.get("ChecksumAlgorithm"), parts)
 
     async def _pages(self, operation: str, **params: Any) -> Any:
         paginator = self.s3.get_paginator(operation)

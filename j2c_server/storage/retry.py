@@ -25,10 +25,11 @@ T = TypeVar("T")
 BASE_DELAY_S = 0.25
 MAX_DELAY_S = 8.0
 
-# Error codes S3 and S3-compatible servers use for "try again": throttling, overload and
-# server-side timeouts.
+# Error codes S3 and S3-compatible servers use for "try again": throttling, overload,
+# server-side timeouts, and a body that arrived damaged (BadDigest: checksum mismatch).
 TRANSIENT_CODES = frozenset(
     {
+        "BadDigest",
         "InternalError",
         "ServiceUnavailable",
         "SlowDown",

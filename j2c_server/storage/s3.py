@@ -5,9 +5,11 @@ web identity, container and instance roles); j2c never holds or logs them. The e
 ``storage.endpoint_url`` or, when unset, whatever the chain says (``AWS_ENDPOINT_URL``).
 
 botocore's own retries are off: :mod:`.retry` retries every request, including the body of a
-download, which resumes with a ranged GET pinned to the object's ETag. botocore's default CRC
-checksums are off too (many S3-compatible servers reject them): uploads are checked by their
-ETag (the MD5 of the bytes sent, computed while streaming) and downloads against their sha256.
+download, which resumes with a ranged GET pinned to the object's ETag. botocore computes no
+checksums either (it would do so on the event loop, and its streaming checksum trailers are what
+older S3-compatible servers reject): uploads are checked by their ETag (the MD5 of the bytes
+sent, computed while streaming), multipart parts also carry a CRC32 header computed in a worker
+thread (see :mod:`.multipart`), and downloads are checked against their sha256.
 """
 
 from __future__ import annotations
@@ -102,8 +104,8 @@ class S3Store:
         config = AioConfig(
             region_name=settings.region,
             signature_version="s3v4",
-            # Integrity comes from MD5s computed off the event loop (ETag checks, Content-MD5);
-            # botocore would otherwise hash every body on the loop over plain http (MinIO, moto).
+            # j2c hashes bodies itself, off the event loop (see the module docstring); botocore
+            # would otherwise hash every body on the loop over plain http (MinIO, moto).
             s3={"addressing_style": settings.addressing_style, "payload_signing_enabled": False},
             connect_timeout=settings.connect_timeout_s,
             read_timeout=settings.read_timeout_s,

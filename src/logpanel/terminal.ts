@@ -1,14 +1,15 @@
 /**
  * `LogView`: a job's output in xterm.js, so ANSI colours and carriage-return progress bars
- * (tqdm) render as in a terminal, drawn on a canvas (as JupyterLab's terminal does without
- * WebGL). Lines are batched and written at an animation frame, at most ~30 times a second, so a
- * flood of lines never makes a long task; the scrollback is bounded.
+ * (tqdm) render as in a terminal, drawn with WebGL (a canvas where WebGL is missing, as in
+ * JupyterLab's terminal). Lines are batched and written once per animation frame, so a flood of
+ * lines never makes a long task; the scrollback is bounded.
  */
 import { Message } from '@lumino/messaging';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import { CanvasAddon } from '@xterm/addon-canvas';
 import { FitAddon } from '@xterm/addon-fit';
+import { WebglAddon } from '@xterm/addon-webgl';
 import { SearchAddon } from '@xterm/addon-search';
 import { ITheme, Terminal } from '@xterm/xterm';
 
@@ -34,12 +35,6 @@ const LIGHT_ANSI: ITheme = {
 
 /** While the page is hidden, animation frames stop: flush on a timer instead. */
 const HIDDEN_FLUSH_MS = 250;
-/**
- * Under a flood of lines the view writes (and so repaints) at most this often: each write
- * scrolls, which repaints the whole viewport, and at 60 writes a second that repainting
- * alone would fill the main thread of a busy machine. Lines still show within ~50 ms.
- */
-const MIN_FLUSH_INTERVAL_MS = 33;
 
 function cssVar(name: string, fallback: string): string {
   const value = getComputedStyle(document.body).getPropertyValue(name).trim();
@@ -200,7 +195,7 @@ export class LogView extends Widget {
     if (!this._opened) {
       this._opened = true;
       this._term.open(this.node);
-      this._term.loadAddon(new CanvasAddon());
+      this._loadRenderer();
       this._term.write('\x1b[?25l'); // no cursor: nobody types here
     }
     this._fitSoon();
@@ -216,18 +211,29 @@ export class LogView extends Widget {
     this._fitSoon();
   }
 
+  /**
+   * WebGL draws off the main thread's back; where it is missing (or its context is lost),
+   * a canvas, as JupyterLab's terminal does.
+   */
+  private _loadRenderer(): void {
+    try {
+      const webgl = new WebglAddon();
+      webgl.onContextLoss(() => {
+        webgl.dispose();
+        this._term.loadAddon(new CanvasAddon());
+      });
+      this._term.loadAddon(webgl);
+    } catch {
+      this._term.loadAddon(new CanvasAddon());
+    }
+  }
+
   private _schedule(): void {
     if (this._frame || this._timer) {
       return;
     }
-    const wait = this._lastFlush + MIN_FLUSH_INTERVAL_MS - performance.now();
     if (document.hidden) {
       this._timer = window.setTimeout(() => this._flush(), HIDDEN_FLUSH_MS);
-    } else if (wait > 0) {
-      this._timer = window.setTimeout(() => {
-        this._timer = 0;
-        this._frame = requestAnimationFrame(() => this._flush());
-      }, wait);
     } else {
       this._frame = requestAnimationFrame(() => this._flush());
     }
@@ -240,7 +246,6 @@ export class LogView extends Widget {
     if (!this._pending.length || this.isDisposed) {
       return;
     }
-    this._lastFlush = performance.now();
     const data = this._pending.join('');
     this._pending = [];
     this._term.write(data, () => {
@@ -290,7 +295,6 @@ export class LogView extends Widget {
   private _pending: string[] = [];
   private _lines = 0;
   private _frame = 0;
-  private _lastFlush = 0;
   private _timer = 0;
   private _fitFrame = 0;
   private _opened = false;

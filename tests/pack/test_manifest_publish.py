@@ -24,6 +24,16 @@ def test_manifest_describes_layers_entry_and_venv(spec: PackSpec, cache: Path) -
     assert manifest.venv is not None and manifest.venv.include_system_site_packages
     code = manifest.layer(LayerRole.code)
     assert code is not None and code.source_path == str(spec.code_path)
+    assert manifest.workdir == "."
+
+
+def test_a_notebook_runs_in_its_own_folder_as_in_jupyterlab(
+    spec: PackSpec, cache: Path, project: Path
+) -> None:
+    write(project / "notebooks" / "explore.ipynb", '{"cells": [], "nbformat": 4}')
+    result = pack(spec.model_copy(update={"call_path": "notebooks/explore.ipynb"}), cache)
+    manifest = make_manifest(result, created_at=1.0)
+    assert (manifest.entry.kind, manifest.workdir) == ("notebook", "notebooks")
 
 
 def test_manifest_digest_is_reproducible(spec: PackSpec, cache: Path) -> None:

@@ -130,9 +130,19 @@ async def test_upload_resumes_an_unfinished_multipart_upload_sending_only_missin
     key = blob_key("sha256:" + digest)
     client = s3_bucket.client()
     full = s3_bucket.key(key)
-    upload = client.create_multipart_upload(Bucket=s3_bucket.bucket, Key=full)["UploadId"]
+    # As j2c leaves an interrupted upload: CRC32 part checksums, part 1 stored.
+    upload = client.create_multipart_upload(
+        Bucket=s3_bucket.bucket, Key=full, ChecksumAlgorithm="CRC32"
+    )["UploadId"]
     first = source.read_bytes()[: 5 * MIB]
-    client.upload_part(Bucket=s3_bucket.bucket, Key=full, UploadId=upload, PartNumber=1, Body=first)
+    client.upload_part(
+        Bucket=s3_bucket.bucket,
+        Key=full,
+        UploadId=upload,
+        PartNumber=1,
+        Body=first,
+        ChecksumAlgorithm="CRC32",
+    )
     store = s3_store(s3_bucket)
     sent: list[int] = []
     try:
@@ -142,6 +152,47 @@ async def test_upload_resumes_an_unfinished_multipart_upload_sending_only_missin
         await store.close()
     assert sum(sent) == THREE_PARTS - 5 * MIB
     assert client.list_multipart_uploads(Bucket=s3_bucket.bucket).get("Uploads", []) == []
+
+
+async def test_upload_left_without_checksums_is_resumed_without_checksums(
+    s3_bucket: S3Target, tmp_path: Path
+) -> None:
+    source, digest = random_file(tmp_path / "layer", THREE_PARTS)
+    key = blob_key("sha256:" + digest)
+    full = s3_bucket.key(key)
+    # As a server without flexible checksums would have it: no checksum algorithm.
+    client = s3_bucket.client()
+    upload = client.create_multipart_upload(Bucket=s3_bucket.bucket, Key=full)
+    assert upload.get("ChecksumAlgorithm") is None
+    client.upload_part(
+        Bucket=s3_bucket.bucket,
+        Key=full,
+        UploadId=upload["UploadId"],
+        PartNumber=1,
+        Body=source.read_bytes()[: 5 * MIB],
+    )
+    store = s3_store(s3_bucket)
+    sent: list[int] = []
+    try:
+        await store.put_file(key, source, progress=sent.append)
+        await store.get_file(key, tmp_path / "out", sha256=digest)
+    finally:
+        await store.close()
+    assert sum(sent) == THREE_PARTS - 5 * MIB
+
+
+async def test_new_uploads_carry_crc32_part_checksums(s3_bucket: S3Target, tmp_path: Path) -> None:
+    source, digest = random_file(tmp_path / "layer", THREE_PARTS)
+    key = blob_key("sha256:" + digest)
+    store = s3_store(s3_bucket)
+    try:
+        await store.put_file(key, source)
+    finally:
+        await store.close()
+    head = s3_bucket.client().head_object(
+        Bucket=s3_bucket.bucket, Key=s3_bucket.key(key), ChecksumMode="ENABLED"
+    )
+    assert head["ChecksumCRC32"]
 
 
 async def test_resumed_part_whose_content_differs_is_sent_again(

@@ -17,19 +17,20 @@ import * as fs from 'fs';
 import * as os from 'os';
 
 import { expect, galata, test } from '@jupyterlab/galata';
-import { Browser, Page } from '@playwright/test';
+import { Browser } from '@playwright/test';
 
 const LINES = 100000;
 const NOTEBOOK_LINES = 20000;
 const RATE = 1000;
 const JOB_ID = 'bench-logpanel';
-const TRACE = 'test-results/bench-trace.json';
 
-/** Keep every line in the view, so the memory figure is for all 100k lines. */
+/** Lines the view keeps (the default "Lines kept in the view"); Download gets them all. */
+const KEPT = 50000;
+
 test.use({
   mockSettings: {
     ...galata.DEFAULT_SETTINGS,
-    'j2c:plugin': { scrollback: LINES }
+    'j2c:plugin': { scrollback: KEPT }
   }
 });
 
@@ -76,10 +77,12 @@ async function rendererRssMb(browser: Browser): Promise<number> {
   return Math.round(largest);
 }
 
-/** Run `body` under a Chrome trace; the longest task's CPU time and the main thread's load. */
+/**
+ * Run `body` under a Chrome trace of the renderer's tasks only (a small trace costs the page
+ * little); returns the longest task's CPU time and how busy the page's main thread was.
+ */
 async function traced<T>(
   browser: Browser,
-  page: Page,
   body: () => Promise<T>
 ): Promise<{
   value: T;
@@ -87,19 +90,31 @@ async function traced<T>(
   busyPercent: number;
   load: number;
 }> {
-  await browser.startTracing(page, {
-    path: TRACE,
-    categories: ['disabled-by-default-devtools.timeline']
+  const cdp = await browser.newBrowserCDPSession();
+  const events: ITraceEvent[] = [];
+  cdp.on('Tracing.dataCollected', data => {
+    events.push(...(data as { value: ITraceEvent[] }).value);
+  });
+  const complete = new Promise(resolve =>
+    cdp.once('Tracing.tracingComplete', resolve)
+  );
+  await cdp.send('Tracing.start', {
+    transferMode: 'ReportEvents',
+    traceConfig: {
+      recordMode: 'recordContinuously',
+      includedCategories: [
+        'disabled-by-default-devtools.timeline',
+        '__metadata'
+      ],
+      excludedCategories: ['*']
+    }
   });
   const loadBefore = os.loadavg()[0];
   const value = await body();
   const load = (loadBefore + os.loadavg()[0]) / 2;
-  await browser.stopTracing();
-  const raw = JSON.parse(fs.readFileSync(TRACE, 'utf8')) as {
-    traceEvents: ITraceEvent[];
-  };
-  fs.unlinkSync(TRACE);
-  const events = raw.traceEvents;
+  await cdp.send('Tracing.end');
+  await complete;
+  await cdp.detach();
   const mains = new Set(
     events
       .filter(
@@ -115,9 +130,10 @@ async function traced<T>(
   );
   // The page's main thread is the one that ran the most tasks.
   const counts = new Map<string, number>();
-  tasks.forEach(e =>
-    counts.set(`${e.pid}:${e.tid}`, (counts.get(`${e.pid}:${e.tid}`) ?? 0) + 1)
-  );
+  for (const task of tasks) {
+    const key = `${task.pid}:${task.tid}`;
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
   const main = [...counts.entries()].sort((a, b) => b[1] - a[1])[0]?.[0];
   const ours = tasks
     .filter(e => `${e.pid}:${e.tid}` === main)
@@ -127,7 +143,7 @@ async function traced<T>(
   let end = 0;
   for (const task of ours) {
     if (task.ts >= end) {
-      // top-level tasks only (RunTask can nest)
+      // Top-level tasks only: a RunTask can nest inside another.
       cpu += task.tdur ?? 0;
       longest = Math.max(longest, task.tdur ?? 0);
       end = task.ts + (task.dur ?? 0);
@@ -320,7 +336,11 @@ async function watchNotebook(args: { lines: number }): Promise<IPageResult> {
           endLag = now - t;
         }
       }
-      if (seq >= args.lines || now - lastChange > 60000) {
+      if (
+        seq >= args.lines ||
+        (firstAt && now - lastChange > 60000) ||
+        now - lastChange > 180000
+      ) {
         resolve();
       } else {
         requestAnimationFrame(sample);
@@ -345,9 +365,10 @@ test.describe('log panel benchmark', () => {
     page,
     browser
   }) => {
-    const raw = page.context().pages()[0];
     await page.goto();
-    // A panel for a job id the server does not know: it shows only what it is fed.
+
+    // First, on a fresh page: a log panel for a job id the server does not know (it shows
+    // only what it is fed).
     await page.evaluate(
       id =>
         (
@@ -365,7 +386,7 @@ test.describe('log panel benchmark', () => {
       page.locator(`#j2c-log-${JOB_ID} canvas`).first()
     ).toBeAttached();
     const rssBefore = await rendererRssMb(browser);
-    const panelRun = await traced(browser, raw, () =>
+    const panelRun = await traced(browser, () =>
       page.evaluate(feedPanel, {
         probes: PROBES,
         jobId: JOB_ID,
@@ -379,6 +400,22 @@ test.describe('log panel benchmark', () => {
       ...panelRun,
       rssMb: rssAfter - rssBefore
     };
+
+    // Close the panel, so the notebook runs beside nothing else.
+    await page.evaluate(id => {
+      const app = (
+        window as unknown as {
+          jupyterapp: {
+            shell: {
+              widgets(a: string): Iterable<{ id: string; close(): void }>;
+            };
+          };
+        }
+      ).jupyterapp;
+      [...app.shell.widgets('main')]
+        .find(w => w.id === `j2c-log-${id}`)
+        ?.close();
+    }, JOB_ID);
 
     // The peer: a notebook cell printing the same stream through a real kernel.
     await page.notebook.createNew('bench-output.ipynb');
@@ -396,11 +433,15 @@ test.describe('log panel benchmark', () => {
       ].join('\n')
     );
     await page.evaluate(PROBES);
-    void page.notebook.runCell(0);
-    const notebookRun = await traced(browser, raw, () =>
-      page.evaluate(watchNotebook, { lines: NOTEBOOK_LINES })
-    );
+    const [notebookRun] = await Promise.all([
+      traced(browser, () =>
+        page.evaluate(watchNotebook, { lines: NOTEBOOK_LINES })
+      ),
+      page.notebook.runCell(0)
+    ]);
     const notebook: IResult = { ...notebookRun.value, ...notebookRun };
+    expect(notebook.lines).toBe(NOTEBOOK_LINES);
+    await page.notebook.close(false);
 
     const row = (name: string, r: IResult): string =>
       `| ${name} | ${r.lines} | ${r.seconds.toFixed(1)} | ${r.longestTaskMs.toFixed(0)} | ` +
@@ -421,7 +462,7 @@ test.describe('log panel benchmark', () => {
       `notebook / log panel: longest task (CPU) ${ratio(notebook.longestTaskCpuMs, panel.longestTaskCpuMs)}, ` +
         `timer lateness ${ratio(notebook.worstTimerLateMs, panel.worstTimerLateMs)}, ` +
         `max lag ${ratio(notebook.maxLagMs, panel.maxLagMs)} (notebook on a fifth of the lines)`,
-      `targets: no task > 50 ms: CPU ${met(panel.longestTaskCpuMs <= 50)}, wall ${met(panel.longestTaskMs <= 50)}; ` +
+      `the view keeps the last ${KEPT} lines; targets: no task > 50 ms: CPU ${met(panel.longestTaskCpuMs <= 50)}, wall ${met(panel.longestTaskMs <= 50)}; ` +
         `display <= 100 ms behind: ${met(panel.maxLagMs <= 100)}; <= 300 MB for 100k lines: ${met((panel.rssMb ?? 0) <= 300)}`
     ].join('\n');
     console.log(table);
