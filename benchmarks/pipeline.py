@@ -38,6 +38,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import websocket_connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import percentile
 from inputs import BENCH_DIR, bench_project, bench_venv
 
 HERE = Path(__file__).resolve().parent
@@ -160,11 +161,6 @@ def tar_zstd_seconds(root: Path, names: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 async def main(lines: int) -> None:
     venv = bench_venv()
     project = BENCH_DIR / "pipeline-project"
@@ -215,7 +211,7 @@ async def main(lines: int) -> None:
         ("resubmit after 1-line change: s to submitted", warm["submitted"], naive, "<= 1.0"),
         ("  bytes uploaded", warm["bytes_uploaded"], cold["bytes_uploaded"], "code layer only"),
         ("log line -> websocket: p50 ms", statistics.median(lat_ms), None, "-"),
-        ("log line -> websocket: p95 ms", pct(lat_ms, 0.95), None, "<= 250"),
+        ("log line -> websocket: p95 ms", percentile(lat_ms, 95), None, "<= 250"),
         ("trivial job (cached): s to first line", trivial["first_line"], None, "<= 1.0"),
         ("trivial job (cached): s to finished", trivial["finished"], None, "<= 1.5"),
     ]

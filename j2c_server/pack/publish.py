@@ -38,13 +38,11 @@ async def publish(
     present: list[LayerRole] = []
     for packed in result.layers:
         layer = packed.layer
-        key = blob_key(layer.digest)
-        if await store.size(key) == layer.size:
+        if await store.put_file(blob_key(layer.digest), packed.path, progress=progress):
+            sent += layer.size
+            uploaded.append(layer.role)
+        else:
             present.append(layer.role)
-            continue
-        await store.put_file(key, packed.path, progress=progress)
-        sent += layer.size
-        uploaded.append(layer.role)
     body = manifest.canonical_json()
     digest = manifest.digest()
     key = manifest_key(digest)

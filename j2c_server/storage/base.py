@@ -10,11 +10,16 @@ bucket + prefix of an ``s3://`` URL). Layout written by j2c:
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from ..errors import InvalidInput
+
+log = logging.getLogger("j2c.storage")
 
 # Called with the number of bytes moved since the previous call.
 ProgressFn = Callable[[int], None]
@@ -50,29 +55,49 @@ def check_key(key: str) -> str:
     return key
 
 
-@runtime_checkable
-class ObjectStore(Protocol):
-    """An S3-like store. Every method is async; file I/O inside runs off the event loop."""
+class ObjectStore(ABC):
+    """An S3-like store. Every method is async; file I/O inside runs off the event loop.
+
+    The public methods and their contracts live here; a backend implements the rest and the two
+    hooks :meth:`_store_file` and :meth:`_fetch_file`.
+    """
 
     @property
+    @abstractmethod
     def kind(self) -> str:
         """'file' or 's3'."""
-        ...
 
+    @abstractmethod
     def uri(self, key: str) -> str:
         """The location of ``key`` as a URI a job can be given (file:///..., s3://...)."""
-        ...
 
-    async def exists(self, key: str) -> bool: ...
+    async def exists(self, key: str) -> bool:
+        return await self.size(key) is not None
 
+    @abstractmethod
     async def size(self, key: str) -> int | None:
         """Bytes stored under ``key``, or None when absent."""
-        ...
 
-    async def put_file(self, key: str, path: Path, *, progress: ProgressFn | None = None) -> None:
-        """Store the file's bytes under ``key`` (atomic: readers see all or nothing)."""
-        ...
+    async def put_file(self, key: str, path: Path, *, progress: ProgressFn | None = None) -> bool:
+        """Store the file's bytes under ``key`` (atomic: readers see all or nothing).
 
+        Returns False when nothing was written: ``key`` is content-addressed and already holds as
+        many bytes (the one existence check every caller gets, so none does its own).
+        """
+        size = await asyncio.to_thread(os.path.getsize, path)
+        if is_content_addressed(key) and await self.size(key) == size:
+            log.debug("%s is already stored", self.uri(key))
+            return False
+        await self._store_file(key, path, size, progress)
+        return True
+
+    @abstractmethod
+    async def _store_file(
+        self, key: str, path: Path, size: int, progress: ProgressFn | None
+    ) -> None:
+        """Write the ``size`` bytes of ``path`` under ``key``, atomically."""
+
+    @abstractmethod
     async def put_bytes(self, key: str, data: bytes) -> None: ...
 
     async def get_file(
@@ -83,17 +108,29 @@ class ObjectStore(Protocol):
         sha256: str | None = None,
         progress: ProgressFn | None = None,
     ) -> None:
-        """Write ``key`` to ``dest``; with ``sha256`` (hex) verify it, else raise IntegrityError."""
-        ...
+        """Write ``key`` to ``dest``; with ``sha256`` (hex) verify it, else raise IntegrityError.
 
+        ``dest`` ends up whole or untouched; a missing key raises ObjectNotFound.
+        """
+        await self._fetch_file(key, dest, sha256, progress)
+
+    @abstractmethod
+    async def _fetch_file(
+        self, key: str, dest: Path, sha256: str | None, progress: ProgressFn | None
+    ) -> None: ...
+
+    @abstractmethod
     async def get_bytes(self, key: str) -> bytes: ...
 
+    @abstractmethod
     async def presign(self, key: str, *, expires_s: int | None = None) -> str | None:
         """A time-limited HTTPS GET URL needing no credentials, or None if the backend has none."""
-        ...
 
+    @abstractmethod
     async def list(self, prefix: str = "") -> list[str]: ...
 
+    @abstractmethod
     async def delete(self, key: str) -> None: ...
 
+    @abstractmethod
     async def close(self) -> None: ...

@@ -3,20 +3,32 @@
 Keys map to paths under the root and cannot leave it. Writes go to a temp file beside the target
 and are renamed into place, so readers and concurrent writers of one key never see a partial
 object. All file I/O runs in worker threads, never on the event loop.
+
+A content-addressed file (a layer blob) is hard-linked into the store instead of copied when both
+are on one filesystem: no bytes move. That is safe because such files are never modified in
+place: the layer cache writes every blob to a new temp file and renames it into place (see
+:mod:`j2c_server.pack.fingerprint`). Other keys (job outputs, which a later run may rewrite in
+place) are always copied.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import secrets
 from pathlib import Path
 
-from .base import ProgressFn, check_key, is_content_addressed
+from .base import ObjectStore, ProgressFn, check_key, is_content_addressed
 from .errors import ObjectNotFound
 from .sink import TEMP_SUFFIX, PartialFile, copy_file_atomic
 
+# os.link failing with these means "not here" (another filesystem, no hard links there, not
+# allowed, too many links): copy instead.
+_CANNOT_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP}
 
-class FileStore:
+
+class FileStore(ObjectStore):
     """An :class:`~j2c_server.storage.base.ObjectStore` over a local folder."""
 
     def __init__(self, root: Path) -> None:
@@ -32,9 +44,6 @@ class FileStore:
     def uri(self, key: str) -> str:
         return self._path(key).absolute().as_uri()
 
-    async def exists(self, key: str) -> bool:
-        return await self.size(key) is not None
-
     async def size(self, key: str) -> int | None:
         path = self._path(key)
         try:
@@ -43,12 +52,14 @@ class FileStore:
             return None
         return stat.st_size
 
-    async def put_file(self, key: str, path: Path, *, progress: ProgressFn | None = None) -> None:
+    async def _store_file(
+        self, key: str, path: Path, size: int, progress: ProgressFn | None
+    ) -> None:
         target = self._path(key)
-        if is_content_addressed(key):
-            local = await asyncio.to_thread(os.path.getsize, path)
-            if await self.size(key) == local:
-                return
+        if is_content_addressed(key) and await asyncio.to_thread(_link_atomic, path, target):
+            if progress is not None:
+                progress(size)
+            return
         await copy_file_atomic(path, target, progress=progress, what=self.uri(key))
 
     async def put_bytes(self, key: str, data: bytes) -> None:
@@ -64,13 +75,8 @@ class FileStore:
             sink.discard()
             raise
 
-    async def get_file(
-        self,
-        key: str,
-        dest: Path,
-        *,
-        sha256: str | None = None,
-        progress: ProgressFn | None = None,
+    async def _fetch_file(
+        self, key: str, dest: Path, sha256: str | None, progress: ProgressFn | None
     ) -> None:
         source = self._path(key)
         try:
@@ -100,6 +106,35 @@ class FileStore:
 
     async def close(self) -> None:
         return None
+
+
+def _link_atomic(source: Path, target: Path) -> bool:
+    """Hard-link ``source`` at ``target`` through a temp name renamed into place; False when this
+    filesystem cannot link it there (the caller copies instead)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Named like a PartialFile, so that listings skip it while it exists.
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
+    try:
+        os.link(source, temp)
+    except OSError as exc:
+        if exc.errno in _CANNOT_LINK:
+            return False
+        raise
+    try:
+        # As readable as a copied object. This opens up the source too (same inode; the
+        # cache's blobs are 0600): its content is the object's anyway.
+        os.chmod(temp, 0o644)
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # as durable as a copy: the packer does not sync its blobs
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    finally:
+        # Normally gone; but when ``target`` already was this very file (two writers linking
+        # the same blob), rename() leaves both names in place.
+        temp.unlink(missing_ok=True)
+    return True
 
 
 def _walk_keys(root: Path, prefix: str) -> list[str]:

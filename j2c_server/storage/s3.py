@@ -18,7 +18,6 @@ import asyncio
 import base64
 import hashlib
 import importlib
-import logging
 import os
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
@@ -27,7 +26,7 @@ from typing import Any
 
 from ..config import StorageSettings
 from ..errors import InvalidInput, J2CError, StorageError
-from .base import ProgressFn, check_key, is_content_addressed
+from .base import ObjectStore, ProgressFn, check_key, is_content_addressed
 from .errors import map_s3_error
 from .filerange import FileRange, check_etag
 from .multipart import MIB, MultipartUpload, UploadVanished
@@ -35,13 +34,11 @@ from .redact import install_log_redaction, redact_url
 from .retry import RetryableStatus, client_error_status, resuming, retrying
 from .sink import PartialFile, receive_chunks
 
-log = logging.getLogger("j2c.storage")
-
 READ_CHUNK = 1024 * 1024
 MAX_PRESIGN_S = 7 * 24 * 3600  # SigV4's limit
 
 
-class S3Store:
+class S3Store(ObjectStore):
     """An :class:`~j2c_server.storage.base.ObjectStore` over one bucket and key prefix."""
 
     def __init__(self, bucket: str, prefix: str, settings: StorageSettings) -> None:
@@ -147,9 +144,6 @@ class S3Store:
 
     # ------------------------------------------------------------------ queries
 
-    async def exists(self, key: str) -> bool:
-        return await self.size(key) is not None
-
     async def size(self, key: str) -> int | None:
         full, what = self._key(key), f"checking {self.uri(key)}"
         with self._mapped(what):
@@ -203,13 +197,10 @@ class S3Store:
 
     # ------------------------------------------------------------------ writes
 
-    async def put_file(self, key: str, path: Path, *, progress: ProgressFn | None = None) -> None:
-        uri = self.uri(key)
-        with self._mapped(f"uploading {path.name} to {uri}"):
-            size = await asyncio.to_thread(os.path.getsize, path)
-            if is_content_addressed(key) and await self.size(key) == size:
-                log.debug("%s is already stored", uri)
-                return
+    async def _store_file(
+        self, key: str, path: Path, size: int, progress: ProgressFn | None
+    ) -> None:
+        with self._mapped(f"uploading {path.name} to {self.uri(key)}"):
             if size <= self.part_size:
                 await self._put_small_file(key, path, size)
                 if progress is not None:
@@ -289,13 +280,8 @@ class S3Store:
         with self._mapped(what):
             return await retrying(fetch, attempts=self.settings.max_attempts, what=what)
 
-    async def get_file(
-        self,
-        key: str,
-        dest: Path,
-        *,
-        sha256: str | None = None,
-        progress: ProgressFn | None = None,
+    async def _fetch_file(
+        self, key: str, dest: Path, sha256: str | None, progress: ProgressFn | None
     ) -> None:
         uri = self.uri(key)
         with self._mapped(f"downloading {uri}"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 from j2c_server.models import LayerRole, Manifest
@@ -84,3 +85,25 @@ async def test_resubmit_after_a_code_change_uploads_only_the_code_layer(
     assert published.already_present == [LayerRole.venv]
     code = second.layer(LayerRole.code)
     assert code is not None and published.bytes_uploaded == code.layer.size
+
+
+async def test_repacking_replaces_cache_blobs_so_a_linked_published_blob_stays_intact(
+    spec: PackSpec, cache: Path, tmp_path: Path
+) -> None:
+    # The file:// store hard-links cache blobs; that is only safe while the packer never
+    # rewrites a cache blob in place.
+    store = open_store((tmp_path / "store").as_uri())
+    first = pack(spec, cache)
+    await publish(store, first, make_manifest(first))
+    code = first.layer(LayerRole.code)
+    assert code is not None
+    published = tmp_path / "store" / blob_key(code.layer.digest)
+    linked = published.stat().st_ino
+    assert linked == code.path.stat().st_ino
+    shutil.rmtree(cache / "layers")  # forget the fingerprints: the same blobs are written again
+    again = pack(spec, cache)
+    repacked = again.layer(LayerRole.code)
+    assert repacked is not None and repacked.layer.digest == code.layer.digest
+    assert repacked.path.stat().st_ino != linked
+    assert published.stat().st_ino == linked
+    assert "sha256:" + hashlib.sha256(published.read_bytes()).hexdigest() == code.layer.digest

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import tempfile
 import threading
 from pathlib import Path
 
@@ -66,6 +67,70 @@ async def test_existing_content_addressed_blob_is_not_written_again(tmp_path: Pa
     await store.put_file(key, source, progress=moved.append)
     assert moved == []
     assert (stored.stat().st_ino, stored.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+async def test_put_file_says_whether_it_wrote(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    source = write(tmp_path / "layer.tar.zst", b"layer bytes")
+    key = blob_key("sha256:" + hashlib.sha256(b"layer bytes").hexdigest())
+    assert await store.put_file(key, source) is True
+    assert await store.put_file(key, source) is False
+    assert await store.put_file("jobs/j1/out", source) is True
+    assert await store.put_file("jobs/j1/out", source) is True
+
+
+async def test_a_blob_on_the_same_filesystem_is_linked_not_copied(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    data = os.urandom(3 * 1024 * 1024)
+    source = write(tmp_path / "layer.tar.zst", data)
+    source.chmod(0o600)  # as the layer cache writes its blobs
+    key = blob_key("sha256:" + hashlib.sha256(data).hexdigest())
+    moved: list[int] = []
+    await store.put_file(key, source, progress=moved.append)
+    stored = (store.root / key).stat()
+    assert stored.st_ino == source.stat().st_ino
+    assert stored.st_mode & 0o777 == 0o644
+    assert moved == [len(data)]
+    assert await store.get_bytes(key) == data
+    assert leftovers(store.root) == []
+
+
+async def test_concurrent_links_of_one_blob_leave_one_object_and_no_temp_file(
+    tmp_path: Path,
+) -> None:
+    store = make_store(tmp_path)
+    source = write(tmp_path / "layer.tar.zst", b"layer bytes" * 1000)
+    key = blob_key("sha256:" + hashlib.sha256(source.read_bytes()).hexdigest())
+    await asyncio.gather(*(store.put_file(key, source) for _ in range(8)))
+    assert (store.root / key).stat().st_ino == source.stat().st_ino
+    assert leftovers(store.root) == []
+
+
+async def test_job_files_are_copied_so_a_later_rewrite_of_the_source_does_not_reach_the_store(
+    tmp_path: Path,
+) -> None:
+    store = make_store(tmp_path)
+    source = write(tmp_path / "result.csv", b"epoch,loss\n1,0.5\n")
+    await store.put_file("jobs/j1/result.csv", source)
+    with source.open("r+b") as rewrite:  # in place, as a job's next run would
+        rewrite.write(b"EPOCH")
+    assert (store.root / "jobs/j1/result.csv").stat().st_ino != source.stat().st_ino
+    assert await store.get_bytes("jobs/j1/result.csv") == b"epoch,loss\n1,0.5\n"
+
+
+async def test_a_blob_on_another_filesystem_is_copied(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs a second filesystem (/dev/shm) to link across")
+    store = make_store(tmp_path)
+    data = b"layer bytes" * 1000
+    key = blob_key("sha256:" + hashlib.sha256(data).hexdigest())
+    with tempfile.TemporaryDirectory(dir=shm) as other:
+        source = write(Path(other) / "layer.tar.zst", data)
+        await store.put_file(key, source)
+        assert (store.root / key).stat().st_ino != source.stat().st_ino
+    assert await store.get_bytes(key) == data
+    assert leftovers(store.root) == []
 
 
 async def test_other_keys_are_overwritten(tmp_path: Path) -> None:
