@@ -178,6 +178,9 @@ export class JobProgress {
         break;
       case 'succeeded':
         this._finish(queued, event.time);
+        if (running.state === 'waiting') {
+          running.state = 'done'; // it ran, faster than the scheduler reported it running
+        }
         this._finish(running, event.time);
         break;
       case 'failed':

@@ -64,6 +64,9 @@ test.describe('j2c extension', () => {
     expect(countLines(text, /^epoch 5\/5 loss=/)).toBe(1);
     expect(text).toContain('final accuracy');
     await expect(panel.locator('[data-j2c="exit-code"]')).toHaveText('0');
+    await expect(
+      page.locator('.Toastify__toast').filter({ hasText: 'succeeded' })
+    ).toBeVisible();
     await expect(panel.locator('[data-step="running"]')).toHaveAttribute(
       'data-state',
       'done'
@@ -71,6 +74,18 @@ test.describe('j2c extension', () => {
     await expect(
       page.locator(`#j2c-compute-sidebar .j2c-Job[data-job-id="${jobId}"]`)
     ).toHaveAttribute('data-status', 'succeeded', { timeout: 30000 });
+  });
+
+  test('the file browser context menu sends a script', async ({ page }) => {
+    await page.goto();
+    await page.filebrowser.openDirectory(PROJECT);
+    await page
+      .getByRole('region', { name: 'File Browser Section' })
+      .getByRole('listitem', { name: /^Name: train\.py/ })
+      .click({ button: 'right' });
+    await page.getByRole('menuitem', { name: 'Send to Compute' }).click();
+    const { panel } = await lastLogPanel(page);
+    await expectStatus(panel, 'succeeded');
   });
 
   test('cancels a long job', async ({ page }) => {
@@ -117,6 +132,130 @@ test.describe('j2c extension', () => {
         `epoch ${epoch}`
       ).toBe(1);
     }
+  });
+
+  test('a dropped connection resumes the log with no line lost or twice', async ({
+    page
+  }) => {
+    const EPOCHS = 40;
+    let drops = 0;
+    // Between the page and the server: close the stream twice, after 15 events each time.
+    await page.routeWebSocket(/\/j2c\/api\/jobs\/[^/]+\/stream/, ws => {
+      const server = ws.connectToServer();
+      let forwarded = 0;
+      server.onMessage(message => {
+        ws.send(message);
+        forwarded += 1;
+        if (forwarded === 15 && drops < 2) {
+          drops += 1;
+          void ws.close();
+          void server.close();
+        }
+      });
+    });
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: `--epochs ${EPOCHS} --sleep 0.05`
+    });
+    const { panel, jobId } = await lastLogPanel(page);
+    await expectStatus(panel, 'succeeded');
+    expect(drops).toBe(2);
+    const text = await logText(page, jobId);
+    for (let epoch = 1; epoch <= EPOCHS; epoch++) {
+      expect(
+        countLines(text, new RegExp(`^epoch ${epoch}/${EPOCHS} `)),
+        `epoch ${epoch}`
+      ).toBe(1);
+    }
+    expect(countLines(text, /^\[j2c\] succeeded/)).toBe(1);
+  });
+
+  test('sending again marks the reused stages with their reason', async ({
+    page
+  }) => {
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: '--epochs 1'
+    });
+    await expectStatus((await lastLogPanel(page)).panel, 'succeeded');
+    await sendFromForm(page, { Arguments: '--epochs 2' });
+    const panel = page.locator('.j2c-LogWidget').last();
+    await expect(panel.locator('[data-j2c="status"]')).toHaveText('succeeded', {
+      timeout: 90000
+    });
+    const pack = panel.locator('[data-step="pack"]');
+    await expect(pack).toHaveAttribute('data-state', 'reused');
+    await expect(pack.locator('.j2c-Step-detail')).toContainText('unchanged');
+    await expect(panel.locator('[data-step="upload"]')).toHaveAttribute(
+      'data-state',
+      'reused'
+    );
+  });
+
+  test('the jobs list runs a job again and removes a record', async ({
+    page
+  }) => {
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: '--epochs 3'
+    });
+    const first = await lastLogPanel(page);
+    await expectStatus(first.panel, 'succeeded');
+    const row = page.locator(
+      `#j2c-compute-sidebar .j2c-Job[data-job-id="${first.jobId}"]`
+    );
+    await expect(row).toHaveAttribute('data-status', 'succeeded', {
+      timeout: 30000
+    });
+
+    await row.getByRole('button', { name: 'Run again' }).click();
+    await expect(page.locator('.j2c-LogWidget')).toHaveCount(2);
+    const second = await lastLogPanel(page);
+    expect(second.jobId).not.toBe(first.jobId);
+    await expectStatus(second.panel, 'succeeded');
+
+    await row.getByRole('button', { name: 'Remove record' }).click();
+    await expect(row).toHaveCount(0);
+    const answer = await page.request.get(`/j2c/api/jobs/${first.jobId}`);
+    expect(answer.status()).toBe(404);
+  });
+
+  test('unsaved project files are saved when the user asks before sending', async ({
+    page
+  }) => {
+    await page.goto();
+    await page.filebrowser.open(`${PROJECT}/digits/data.py`);
+    const editor = page.getByRole('main').locator('.jp-FileEditor .cm-content');
+    await editor.click();
+    await page.keyboard.press('Control+End');
+    await page.keyboard.type('\n# tuned for the cluster\n');
+    await expect(
+      page.getByRole('main').getByRole('tab', { name: /data\.py/ })
+    ).toHaveClass(/jp-mod-dirty/);
+    await page.filebrowser.open(`${PROJECT}/train.py`);
+    await page
+      .getByRole('main')
+      .locator('.j2c-SendButton:visible')
+      .first()
+      .click();
+
+    const dialog = page.locator('.jp-Dialog');
+    await expect(dialog).toContainText('data.py');
+    await dialog.getByRole('button', { name: 'Save and send' }).click();
+    const { panel } = await lastLogPanel(page);
+    await expectStatus(panel, 'succeeded');
+    const saved = await (
+      await page.request.get(
+        `/api/contents/${PROJECT}/digits/data.py?content=1`
+      )
+    ).json();
+    expect(saved.content).toContain('# tuned for the cluster');
   });
 
   test('a bad entry point shows a field error and sends nothing', async ({
