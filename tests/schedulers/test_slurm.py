@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import secrets
 import shutil
 import sys
@@ -442,3 +443,50 @@ async def test_example_project_succeeds_through_the_job_service(
     assert final.status == JobStatus.succeeded, (final.message, lines[-5:])
     assert final.exit_code == 0
     assert any(line.startswith("epoch 2/2") for line in lines)
+
+
+# ---------------------------------------------------------------------- through the j2c CLI
+
+
+def test_cli_submit_runs_on_slurm_streams_and_mirrors_the_exit_code(
+    slurm_cluster: SlurmCluster, run_j2c: Any, cli_project: Path, cli_venv: Path, tmp_path: Path
+) -> None:
+    import yaml
+
+    slurm = slurm_cluster.settings().scheduler.slurm
+    config = tmp_path / "j2c.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "scheduler": {
+                    "default": "slurm",
+                    "slurm": {
+                        "url": slurm.url,
+                        "user": slurm.user,
+                        "token": slurm.token,
+                        "job_dir": slurm.job_dir,
+                        # The job runs on this machine: j2c-unpack comes from this venv.
+                        "env": {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+                    },
+                }
+            }
+        )
+    )
+    result = run_j2c(
+        "submit",
+        "train.py",
+        "--venv-path",
+        str(cli_venv),
+        "--config",
+        str(config),
+        "--",
+        "--lines",
+        "2",
+        "--exit",
+        "3",
+        cwd=cli_project,
+    )
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "line 0\nline 1\n" in result.stdout
+    listed = run_j2c("list", "--json", "--config", str(config))
+    assert [job["scheduler"] for job in json.loads(listed.stdout)] == ["slurm"]
