@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from jupyter_server.auth.decorator import ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -18,11 +19,12 @@ from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
 from pydantic import BaseModel, ValidationError
 from tornado import web
+from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from .config import J2CSettings
 from .errors import InvalidInput, J2CError
-from .models import ImageChoice, JobRequest, ServerConfig
+from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 from .service import JobService
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -167,6 +169,50 @@ class EventsHandler(J2CHandler):
         self.write_model(await self.service.events(job_id, after, limit))
 
 
+class ArtifactHandler(J2CHandler):
+    """``GET /jobs/{id}/artifacts/{name}``: one recorded artifact of a finished job, as a
+    download, streamed chunk by chunk (each flushed before the next is read)."""
+
+    @web.authenticated
+    async def get(self, job_id: str, name: str) -> None:
+        await self.download(job_id, name)
+
+    async def download(self, job_id: str, name: str) -> None:
+        async with self.service.open_artifact(job_id, name) as artifact:
+            self.set_header("Content-Type", artifact.media_type)
+            self.set_header("Content-Disposition", attachment(artifact.filename))
+            self.set_header("Content-Length", str(artifact.size))
+            try:
+                async for chunk in artifact.chunks():
+                    self.write(chunk)
+                    await self.flush()
+            except StreamClosedError:
+                return  # the browser hung up; nothing to answer
+        # APIHandler.finish would otherwise set its JSON type.
+        self.finish(set_content_type=artifact.media_type)
+
+
+class CopyArtifactHandler(ArtifactHandler):
+    """``POST /jobs/{id}/artifacts/{name}/copy``: the artifact copied into the job's project
+    folder, answering where (GET still downloads an artifact whose name ends in ``/copy``)."""
+
+    @web.authenticated
+    async def get(self, job_id: str, name: str) -> None:
+        await self.download(job_id, f"{name}/copy")
+
+    @web.authenticated
+    async def post(self, job_id: str, name: str) -> None:
+        self.write_model(ArtifactCopy(path=await self.service.copy_artifact(job_id, name)))
+
+
+def attachment(filename: str) -> str:
+    """A ``Content-Disposition`` naming the file: an ASCII fallback, the exact name in UTF-8."""
+    fallback = "".join(
+        c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename
+    )
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
 class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
     """``/jobs/{id}/stream?after=N``: replays the events after N, then sends live ones, one
     JSON text message each, and closes after the terminal status event. The job goes on when
@@ -214,6 +260,7 @@ def available_schedulers() -> list[str]:
 
 
 _JOB_ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+_ARTIFACT = r"(?P<name>.+)"
 
 
 def routes(base_url: str = "/") -> list[tuple[str, type[Any]]]:
@@ -227,4 +274,7 @@ def routes(base_url: str = "/") -> list[tuple[str, type[Any]]]:
         (url_path_join(api, "jobs", _JOB_ID, "cancel"), CancelHandler),
         (url_path_join(api, "jobs", _JOB_ID, "events"), EventsHandler),
         (url_path_join(api, "jobs", _JOB_ID, "stream"), EventStreamHandler),
+        # Before the download route: a path ending in /copy is the copy (POST).
+        (url_path_join(api, "jobs", _JOB_ID, "artifacts", _ARTIFACT, "copy"), CopyArtifactHandler),
+        (url_path_join(api, "jobs", _JOB_ID, "artifacts", _ARTIFACT), ArtifactHandler),
     ]

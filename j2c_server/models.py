@@ -227,6 +227,12 @@ class Artifact(_Strict):
     url: str | None = None
 
 
+class ArtifactCopy(_Strict):
+    """POST /jobs/{id}/artifacts/{name}/copy: where the copy is, relative to the server's root."""
+
+    path: str
+
+
 class JobResults(_Strict):
     exit_code: int | None = None
     artifacts: list[Artifact] = Field(default_factory=list)

@@ -17,18 +17,30 @@ from .models import JobRequest
 MODULE_PREFIX = "-m "
 
 
+def root_folder(root_dir: str | None) -> Path | None:
+    """The server's root folder, absolute with symlinks followed (None without one)."""
+    return Path(root_dir).expanduser().resolve() if root_dir else None
+
+
+def confine(path: Path, root: Path | None, field: str, shown: str | None = None) -> Path:
+    """``path`` with symlinks followed; Forbidden (naming ``field``) when that leaves ``root``."""
+    resolved = path.resolve()
+    if root is not None and not resolved.is_relative_to(root):
+        raise Forbidden(
+            f"{field}: {shown or str(path)!r} is outside the server's root folder", field=field
+        )
+    return resolved
+
+
 def _resolve(raw: str, base: Path, root: Path | None, field: str) -> Path:
     if "\x00" in raw:
         raise InvalidInput(f"{field}: contains a NUL character", field=field)
-    path = (base / Path(raw).expanduser()).resolve()
-    if root is not None and not path.is_relative_to(root):
-        raise Forbidden(f"{field}: {raw!r} is outside the server's root folder", field=field)
-    return path
+    return confine(base / Path(raw).expanduser(), root, field, shown=raw)
 
 
 def resolve_request(request: JobRequest, root_dir: str | None) -> JobRequest:
     """A copy of ``request`` whose paths are absolute, existing and inside ``root_dir``."""
-    root = Path(root_dir).expanduser().resolve() if root_dir else None
+    root = root_folder(root_dir)
     base = root if root is not None else Path.cwd()
 
     code = _resolve(request.code_path, base, root, "code_path")

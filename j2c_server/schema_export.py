@@ -17,10 +17,17 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from .models import Event, JobRecord, JobRequest, ServerConfig
+from .models import ArtifactCopy, Event, JobRecord, JobRequest, ServerConfig
 from .pack.models import PackPlan
 
-WIRE_MODELS: list[type[BaseModel]] = [JobRequest, JobRecord, Event, ServerConfig, PackPlan]
+WIRE_MODELS: list[type[BaseModel]] = [
+    JobRequest,
+    JobRecord,
+    Event,
+    ServerConfig,
+    PackPlan,
+    ArtifactCopy,
+]
 TS_FILE = Path(__file__).resolve().parent.parent / "src" / "models.ts"
 WIDTH = 80
 HEADER = """\

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from .artifacts import ArtifactFile, copy_into_project, open_artifact
 from .backends import Backends
 from .config import J2CSettings
 from .driver import LEASE_TTL_S, JobDriver, new_owner
@@ -239,6 +240,21 @@ class JobService:
     async def remove(self, job_id: str) -> None:
         """Forget a finished job (record and events); a job still going is a Conflict."""
         await self.registry.remove(job_id)
+
+    @contextlib.asynccontextmanager
+    async def open_artifact(self, job_id: str, name: str) -> AsyncIterator[ArtifactFile]:
+        """One of the finished job's recorded artifacts, readable in chunks while the context
+        lasts; a name the job's results do not list is refused."""
+        record = await self.registry.get(job_id)
+        async with open_artifact(record, name, self.settings.storage) as artifact:
+            yield artifact
+
+    async def copy_artifact(self, job_id: str, name: str) -> str:
+        """Copy an artifact (e.g. the executed notebook) into the job's project folder, at
+        ``j2c-outputs/<job id>/<name>``; returns its path relative to the root folder."""
+        record = await self.registry.get(job_id)
+        async with open_artifact(record, name, self.settings.storage) as artifact:
+            return await asyncio.to_thread(copy_into_project, record, artifact, self.root_dir)
 
     async def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         events, _ = await self.registry.events(job_id, after, limit)

@@ -7,9 +7,18 @@ import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { URLExt } from '@jupyterlab/coreutils';
+
 import { isTerminal } from './format';
-import { Event, JobRecord, JobRequest, PackPlan, ServerConfig } from './models';
-import { requestAPI } from './request';
+import {
+  ArtifactCopy,
+  Event,
+  JobRecord,
+  JobRequest,
+  PackPlan,
+  ServerConfig
+} from './models';
+import { downloadUrl, requestAPI } from './request';
 
 const jsonPost = (body: unknown): RequestInit => ({
   method: 'POST',
@@ -18,6 +27,9 @@ const jsonPost = (body: unknown): RequestInit => ({
 
 const job = (id: string, tail = ''): string =>
   `jobs/${encodeURIComponent(id)}${tail}`;
+
+const artifact = (id: string, name: string, tail = ''): string =>
+  job(id, `/artifacts/${URLExt.encodeParts(name)}${tail}`);
 
 /** One function per route of the server extension. */
 export const jobsApi = {
@@ -33,7 +45,13 @@ export const jobsApi = {
   remove: (id: string): Promise<void> =>
     requestAPI<void>(job(id), { method: 'DELETE' }),
   events: (id: string, after: number, limit: number): Promise<Event[]> =>
-    requestAPI<Event[]>(job(id, `/events?after=${after}&limit=${limit}`))
+    requestAPI<Event[]>(job(id, `/events?after=${after}&limit=${limit}`)),
+  /** Where the browser downloads one of a finished job's artifacts. */
+  artifactUrl: (id: string, name: string): string =>
+    downloadUrl(artifact(id, name)),
+  /** Copy an artifact into the job's project folder; answers its path under the root. */
+  copyArtifact: (id: string, name: string): Promise<ArtifactCopy> =>
+    requestAPI<ArtifactCopy>(artifact(id, name, '/copy'), { method: 'POST' })
 };
 
 /** Poll faster while something runs: statuses change and users watch. */

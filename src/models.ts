@@ -8,6 +8,11 @@ export interface Artifact {
   url?: string | null;
 }
 
+/** POST /jobs/{id}/artifacts/{name}/copy: where the copy is, relative to the server's root. */
+export interface ArtifactCopy {
+  path: string;
+}
+
 /** What to run, relative to the code layer's root. */
 export interface EntryPoint {
   kind: 'script' | 'module' | 'notebook';

@@ -28,6 +28,20 @@ export function apiUrl(
   return URLExt.join(settings.baseUrl, 'j2c', 'api', endPoint);
 }
 
+/**
+ * A j2c route the browser fetches by itself (a download link): the `_xsrf` cookie goes along
+ * as a parameter, as JupyterLab's own download URLs do, so the server accepts the request
+ * even where the browser sends no `Referer`.
+ */
+export function downloadUrl(
+  endPoint: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): string {
+  const url = apiUrl(endPoint, settings);
+  const xsrf = /(?:^|;\s*)_xsrf=([^;]*)/.exec(document.cookie)?.[1];
+  return xsrf ? `${url}?_xsrf=${xsrf}` : url;
+}
+
 /** A websocket URL under the j2c API, built from the server's `wsUrl`. */
 export function wsUrl(
   endPoint: string,

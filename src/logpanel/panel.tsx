@@ -38,7 +38,7 @@ class HeaderWidget extends ReactWidget {
         stream={panel.stream.state}
         retryInMs={panel.stream.retryInMs}
         trans={panel.trans}
-        onOpenNotebook={uri => panel.openNotebook(uri)}
+        onOpenNotebook={name => void panel.openNotebook(name)}
       />
     );
   }
@@ -140,8 +140,9 @@ export class LogPanel extends Panel {
     URL.revokeObjectURL(url);
   }
 
-  openNotebook(uri: string): void {
-    this._openNotebook(uri);
+  /** Copy the executed notebook (artifact `name`) into the project and open it. */
+  openNotebook(name: string): Promise<void> {
+    return this._openNotebook(this.jobId, name);
   }
 
   dispose(): void {
@@ -179,7 +180,7 @@ export class LogPanel extends Panel {
 
   private readonly _jobs: JobsModel;
   private readonly _header: HeaderWidget;
-  private readonly _openNotebook: (uri: string) => void;
+  private readonly _openNotebook: LogPanel.IOptions['openNotebook'];
   private _record: JobRecord | null = null;
   private readonly _ended = new Signal<this, JobRecord | null>(this);
 }
@@ -191,6 +192,7 @@ export namespace LogPanel {
     trans: TranslationBundle;
     scrollback: number;
     follow: boolean;
-    openNotebook: (uri: string) => void;
+    /** Copy a job's artifact into its project and open it (the executed notebook). */
+    openNotebook: (jobId: string, name: string) => Promise<void>;
   }
 }

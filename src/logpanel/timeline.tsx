@@ -3,6 +3,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { formatBytes, formatDuration, formatRate } from '../format';
+import { jobsApi } from '../jobs';
 import { Artifact, JobRecord } from '../models';
 import { StreamState } from '../stream';
 import { IStep, JobProgress, StepName, StepState } from './progress';
@@ -94,8 +95,12 @@ function Step(props: { step: IStep; trans: TranslationBundle }): JSX.Element {
   );
 }
 
-function ArtifactLink(props: { artifact: Artifact }): JSX.Element {
-  const { artifact } = props;
+/** A web URL (e.g. presigned) opens as is; anything else downloads through the server. */
+function ArtifactLink(props: {
+  jobId: string;
+  artifact: Artifact;
+}): JSX.Element {
+  const { jobId, artifact } = props;
   const size =
     artifact.size !== null && artifact.size !== undefined
       ? formatBytes(artifact.size)
@@ -112,25 +117,41 @@ function ArtifactLink(props: { artifact: Artifact }): JSX.Element {
           {artifact.name}
         </a>
       ) : (
-        <span title={artifact.url ?? undefined}>{artifact.name}</span>
+        <a
+          href={jobsApi.artifactUrl(jobId, artifact.name)}
+          download={artifact.name.split('/').pop()}
+          data-j2c="artifact"
+        >
+          {artifact.name}
+        </a>
       )}
       {size ? <span className="j2c-Result-size"> {size}</span> : null}
     </li>
   );
 }
 
+/** The artifact name of the executed notebook (the results give its location). */
+function notebookName(record: JobRecord): string | null {
+  const uri = record.results?.executed_notebook;
+  if (!uri) {
+    return null;
+  }
+  const listed = record.results?.artifacts?.find(a => a.url === uri);
+  return listed?.name ?? uri.split('/').pop() ?? null;
+}
+
 function Results(props: {
   record: JobRecord;
   progress: JobProgress;
   trans: TranslationBundle;
-  onOpenNotebook: (uri: string) => void;
+  onOpenNotebook: (name: string) => void;
 }): JSX.Element {
   const { record, progress, trans, onOpenNotebook } = props;
   const results = record.results;
   const exitCode = record.exit_code ?? results?.exit_code ?? progress.exitCode;
   const start = record.started_at ?? record.created_at;
   const end = record.finished_at ?? record.updated_at;
-  const notebook = results?.executed_notebook;
+  const notebook = notebookName(record);
   return (
     <section className="j2c-Result" aria-label={trans.__('Result')}>
       <dl>
@@ -150,7 +171,11 @@ function Results(props: {
       {results?.artifacts?.length ? (
         <ul className="j2c-Result-artifacts" aria-label={trans.__('Artifacts')}>
           {results.artifacts.map(artifact => (
-            <ArtifactLink key={artifact.name} artifact={artifact} />
+            <ArtifactLink
+              key={artifact.name}
+              jobId={record.id}
+              artifact={artifact}
+            />
           ))}
         </ul>
       ) : null}
@@ -194,7 +219,7 @@ export interface IHeaderProps {
   stream: StreamState;
   retryInMs: number;
   trans: TranslationBundle;
-  onOpenNotebook: (uri: string) => void;
+  onOpenNotebook: (name: string) => void;
 }
 
 export function LogHeader(props: IHeaderProps): JSX.Element {

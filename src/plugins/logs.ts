@@ -13,9 +13,11 @@ import {
   Notification,
   WidgetTracker
 } from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { ReadonlyJSONObject } from '@lumino/coreutils';
 
+import { jobsApi } from '../jobs';
 import { LogPanel } from '../logpanel/panel';
 import { createLogWidget } from '../logpanel/widget';
 import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
@@ -24,12 +26,13 @@ export const logsPlugin: JupyterFrontEndPlugin<ILogPanels> = {
   id: 'j2c:log-panels',
   description: 'Live log panels of j2c jobs.',
   autoStart: true,
-  requires: [IJ2C],
+  requires: [IJ2C, IDocumentManager],
   optional: [ILayoutRestorer, IThemeManager, ITranslator],
   provides: ILogPanels,
   activate: (
     app: JupyterFrontEnd,
     j2c: IJ2C,
+    docManager: IDocumentManager,
     restorer: ILayoutRestorer | null,
     themes: IThemeManager | null,
     translator: ITranslator | null
@@ -39,17 +42,21 @@ export const logsPlugin: JupyterFrontEndPlugin<ILogPanels> = {
       namespace: 'j2c-log'
     });
 
-    const openNotebook = (uri: string): void => {
-      if (/^https?:/.test(uri)) {
-        window.open(uri, '_blank', 'noopener');
-        return;
+    // The server copies it into the project (j2c-outputs/<job id>/), where it opens as a
+    // document like any other: kernels, saving and the file browser work on it.
+    const openNotebook = async (jobId: string, name: string): Promise<void> => {
+      try {
+        const { path } = await jobsApi.copyArtifact(jobId, name);
+        docManager.openOrReveal(path);
+      } catch (error) {
+        Notification.error(
+          trans.__(
+            'Opening the executed notebook failed: %1',
+            String((error as Error).message ?? error)
+          ),
+          { autoClose: 5000 }
+        );
       }
-      Notification.info(
-        trans.__('The executed notebook is stored at %1', uri),
-        {
-          autoClose: false
-        }
-      );
     };
 
     const open = async (

@@ -1,4 +1,5 @@
 import { expect, test } from '@jupyterlab/galata';
+import * as fs from 'fs';
 
 import {
   countLines,
@@ -11,6 +12,17 @@ import {
 
 /** The example project (ui-tests/jupyter_server_test_config.py copies it into the root). */
 const PROJECT = 'digits';
+
+/** A job whose outputs hold a notebook (what a notebook entry point leaves there), written by
+ * a plain script: the UI tests' venv has no nbclient to execute a real one. */
+const REPORT = 'report-job/report.py';
+const WRITES_NOTEBOOK = `import json, os
+cell = {"cell_type": "markdown", "id": "c1", "metadata": {}, "source": ["# Report"]}
+notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+with open(os.path.join(os.environ["J2C_OUTPUT_DIR"], "report.ipynb"), "w") as f:
+    json.dump(notebook, f)
+print("report written")
+`;
 
 test.describe('j2c extension', () => {
   test('activates and shows the Compute panel', async ({ page }) => {
@@ -256,6 +268,51 @@ test.describe('j2c extension', () => {
       )
     ).json();
     expect(saved.content).toContain('# tuned for the cluster');
+  });
+
+  test('an artifact link downloads the file from the server', async ({
+    page
+  }) => {
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: '--epochs 4'
+    });
+    const { panel } = await lastLogPanel(page);
+    await expectStatus(panel, 'succeeded');
+    const link = panel.getByRole('link', { name: 'metrics.json' });
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      link.click()
+    ]);
+    expect(download.suggestedFilename()).toBe('metrics.json');
+    const saved = await download.path();
+    const metrics = JSON.parse(fs.readFileSync(saved, 'utf-8'));
+    expect(metrics.history).toHaveLength(4);
+  });
+
+  test('"Open executed notebook" copies it into the project and opens it', async ({
+    page
+  }) => {
+    await page.goto();
+    await page.contents.uploadContent(WRITES_NOTEBOOK, 'text', REPORT);
+    await sendFromForm(page, {
+      'Project folder': 'report-job',
+      'Entry point': 'report.py',
+      Arguments: ''
+    });
+    const { panel, jobId } = await lastLogPanel(page);
+    await expectStatus(panel, 'succeeded');
+    await panel.getByRole('button', { name: 'Open executed notebook' }).click();
+    await expect(
+      page.getByRole('main').getByRole('tab', { name: 'report.ipynb' })
+    ).toBeVisible({ timeout: 30000 });
+    expect(
+      await page.contents.fileExists(
+        `report-job/j2c-outputs/${jobId}/report.ipynb`
+      )
+    ).toBe(true);
   });
 
   test('a bad entry point shows a field error and sends nothing', async ({
