@@ -114,8 +114,15 @@ export const commandsPlugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    /** The running kernel of `path`'s open notebook, if any: its venv is the default. */
+    const kernelOf = (path: string) => {
+      const widget = docManager.findWidget(path);
+      const context = widget ? docManager.contextForWidget(widget) : undefined;
+      return context?.sessionContext.session?.kernel ?? null;
+    };
+
     const sendFile = async (path: string): Promise<void> => {
-      await form.fillFor(path);
+      await form.fillFor(path, kernelOf(path));
       await sendForm();
     };
 

@@ -1,6 +1,7 @@
 /**
  * The sidebar plugin: the left "Compute" panel (form + jobs list). While the user has not typed
- * a project, entry point or venv, the form follows the current .py or .ipynb document.
+ * a project, entry point or venv, the form follows the current .py or .ipynb document (and a
+ * notebook's kernel, whose venv it proposes).
  */
 import {
   ILabShell,
@@ -10,6 +11,8 @@ import {
 } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
+import { DocumentRegistry } from '@jupyterlab/docregistry';
+import { Kernel } from '@jupyterlab/services';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { computeIcon } from '../icons';
@@ -72,17 +75,51 @@ export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(sidebar, 'j2c-sidebar');
 
     let followed = '';
+    /** Describe the followed file again once `kernel` answers (its venv is the default). */
+    const refillWhenReady = (
+      path: string,
+      kernel: Kernel.IKernelConnection
+    ): void => {
+      void kernel.info.then(
+        () => {
+          if (path === followed && !j2c.form.pathsEdited) {
+            void j2c.form.fillFor(path, kernel);
+          }
+        },
+        () => undefined
+      );
+    };
+    // A notebook's kernel starts (or is changed) after its tab opens.
+    const watched = new WeakSet<DocumentRegistry.Context>();
+    const watch = (context: DocumentRegistry.Context): void => {
+      if (!watched.has(context)) {
+        watched.add(context);
+        context.sessionContext.kernelChanged.connect((_, change) => {
+          if (change.newValue && context.path === followed) {
+            refillWhenReady(context.path, change.newValue);
+          }
+        });
+      }
+    };
     const follow = (): void => {
       const widget = labShell.currentWidget;
-      const path = widget && docManager?.contextForWidget(widget)?.path;
+      const context = widget ? docManager?.contextForWidget(widget) : undefined;
+      const path = context?.path;
       if (
+        context &&
         path &&
         path !== followed &&
         isRunnable(path) &&
         !j2c.form.pathsEdited
       ) {
         followed = path;
-        void j2c.form.fillFor(path);
+        watch(context);
+        const kernel = context.sessionContext.session?.kernel;
+        const answers = kernel?.status === 'idle' || kernel?.status === 'busy';
+        void j2c.form.fillFor(path, answers ? kernel : null);
+        if (kernel && !answers) {
+          refillWhenReady(path, kernel);
+        }
       }
     };
     labShell.currentChanged.connect(follow);

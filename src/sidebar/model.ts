@@ -4,12 +4,13 @@
  * user's settings, inline field errors, the debounced preflight, and sending.
  */
 import { PathExt } from '@jupyterlab/coreutils';
-import { Contents } from '@jupyterlab/services';
+import { Contents, Kernel } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Debouncer } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { JobsModel, jobsApi } from '../jobs';
+import { kernelVenv } from '../kernelenv';
 import { JobRecord, JobRequest, PackPlan, ServerConfig } from '../models';
 import { guessProject } from '../project';
 import { J2CRequestError } from '../request';
@@ -118,11 +119,26 @@ export class ComputeForm {
   }
 
   /**
-   * Describe the project of `path` (a .py or .ipynb file): folder, entry point, venv; then
+   * Describe the project of `path` (a .py or .ipynb file): folder, entry point, venv (the
+   * venv of `kernel`, the notebook's running kernel, when it has one inside the root); then
    * start a preflight (not awaited: sending need not wait for it).
    */
-  async fillFor(path: string): Promise<void> {
-    const guess = await guessProject(this._contents, path);
+  async fillFor(
+    path: string,
+    kernel?: Kernel.IKernelConnection | null
+  ): Promise<void> {
+    const ticket = ++this._fillTicket;
+    const [guess, venv] = await Promise.all([
+      guessProject(this._contents, path),
+      kernel ? kernelVenv(kernel, path) : Promise.resolve(null)
+    ]);
+    if (ticket !== this._fillTicket) {
+      return; // a later call describes a newer file or kernel
+    }
+    if (venv !== null) {
+      guess.venv = venv;
+      guess.venvVerified = true;
+    }
     for (const field of ['project', 'entry', 'venv'] as FormField[]) {
       this._edited.delete(field);
     }
@@ -303,6 +319,7 @@ export class ComputeForm {
     error: null
   };
   private _preflightTicket = 0;
+  private _fillTicket = 0;
   private _sending = false;
   private _venvGuessed = false;
   private readonly _edited = new Set<FormField>();

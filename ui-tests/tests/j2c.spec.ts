@@ -63,6 +63,58 @@ test.describe('j2c extension', () => {
     await expect(preflight.locator('[data-layer="venv"]')).toBeVisible();
   });
 
+  test("a notebook's kernel in a venv inside the root is the form's venv", async ({
+    page
+  }) => {
+    await page.goto();
+    // The served explore.ipynb asks for the kernel `digits-env` (see the server config).
+    await page.notebook.openByPath(`${PROJECT}/explore.ipynb`);
+    const panel = await openComputePanel(page);
+    await expect(
+      panel.getByLabel('Virtual environment', { exact: true })
+    ).toHaveValue('envs/digits-env', { timeout: 60000 });
+    await expect(panel.getByLabel('Entry point', { exact: true })).toHaveValue(
+      'explore.ipynb'
+    );
+  });
+
+  test("a notebook's kernel outside the root leaves the project's .venv", async ({
+    page
+  }) => {
+    await page.goto();
+    const notebook = {
+      cells: [],
+      metadata: {
+        kernelspec: {
+          display_name: 'Python 3 (ipykernel)',
+          language: 'python',
+          name: 'python3'
+        }
+      },
+      nbformat: 4,
+      nbformat_minor: 5
+    };
+    await page.contents.uploadContent(
+      JSON.stringify(notebook),
+      'text',
+      `${PROJECT}/default-kernel.ipynb`
+    );
+    await page.notebook.openByPath(`${PROJECT}/default-kernel.ipynb`);
+    await expect(
+      page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    ).toBeVisible({ timeout: 60000 });
+    const panel = await openComputePanel(page);
+    await expect(panel.getByLabel('Entry point', { exact: true })).toHaveValue(
+      'default-kernel.ipynb'
+    );
+    // The kernel answered (idle); give the form the time it would take to take its venv.
+    await page.waitForTimeout(3000);
+    await expect(
+      panel.getByLabel('Virtual environment', { exact: true })
+    ).toHaveValue(`${PROJECT}/.venv`);
+    await page.contents.deleteFile(`${PROJECT}/default-kernel.ipynb`);
+  });
+
   test('sends the example project from the toolbar and shows its log and succeeded', async ({
     page
   }) => {
