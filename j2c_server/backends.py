@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from .config import J2CSettings
-from .packworker import PackWorkers
+from .packworker import PackWorkers, Scan
 from .schedulers import make_scheduler
 from .schedulers.base import Scheduler
 from .storage import open_store
@@ -22,6 +22,8 @@ class Backends:
         self.pack_slots = asyncio.Semaphore(limit)
         # One more worker than packs: a preflight never waits behind a long pack.
         self.packers = PackWorkers(limit + 1)
+        # A send's scan, by job id, until that job's pipeline packs from it.
+        self.scans: dict[str, Scan] = {}
         self._store: ObjectStore | None = None
         self._schedulers: dict[str, Scheduler] = {}
 

@@ -372,6 +372,8 @@ def _submit(argv: list[str], shell: Any, cell: str | None) -> Job | dict[str, An
         spec: dict[str, Any] = runner.call(runner.service.dry_run(request))
         return spec
     record = runner.call(runner.service.submit(request))
+    if record.decision is not None:  # beside j2c's other lines, apart from the job's output
+        print(f"j2c: {record.decision.message}", file=sys.stderr)
     runner.jobs.add(record.id)
     job = Job(runner, record.id)
     if params["no_wait"]:

@@ -248,12 +248,47 @@ class JobHandle(_Strict):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class FileChange(_Strict):
+    """One path that differs between a send and the job it was compared with."""
+
+    layer: LayerRole
+    path: str
+    change: Literal["added", "removed", "changed"]
+
+
+class SendDecision(_Strict):
+    """Why a send attached to an existing job or made a new one, in words and in data."""
+
+    attached: bool = Field(..., description="The send showed an existing job instead of a new.")
+    previous_job: str | None = Field(None, description="The job this send was compared with.")
+    changed_files: int = Field(0, description="Files added, removed or changed since then.")
+    changes: list[FileChange] = Field(
+        default_factory=list, description="The first changed paths (at most 20)."
+    )
+    changed_settings: list[str] = Field(
+        default_factory=list, description="Request fields that differ, e.g. 'args'."
+    )
+    message: str = Field(..., description="E.g. 'nothing changed since job X: showing it'.")
+
+
 class JobRecord(_Strict):
     """One job as the registry and every front end see it."""
 
     id: str
     name: str
-    key: str = Field(..., description="Hash of the request: identical requests attach to one job.")
+    key: str = Field(
+        ...,
+        description="Hash of the request and of the content it ships: a send with both "
+        "unchanged attaches to the job.",
+    )
+    request_key: str | None = Field(None, description="Hash of the request's settings alone.")
+    content: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per layer role, the stat fingerprint of what the send found to ship.",
+    )
+    decision: SendDecision | None = Field(
+        None, description="How the send that answered with this record was decided."
+    )
     status: JobStatus
     message: str | None = Field(None, description="Human-readable detail, e.g. a pending reason.")
     request: JobRequest

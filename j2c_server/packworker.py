@@ -16,8 +16,10 @@ import asyncio
 import dataclasses
 import json
 import os
+import secrets
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -27,19 +29,41 @@ from . import errors
 from .errors import J2CError
 from .models import LayerRole
 from .pack import PackPlan, PackProgress, PackResult, PackSpec, pack, preflight
+from .pack.changes import ScanReport, scan_report
+from .pack.plan import Prepared, prepare
 
 NICENESS = 10
 LINE_LIMIT = 64 * 1024 * 1024  # a plan or result is one JSON line
+HELD_SCANS = 4  # scans a worker keeps for the packs that follow them
+SCAN_FRESH_S = 60.0  # an older scan is walked again before packing
 ProgressFn = Callable[[PackProgress], None]
 
 
 def pack_and_date(
-    spec: PackSpec, cache_dir: Path, progress: ProgressFn | None = None
+    spec: PackSpec,
+    cache_dir: Path,
+    progress: ProgressFn | None = None,
+    prepared: Prepared | None = None,
 ) -> tuple[PackResult, float]:
     """Pack, and date the result by its newest layer blob: the same layers always give the
     same manifest (and digest)."""
-    result = pack(spec, cache_dir, progress)
+    result = pack(spec, cache_dir, progress, prepared)
     return result, max((packed.path.stat().st_mtime for packed in result.layers), default=0.0)
+
+
+@dataclasses.dataclass
+class Scan:
+    """A send's scan: the report, and where its walk is held for the pack that follows."""
+
+    report: ScanReport
+    spec: PackSpec
+    token: str
+    worker: _Worker | None = None
+    at: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def fresh(self) -> bool:
+        return time.monotonic() - self.at < SCAN_FRESH_S
 
 
 # --------------------------------------------------------------------------- the worker side
@@ -58,14 +82,23 @@ def _serve() -> None:
     def report(progress: PackProgress) -> None:
         send({"progress": {**dataclasses.asdict(progress), "role": progress.role.value}})
 
+    held: dict[str, Prepared] = {}  # scans kept for the pack that follows, oldest first
     for line in sys.stdin:
         request = json.loads(line)
         spec = PackSpec.model_validate(request["spec"])
         try:
             if request["kind"] == "preflight":
                 send({"plan": preflight(spec).model_dump(mode="json")})
+            elif request["kind"] == "scan":
+                prepared = prepare(spec)
+                scan = scan_report(prepared, Path(request["cache_dir"]), request["compare"])
+                held[request["token"]] = prepared
+                while len(held) > HELD_SCANS:
+                    del held[next(iter(held))]
+                send({"scan": scan.model_dump(mode="json")})
             else:
-                result, packed_at = pack_and_date(spec, Path(request["cache_dir"]), report)
+                kept: Prepared | None = held.pop(request.get("scan") or "", None)
+                result, packed_at = pack_and_date(spec, Path(request["cache_dir"]), report, kept)
                 send({"result": result.model_dump(mode="json"), "packed_at": packed_at})
         except J2CError as exc:
             send({"error": {"type": type(exc).__name__, **exc.to_dict()}})
@@ -149,23 +182,63 @@ class PackWorkers:
         reply = await self._ask({"kind": "preflight", "spec": spec.model_dump(mode="json")}, None)
         return PackPlan.model_validate(reply["plan"])
 
+    async def scan(
+        self, spec: PackSpec, cache_dir: Path, compare: dict[str, str] | None = None
+    ) -> Scan:
+        """Walk once: the plan, the content fingerprints, the files changed since ``compare``;
+        the walk stays in the worker for :meth:`pack` to use."""
+        token = secrets.token_hex(8)
+        request = {
+            "kind": "scan",
+            "spec": spec.model_dump(mode="json"),
+            "cache_dir": str(cache_dir),
+            "compare": compare,
+            "token": token,
+        }
+        chosen: list[_Worker] = []
+        reply = await self._ask(request, None, chosen=chosen)
+        report = ScanReport.model_validate(reply["scan"])
+        return Scan(report=report, spec=spec, token=token, worker=chosen[0])
+
     async def pack(
-        self, spec: PackSpec, cache_dir: Path, progress: ProgressFn | None = None
+        self,
+        spec: PackSpec,
+        cache_dir: Path,
+        progress: ProgressFn | None = None,
+        scan: Scan | None = None,
     ) -> tuple[PackResult, float]:
+        """Pack; with a fresh ``scan`` of the same spec, from its walk (the worker that holds
+        it is asked when it is free; another one walks again)."""
+        usable = scan is not None and scan.spec == spec and scan.fresh
         request = {
             "kind": "pack",
             "spec": spec.model_dump(mode="json"),
             "cache_dir": str(cache_dir),
+            "scan": scan.token if usable and scan is not None else None,
         }
-        reply = await self._ask(request, progress)
+        prefer = scan.worker if usable and scan is not None else None
+        reply = await self._ask(request, progress, prefer=prefer)
         return PackResult.model_validate(reply["result"]), float(reply["packed_at"])
 
-    async def _ask(self, request: dict[str, Any], progress: ProgressFn | None) -> dict[str, Any]:
+    async def _ask(
+        self,
+        request: dict[str, Any],
+        progress: ProgressFn | None,
+        *,
+        prefer: _Worker | None = None,
+        chosen: list[_Worker] | None = None,
+    ) -> dict[str, Any]:
         async with self._slots:
             if self._warming is not None:
                 await self._warming
                 self._warming = None
-            worker = self._idle.pop() if self._idle else await _Worker.start()
+            if prefer is not None and prefer in self._idle:
+                self._idle.remove(prefer)
+                worker = prefer
+            else:
+                worker = self._idle.pop() if self._idle else await _Worker.start()
+            if chosen is not None:
+                chosen.append(worker)
             try:
                 reply = await worker.ask(request, progress)
             except BaseException:

@@ -38,6 +38,7 @@ from .models import (
     StageRecord,
 )
 from .pack import (
+    PackPlan,
     PackProgress,
     PackResult,
     PackSpec,
@@ -143,6 +144,19 @@ def store_location_env(settings: J2CSettings, store: ObjectStore) -> dict[str, s
     return {f"J2C_STORAGE__{name}": value for name, value in chosen.items() if value}
 
 
+def refuse_if_over_limit(plan: PackPlan) -> None:
+    """A plan over the hard limit is refused before anything is packed, naming the field of
+    its largest layer."""
+    if plan.refused:
+        largest = max(plan.layers, key=lambda layer: layer.bytes)
+        field = "venv_path" if largest.role == LayerRole.venv else "code_path"
+        raise PackError(
+            plan.refused,
+            field=field,
+            hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
+        )
+
+
 def unpack_command(scheduler: str) -> list[str]:
     """How the job starts ``j2c-unpack``: the local scheduler runs it with this interpreter
     (same machine, same install); a cluster image has the console script on its PATH."""
@@ -195,15 +209,12 @@ class Pipeline:
         if handle is None and record.status == JobStatus.cancelling:
             await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
             return
+        resumed = handle is not None  # submitted before this process took the job over
         if handle is None:
             handle = await self._prepare_and_submit(record)
             if handle is None:
                 return
-        else:
-            await self.journal.stage(
-                Stage.submit, "reused", f"submit reused: already submitted as {handle.id}"
-            )
-        state = await self._watch(handle)
+        state = await self._watch(handle, resumed=resumed)
         await self._results(handle, state)
 
     # ------------------------------------------------------------------ stage records
@@ -273,11 +284,12 @@ class Pipeline:
             }
         )
         await self._started(Stage.scan, scan_inputs, "scan: walking the project and the venv")
-        plan = await self.backends.packers.preflight(spec)
-        if plan.refused:
-            largest = max(plan.layers, key=lambda layer: layer.bytes)
-            field = "venv_path" if largest.role == LayerRole.venv else "code_path"
-            raise PackError(plan.refused, field=field)
+        # The send already walked the tree to decide on this job: pack from that walk.
+        scan = self.backends.scans.pop(self.job_id, None)
+        if scan is None or scan.spec != spec or not scan.fresh:
+            scan = await self.backends.packers.scan(spec, layer_cache_dir(self.settings))
+        plan = scan.report.plan
+        refuse_if_over_limit(plan)
         files = sum(layer.files for layer in plan.layers)
         excluded = sum(group.count for group in plan.excluded)
         layers = " and ".join(f"{layer.role.value}" for layer in plan.layers)
@@ -303,7 +315,7 @@ class Pipeline:
             self.journal.progress(Stage.pack, total_bytes=plan.total_bytes) as meter,
         ):
             result, packed_at = await self.backends.packers.pack(
-                spec, layer_cache_dir(self.settings), _pack_progress(meter)
+                spec, layer_cache_dir(self.settings), _pack_progress(meter), scan
             )
         await self._pack_finished(pack_inputs, result, previous)
         return result, packed_at
@@ -486,9 +498,10 @@ class Pipeline:
 
     # ------------------------------------------------------------------ watch → results
 
-    async def _watch(self, handle: JobHandle) -> SchedulerState:
+    async def _watch(self, handle: JobHandle, *, resumed: bool) -> SchedulerState:
         inputs = StageInputs({"handle": handle.id})
-        await self._started(Stage.watch, inputs, f"watch: following {handle.id}")
+        again = " again (the process that watched it stopped)" if resumed else ""
+        await self._started(Stage.watch, inputs, f"watch: following {handle.id}{again}")
         scheduler = self.backends.scheduler(handle.scheduler)
         state = await Watcher(
             self.journal,

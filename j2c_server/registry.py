@@ -244,6 +244,25 @@ class Registry:
         )
         return None if row is None else _record(row)
 
+    async def latest_like(self, record: JobRecord) -> JobRecord | None:
+        """What a send is compared with: the latest job with the same settings
+        (``request_key``), else the latest job of the same project."""
+        return await self._call(self._latest_like, record)
+
+    def _latest_like(self, record: JobRecord) -> JobRecord | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT record, last_seq FROM jobs "
+                "WHERE json_extract(record, '$.request.code_path') = ? "
+                "ORDER BY json_extract(record, '$.request_key') = ? DESC, created_at DESC "
+                "LIMIT 1",
+                (record.request.code_path, record.request_key),
+            )
+            .fetchone()
+        )
+        return None if row is None else _record(row)
+
     async def remove(self, job_id: str) -> None:
         """Delete a finished job, its events and its lease; a job still going is a Conflict."""
         await self._call(self._remove, job_id)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import importlib
 import logging
 import os
@@ -22,6 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from . import sending
 from .artifacts import ArtifactFile, copy_into_project, open_artifact
 from .backends import Backends
 from .config import J2CSettings
@@ -32,9 +32,10 @@ from .journal import Journal
 from .models import Event, EventKind, JobRecord, JobRequest, JobStatus
 from .pack import PackPlan, make_manifest
 from .paths import resolve_request
-from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec
+from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
 from .registry import open_registry
 from .schedulers import BACKENDS
+from .sending import job_key, request_key
 from .storage.base import manifest_key
 from .watching import Log
 
@@ -52,12 +53,6 @@ class ServiceStopping(J2CError):
 
     status_code = 503
     code = "stopping"
-
-
-def request_key(request: JobRequest) -> str:
-    """Identical (resolved) requests share a key; ``new`` only decides whether they attach."""
-    body = request.model_dump_json(exclude={"new"})
-    return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
 def new_job_id() -> str:
@@ -154,14 +149,34 @@ class JobService:
         return resolved.model_copy(update={"scheduler": scheduler})
 
     async def submit(self, request: JobRequest) -> JobRecord:
-        """Create the job (or attach to the identical one) and start its pipeline in the
-        background; returns at once with the job's record."""
+        """Scan what the request would ship, then attach to the job with the same request and
+        content (see :mod:`.sending`) or create a new one and start its pipeline in the
+        background; returns at once with the record, whose ``decision`` says which and why."""
         draft = self._draft(await self._resolve(request))
-        record = draft.model_copy(update={"id": new_job_id(), "message": "waiting to be packed"})
+        earlier = await self.registry.latest_like(draft)
+        scan = await self.backends.packers.scan(
+            pack_spec(self.settings, draft),
+            layer_cache_dir(self.settings),
+            compare=earlier.content or None if earlier is not None else None,
+        )
+        refuse_if_over_limit(scan.report.plan)
+        content = scan.report.content
+        record = draft.model_copy(
+            update={
+                "id": new_job_id(),
+                "message": "waiting to be packed",
+                "key": job_key(draft.request_key or "", content),
+                "content": content,
+                "decision": sending.new_job(draft.request, scan.report, earlier),
+            }
+        )
         first = {"kind": EventKind.status, "status": JobStatus.pending, "text": record.message}
         record, created = await self.registry.create_or_attach(record, first)
         if created:
+            self.backends.scans[record.id] = scan  # the pipeline packs from this walk
             self.bus.publish(record.id)
+        else:
+            record = record.model_copy(update={"decision": sending.attached(record)})
         if not record.status.terminal and (
             created or await self.registry.lease_owner(record.id) is None
         ):
@@ -201,7 +216,8 @@ class JobService:
         return JobRecord(
             id="dry-run",
             name=resolved.name or _default_name(resolved),
-            key=request_key(resolved),
+            key="",  # set by submit(), from the request and the content it ships
+            request_key=request_key(resolved),
             status=JobStatus.pending,
             request=resolved,
             scheduler=resolved.scheduler or self.settings.scheduler.default,

@@ -65,6 +65,13 @@ export interface ExcludedGroup {
   paths: string[];
 }
 
+/** One path that differs between a send and the job it was compared with. */
+export interface FileChange {
+  layer: LayerRole;
+  path: string;
+  change: 'added' | 'removed' | 'changed';
+}
+
 export interface ImageChoice {
   name: string;
   image: string;
@@ -82,8 +89,14 @@ export interface JobHandle {
 export interface JobRecord {
   id: string;
   name: string;
-  /** Hash of the request: identical requests attach to one job. */
+  /** Hash of the request and of the content it ships: a send with both unchanged attaches to the job. */
   key: string;
+  /** Hash of the request's settings alone. */
+  request_key?: string | null;
+  /** Per layer role, the stat fingerprint of what the send found to ship. */
+  content?: { [key: string]: string };
+  /** How the send that answered with this record was decided. */
+  decision?: SendDecision | null;
   status: JobStatus;
   /** Human-readable detail, e.g. a pending reason. */
   message?: string | null;
@@ -208,6 +221,22 @@ export interface Resources {
   gpu_type?: string | null;
   /** Wall-clock limit. */
   time_limit_minutes?: number | null;
+}
+
+/** Why a send attached to an existing job or made a new one, in words and in data. */
+export interface SendDecision {
+  /** The send showed an existing job instead of a new. */
+  attached: boolean;
+  /** The job this send was compared with. */
+  previous_job?: string | null;
+  /** Files added, removed or changed since then. */
+  changed_files?: number;
+  /** The first changed paths (at most 20). */
+  changes?: FileChange[];
+  /** Request fields that differ, e.g. 'args'. */
+  changed_settings?: string[];
+  /** E.g. 'nothing changed since job X: showing it'. */
+  message: string;
 }
 
 /** GET /j2c/api/config: what the UI may know about the server's set-up; never credentials. */

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,9 +82,9 @@ async def _submit(settings: J2CSettings, request: JobRequest, *, wait: bool, as_
 async def _submit_with(
     service: JobService, request: JobRequest, detach: asyncio.Event, *, wait: bool, as_json: bool
 ) -> int:
-    asked_at = time.time()
     record = await service.submit(request)
-    attached = record.created_at < asked_at
+    if record.decision is not None:
+        say(f"j2c: {record.decision.message}")
     if not wait or detach.is_set():
         service.run_detached_watcher(record.id)
         if as_json:
@@ -94,8 +93,7 @@ async def _submit_with(
             click.echo(record.id)
             say(f"j2c: follow it with `j2c logs -f {record.id}`")
         return 0 if not wait else DETACHED_EXIT
-    how = "attached to the identical job" if attached else "submitted"
-    say(f"j2c: {how} {record.id} ({record.status.value})")
+    say(f"j2c: job {record.id} ({record.status.value})")
     renderer = TerminalRenderer(
         record.id, tty=sys.stderr.isatty(), out=sys.stdout, err=sys.stderr, logs_to_err=as_json
     )

@@ -14,7 +14,7 @@ from ..errors import PackError
 from ..models import Layer, LayerRole
 from .fingerprint import CachedLayer, LayerCache, fingerprint, is_racy
 from .models import PackedLayer, PackProgress, PackResult, PackSpec, PackWarning
-from .plan import prepare
+from .plan import Prepared, prepare
 from .scan import ScannedLayer
 from .tarwriter import write_layer
 
@@ -96,13 +96,19 @@ def _pack_layer(
 
 
 def pack(
-    spec: PackSpec, cache_dir: Path | str, progress: ProgressCallback | None = None
+    spec: PackSpec,
+    cache_dir: Path | str,
+    progress: ProgressCallback | None = None,
+    prepared: Prepared | None = None,
 ) -> PackResult:
     """Pack the code (and venv) layer into ``cache_dir``, reusing layers whose stat walk is
-    unchanged. Raises PackError (naming the field) before writing anything on bad input."""
+    unchanged. Raises PackError (naming the field) before writing anything on bad input.
+    ``prepared`` is a scan of the same spec made moments ago (a send's): the tree is then not
+    walked again; files that changed since are caught by the writer's stat checks."""
     started = time.perf_counter()
-    started_ns = time.time_ns()
-    prepared = prepare(spec)
+    started_ns = time.time_ns() if prepared is None else prepared.scanned_ns
+    if prepared is None or prepared.spec != spec:
+        prepared = prepare(spec)
     plan = prepared.plan
     if plan.refused is not None:
         largest = max(plan.layers, key=lambda layer: layer.bytes)

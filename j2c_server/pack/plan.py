@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,7 @@ class Prepared:
     entry: ResolvedEntry
     layers: list[ScannedLayer]
     plan: PackPlan
+    scanned_ns: int = 0  # when the walk began: files newer than this are racy for the cache
 
 
 def _inside(path: str, root: str) -> bool:
@@ -218,6 +220,7 @@ def _excluded_groups(layers: list[ScannedLayer]) -> list[ExcludedGroup]:
 
 def prepare(spec: PackSpec) -> Prepared:
     """Validate, scan and plan; raises PackError naming the field at fault."""
+    scanned_ns = time.time_ns()
     code_root = _code_root(spec)
     venv = open_venv(spec.venv_path.expanduser()) if spec.venv_path is not None else None
     includes = _includes(spec, code_root)
@@ -267,7 +270,7 @@ def prepare(spec: PackSpec) -> Prepared:
         hard_limit_bytes=spec.hard_limit_bytes,
         refused=refused,
     )
-    return Prepared(spec, code_root, venv, entry, layers, plan)
+    return Prepared(spec, code_root, venv, entry, layers, plan, scanned_ns)
 
 
 def preflight(spec: PackSpec) -> PackPlan:
