@@ -2,7 +2,8 @@
  * `JobEventStream`: follows one job's events over the websocket
  * (`/j2c/api/jobs/{id}/stream?after=N`) and reconnects by itself with the last `seq` it
  * handed on, with exponential backoff: nothing is lost and, because events at or below that
- * `seq` are dropped, nothing is handed on twice.
+ * `seq` are dropped, nothing is handed on twice. While it waits to retry, `retryInMs` counts
+ * down (read it as often as you like) and `retryChanged` says when a new wait or attempt begins.
  */
 import { ServerConnection } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
@@ -50,9 +51,22 @@ export class JobEventStream implements IDisposable {
     return this._stateChanged;
   }
 
-  /** Milliseconds until the next reconnection attempt (while reconnecting). */
+  /**
+   * Milliseconds until the next reconnection attempt, counted down from now (0 while an
+   * attempt is under way, or when connected).
+   */
   get retryInMs(): number {
-    return this._retryInMs;
+    return this._retryAt ? Math.max(0, this._retryAt - Date.now()) : 0;
+  }
+
+  /** Failed attempts since the connection was lost (0 once connected). */
+  get attempts(): number {
+    return this._attempts;
+  }
+
+  /** A new wait was scheduled or a new attempt started (the state may stay 'reconnecting'). */
+  get retryChanged(): ISignal<this, void> {
+    return this._retryChanged;
   }
 
   get isDisposed(): boolean {
@@ -86,7 +100,9 @@ export class JobEventStream implements IDisposable {
   }
 
   private _connect(): void {
+    this._retryAt = 0;
     this._setState(this._everOpened ? 'reconnecting' : 'connecting');
+    this._retryChanged.emit();
     const settings = this._settings;
     let url = wsUrl(
       `jobs/${encodeURIComponent(this._options.jobId)}/stream?after=${this._lastSeq}`,
@@ -100,6 +116,7 @@ export class JobEventStream implements IDisposable {
     let received = false;
     socket.onopen = () => {
       this._everOpened = true;
+      this._attempts = 0;
       this._setState('open');
     };
     socket.onmessage = (message: MessageEvent) => {
@@ -160,9 +177,12 @@ export class JobEventStream implements IDisposable {
     const delay = Math.min(this._delay, max);
     this._delay = Math.min(delay * 2, max);
     // Jitter keeps many panels from reconnecting in lock-step after a server restart.
-    this._retryInMs = Math.round(delay * (0.8 + Math.random() * 0.4));
+    const wait = Math.round(delay * (0.8 + Math.random() * 0.4));
+    this._attempts += 1;
+    this._retryAt = Date.now() + wait;
     this._setState('reconnecting');
-    this._timer = window.setTimeout(() => this._connect(), this._retryInMs);
+    this._retryChanged.emit();
+    this._timer = window.setTimeout(() => this._connect(), wait);
   }
 
   private _closeSocket(): void {
@@ -186,10 +206,13 @@ export class JobEventStream implements IDisposable {
   private _socket: WebSocket | null = null;
   private _lastSeq: number;
   private _delay: number;
-  private _retryInMs = 0;
+  /** When the next attempt starts (ms since the epoch); 0 when none is waiting. */
+  private _retryAt = 0;
+  private _attempts = 0;
   private _timer = 0;
   private _everOpened = false;
   private _disposed = false;
   private _state: StreamState = 'connecting';
   private readonly _stateChanged = new Signal<this, StreamState>(this);
+  private readonly _retryChanged = new Signal<this, void>(this);
 }

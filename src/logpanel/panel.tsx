@@ -22,6 +22,9 @@ const DOWNLOAD_PAGE = 5000;
 const DIM = (text: string): string => `\x1b[2m${text}\x1b[22m`;
 const RED = (text: string): string => `\x1b[31m${text}\x1b[39m`;
 
+/** Statuses after which the job's first output line means it is running. */
+const STARTING: ReadonlySet<string> = new Set(['submitted', 'queued']);
+
 class HeaderWidget extends ReactWidget {
   constructor(private readonly _panel: LogPanel) {
     super();
@@ -37,6 +40,8 @@ class HeaderWidget extends ReactWidget {
         progress={panel.progress}
         stream={panel.stream.state}
         retryInMs={panel.stream.retryInMs}
+        attempts={panel.stream.attempts}
+        onRetryNow={() => panel.stream.reconnect()}
         trans={panel.trans}
         onOpenNotebook={name => void panel.openNotebook(name)}
       />
@@ -67,6 +72,7 @@ export class LogPanel extends Panel {
       onEvent: event => this.ingest(event)
     });
     this.stream.stateChanged.connect(() => this._header.update());
+    this.stream.retryChanged.connect(() => this._tick());
     void this._loadRecord();
     this.stream.start();
   }
@@ -86,16 +92,33 @@ export class LogPanel extends Panel {
     return this._ended;
   }
 
-  /** Show one event: a log line in the view, anything else in the header. */
+  /**
+   * Show one event: a log line in the view, anything else in the header; status changes
+   * also as a dim `[j2c]` line between the output lines, where they happened.
+   *
+   * The scheduler's "running" is polled, so it is often recorded (and numbered) a moment after
+   * the job's first lines: written as it comes, it would land inside the output, live and on
+   * every replay. The first output line is itself the proof that the job runs, so the view
+   * writes "running" just before it, and a status line that says again what the last one said
+   * after the output began is left out (the header still shows its text).
+   */
   ingest(event: Event): void {
     if (event.kind === 'log') {
+      if (!this._outputSinceStatus && STARTING.has(this._shownStatus ?? '')) {
+        this._statusLine('running', '');
+      }
+      this._outputSinceStatus = true;
       this.view.appendLine(event.text ?? '');
       return;
     }
     this.progress.apply(event);
     if (event.kind === 'status') {
-      const text = event.text ? `: ${event.text}` : '';
-      this.view.appendLine(DIM(`[j2c] ${event.status ?? ''}${text}`));
+      const repeated =
+        event.status === this._shownStatus &&
+        (this._outputSinceStatus || (event.text ?? '') === this._shownText);
+      if (!repeated) {
+        this._statusLine(event.status ?? '', event.text ?? '');
+      }
       this._setTitle();
       if (isTerminal(event.status)) {
         void this._finish();
@@ -149,9 +172,25 @@ export class LogPanel extends Panel {
     if (this.isDisposed) {
       return;
     }
+    window.clearTimeout(this._tickTimer);
     this.stream.dispose();
     Signal.clearData(this);
     super.dispose();
+  }
+
+  /**
+   * Redraw the header now and, while a retry is waiting, again each time its countdown
+   * passes a whole second, so "reconnecting in N s" tells the truth until the attempt.
+   */
+  private _tick(): void {
+    window.clearTimeout(this._tickTimer);
+    this._tickTimer = 0;
+    this._header.update();
+    const left = this.stream.retryInMs;
+    if (this.stream.state === 'reconnecting' && left > 0) {
+      const toNextSecond = left % 1000 || 1000;
+      this._tickTimer = window.setTimeout(() => this._tick(), toNextSecond + 5);
+    }
   }
 
   private async _loadRecord(): Promise<void> {
@@ -170,6 +209,13 @@ export class LogPanel extends Panel {
     this._ended.emit(this._record);
   }
 
+  private _statusLine(status: string, text: string): void {
+    this.view.appendLine(DIM(`[j2c] ${status}${text ? `: ${text}` : ''}`));
+    this._shownStatus = status;
+    this._shownText = text;
+    this._outputSinceStatus = false;
+  }
+
   private _setTitle(): void {
     const name = this._record?.name ?? this.jobId;
     const status = this.progress.status ?? this._record?.status ?? '';
@@ -182,6 +228,11 @@ export class LogPanel extends Panel {
   private readonly _header: HeaderWidget;
   private readonly _openNotebook: LogPanel.IOptions['openNotebook'];
   private _record: JobRecord | null = null;
+  private _tickTimer = 0;
+  /** The status the last `[j2c]` status line showed, its text, and whether output followed. */
+  private _shownStatus: string | null = null;
+  private _shownText = '';
+  private _outputSinceStatus = false;
   private readonly _ended = new Signal<this, JobRecord | null>(this);
 }
 

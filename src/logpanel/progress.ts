@@ -31,6 +31,8 @@ export interface IStep {
   rate: number | null;
   seconds: number | null;
   startedAt: number | null;
+  /** Done by this job before a server restart, and picked up from there. */
+  resumed: boolean;
 }
 
 /** Pipeline stages that have a step of their own; configure belongs to submit. */
@@ -60,7 +62,8 @@ export class JobProgress {
       percent: null,
       rate: null,
       seconds: null,
-      startedAt: null
+      startedAt: null,
+      resumed: false
     }));
   }
 
@@ -127,7 +130,18 @@ export class JobProgress {
         }
         break;
       case 'reused':
-        if (!configure) {
+        if (configure) {
+          break;
+        }
+        if (step.state === 'done' || event.data?.resumed === true) {
+          // This job's own stage, picked up again after a server restart: it stays done (it
+          // reused nothing from another job), and says it resumed.
+          step.state = 'done';
+          step.detail = [step.detail, event.text ?? '']
+            .filter(part => part)
+            .join('; ');
+          step.resumed = true;
+        } else {
           this._set(step, 'reused', event.text ?? '');
         }
         break;

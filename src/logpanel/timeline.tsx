@@ -54,6 +54,9 @@ function figures(step: IStep, trans: TranslationBundle): string {
   if (step.state === 'reused') {
     parts.push(trans.__('reused'));
   }
+  if (step.resumed) {
+    parts.push(trans.__('resumed'));
+  }
   if (
     (step.state === 'done' || step.state === 'failed') &&
     step.seconds !== null
@@ -72,6 +75,7 @@ function Step(props: { step: IStep; trans: TranslationBundle }): JSX.Element {
       className={`j2c-Step j2c-Step-${step.state}`}
       data-step={step.name}
       data-state={step.state}
+      data-resumed={step.resumed ? 'true' : undefined}
       title={step.detail || undefined}
     >
       <span className="j2c-Step-glyph" aria-hidden="true">
@@ -195,16 +199,26 @@ function Results(props: {
 function connectionText(
   state: StreamState,
   retryInMs: number,
+  attempts: number,
   trans: TranslationBundle
 ): string {
   switch (state) {
     case 'connecting':
       return trans.__('connecting…');
     case 'reconnecting':
-      return trans.__(
-        'connection lost; reconnecting in %1 s…',
-        Math.ceil(retryInMs / 1000)
-      );
+      if (retryInMs <= 0) {
+        return trans.__('connection lost; reconnecting…');
+      }
+      return attempts > 1
+        ? trans.__(
+            'connection lost; reconnecting in %1 s… (%2 attempts failed)',
+            Math.ceil(retryInMs / 1000),
+            attempts
+          )
+        : trans.__(
+            'connection lost; reconnecting in %1 s…',
+            Math.ceil(retryInMs / 1000)
+          );
     case 'gone':
       return trans.__('this job no longer exists');
     default:
@@ -217,7 +231,11 @@ export interface IHeaderProps {
   record: JobRecord | null;
   progress: JobProgress;
   stream: StreamState;
+  /** Milliseconds until the next reconnection attempt, read at render time. */
   retryInMs: number;
+  /** Failed reconnection attempts since the connection was lost. */
+  attempts: number;
+  onRetryNow: () => void;
   trans: TranslationBundle;
   onOpenNotebook: (name: string) => void;
 }
@@ -225,7 +243,12 @@ export interface IHeaderProps {
 export function LogHeader(props: IHeaderProps): JSX.Element {
   const { record, progress, trans } = props;
   const status = progress.status ?? record?.status ?? null;
-  const connection = connectionText(props.stream, props.retryInMs, trans);
+  const connection = connectionText(
+    props.stream,
+    props.retryInMs,
+    props.attempts,
+    trans
+  );
   return (
     <>
       <div className="j2c-LogHeader-top">
@@ -246,6 +269,15 @@ export function LogHeader(props: IHeaderProps): JSX.Element {
           <span className="j2c-LogHeader-connection" role="status">
             {connection}
           </span>
+        ) : null}
+        {props.stream === 'reconnecting' && props.retryInMs > 0 ? (
+          <button
+            type="button"
+            className="jp-mod-styled j2c-LogHeader-retry"
+            onClick={props.onRetryNow}
+          >
+            {trans.__('Retry now')}
+          </button>
         ) : null}
       </div>
       <ol className="j2c-Timeline" aria-label={trans.__('Stages')}>

@@ -1,0 +1,214 @@
+/**
+ * What the log panel says during an outage, where its status lines sit, and how it shows a
+ * stage its job resumed after a server restart (issue 13, "small UI truths").
+ */
+import { IJupyterLabPageFixture, expect, test } from '@jupyterlab/galata';
+
+import {
+  countLines,
+  expectStatus,
+  lastLogPanel,
+  logText,
+  sendFromForm
+} from './helpers';
+
+const PROJECT = 'digits';
+const STREAM = /\/j2c\/api\/jobs\/[^/]+\/stream/;
+
+interface IOutageWindow {
+  j2cDown: boolean;
+  j2cSockets: WebSocket[];
+}
+
+/**
+ * Make the job streams' server unreachable at will: while `j2cDown` is set, every new stream
+ * socket goes to a closed port (the browser's own "connection refused"), as when the server is
+ * stopped. Runs before JupyterLab loads, which keeps a reference to `WebSocket`.
+ */
+async function installOutageSwitch(page: IJupyterLabPageFixture) {
+  await page.addInitScript((pattern: string) => {
+    const scope = window as unknown as IOutageWindow & typeof globalThis;
+    const Native = scope.WebSocket;
+    const stream = new RegExp(pattern);
+    scope.j2cDown = false;
+    scope.j2cSockets = [];
+    class Switchable extends Native {
+      constructor(url: string | URL, protocols?: string | string[]) {
+        const isStream = stream.test(String(url));
+        super(isStream && scope.j2cDown ? 'ws://127.0.0.1:9/' : url, protocols);
+        if (isStream) {
+          scope.j2cSockets.push(this);
+        }
+      }
+    }
+    scope.WebSocket = Switchable;
+  }, STREAM.source);
+}
+
+/** The log's lines between the first line of the job's own output and the last one. */
+function outputSpan(text: string): string[] {
+  const lines = text.split('\n');
+  const first = lines.findIndex(line => !line.startsWith('[j2c] '));
+  let last = lines.length - 1;
+  while (last >= 0 && (lines[last].startsWith('[j2c] ') || !lines[last])) {
+    last--;
+  }
+  return lines.slice(first, last + 1);
+}
+
+test.describe('small UI truths', () => {
+  test('the reconnect countdown counts down, backs off and reconnects', async ({
+    page
+  }) => {
+    const EPOCHS = 120;
+    let down = false;
+    await installOutageSwitch(page);
+    // While "down", the job's record cannot be fetched either (the stream checks it).
+    await page.route(/\/j2c\/api\/jobs\/[^/?]+(\?.*)?$/, route =>
+      down ? route.abort('connectionrefused') : route.continue()
+    );
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: `--epochs ${EPOCHS} --sleep 0.1`
+    });
+    const { panel, jobId } = await lastLogPanel(page);
+    await expect
+      .poll(() => logText(page, jobId), { timeout: 60000 })
+      .toContain(`epoch 3/${EPOCHS}`);
+
+    down = true;
+    await page.evaluate(() => {
+      const scope = window as unknown as IOutageWindow;
+      scope.j2cDown = true;
+      scope.j2cSockets.forEach(socket => socket.close());
+    });
+    const connection = panel.locator('.j2c-LogHeader-connection');
+    await expect(connection).toContainText('connection lost');
+
+    // Read the header as a user would, four times a second, for nine seconds.
+    const seconds: number[] = [];
+    const texts = new Set<string>();
+    for (let i = 0; i < 36; i++) {
+      const text = (await connection.textContent()) ?? '';
+      texts.add(text);
+      const match = /reconnecting in (\d+) s/.exec(text);
+      if (match) {
+        seconds.push(Number(match[1]));
+      }
+      await page.waitForTimeout(250);
+    }
+    // It counts down: some reading is one second less than the one before it...
+    const steps = seconds.filter(
+      (value, i) => i > 0 && value === seconds[i - 1] - 1
+    );
+    expect(steps.length, `readings: ${seconds.join(' ')}`).toBeGreaterThan(2);
+    // ...and the waits grow (250 ms doubled each attempt: 8 s by now), never above 10 s.
+    expect(Math.max(...seconds)).toBeGreaterThanOrEqual(4);
+    expect(Math.max(...seconds)).toBeLessThanOrEqual(10);
+    expect([...texts].some(text => /\d+ attempts failed/.test(text))).toBe(
+      true
+    );
+
+    // The server is back: "Retry now" reconnects at once and the log goes on, complete.
+    down = false;
+    await page.evaluate(() => {
+      (window as unknown as IOutageWindow).j2cDown = false;
+    });
+    await panel.getByRole('button', { name: 'Retry now' }).click();
+    await expect(connection).toHaveCount(0, { timeout: 10000 });
+    await expectStatus(panel, 'succeeded');
+    const text = await logText(page, jobId);
+    for (let epoch = 1; epoch <= EPOCHS; epoch++) {
+      expect(
+        countLines(text, new RegExp(`^epoch ${epoch}/${EPOCHS} `)),
+        `epoch ${epoch}`
+      ).toBe(1);
+    }
+  });
+
+  test('status lines sit before and after the output, live and replayed', async ({
+    page
+  }) => {
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: '--epochs 3'
+    });
+    const { panel, jobId } = await lastLogPanel(page);
+    await expectStatus(panel, 'succeeded');
+    const live = await logText(page, jobId);
+
+    // Opening the finished job's log again replays it from its first event.
+    await page.reload({ waitForIsReady: false });
+    const restored = page.locator(`#j2c-log-${jobId}`);
+    await expect(restored).toBeVisible({ timeout: 30000 });
+    await expectStatus(restored, 'succeeded');
+    await expect
+      .poll(() => logText(page, jobId), { timeout: 10000 })
+      .toContain('[j2c] succeeded');
+    const replayed = await logText(page, jobId);
+    expect(replayed).toBe(live);
+
+    for (const text of [live, replayed]) {
+      const lines = text.split('\n');
+      const span = outputSpan(text);
+      expect(span[0]).toMatch(/^j2c: /); // j2c-unpack's first line opens the output
+      expect(span.filter(line => line.startsWith('[j2c] '))).toEqual([]);
+      // "running" comes once, right before the first output line.
+      expect(countLines(text, /^\[j2c\] running/)).toBe(1);
+      expect(lines[lines.indexOf(span[0]) - 1]).toBe('[j2c] running');
+      expect(countLines(text, /^\[j2c\] succeeded/)).toBe(1);
+      expect(lines.filter(line => /^epoch \d\/3 /.test(line))).toHaveLength(3);
+    }
+  });
+
+  test('a stage resumed after a server restart shows as done, not reused', async ({
+    page
+  }) => {
+    // Between the page and the server: after the job was submitted, say what a restarted
+    // server says when it picks the job up again (and number the rest after it).
+    let injected = false;
+    await page.routeWebSocket(STREAM, ws => {
+      const server = ws.connectToServer();
+      let shift = 0;
+      server.onMessage(message => {
+        const event = JSON.parse(String(message));
+        event.seq += shift;
+        ws.send(JSON.stringify(event));
+        if (event.kind === 'status' && event.status === 'submitted') {
+          const handle = /as (\S+)/.exec(event.text ?? '')?.[1] ?? '';
+          shift += 1;
+          injected = true;
+          ws.send(
+            JSON.stringify({
+              job_id: event.job_id,
+              seq: event.seq + 1,
+              time: event.time,
+              kind: 'stage',
+              stage: 'submit',
+              state: 'reused',
+              text: `submit resumed after a server restart: already submitted as ${handle}`
+            })
+          );
+        }
+      });
+    });
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: '--epochs 2'
+    });
+    const { panel } = await lastLogPanel(page);
+    await expectStatus(panel, 'succeeded');
+    expect(injected).toBe(true);
+    const submit = panel.locator('[data-step="submit"]');
+    await expect(submit).toHaveAttribute('data-state', 'done');
+    await expect(submit).toHaveAttribute('data-resumed', 'true');
+    await expect(submit).toHaveAttribute('title', /submitted to local as/);
+    await expect(submit.locator('.j2c-Step-detail')).toHaveCount(0);
+  });
+});
