@@ -18,17 +18,48 @@ import { PathExt } from '@jupyterlab/coreutils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { DocumentWidget } from '@jupyterlab/docregistry';
 import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
-import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import {
+  ITranslator,
+  TranslationBundle,
+  nullTranslator
+} from '@jupyterlab/translation';
 import { ToolbarButton } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { computeIcon } from '../icons';
+import { JobRecord } from '../models';
 import { SIDEBAR_ID } from '../sidebar/widget';
 import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
 import { isRunnable, saveBeforeSending } from './documents';
 
 /** Seconds within which an answered job counts as new (else the request attached to it). */
 const NEW_JOB_WINDOW_S = 30;
+/** Changed paths named in the notification; the rest are counted in the server's message. */
+const CHANGES_SHOWN = 3;
+
+/**
+ * What the server decided for this send, in its words: attached to an unchanged job, or a new
+ * job and why (with the first changed paths). Null when the answer carries no decision.
+ */
+function decisionText(
+  record: JobRecord,
+  trans: TranslationBundle
+): string | null {
+  const decision = record.decision;
+  if (!decision) {
+    return null;
+  }
+  const changes = (decision.changes ?? []).slice(0, CHANGES_SHOWN);
+  const listed = changes.length
+    ? ` (${changes.map(c => `${c.path} ${c.change}`).join(', ')}${
+        (decision.changed_files ?? 0) > changes.length ? ', …' : ''
+      })`
+    : '';
+  const text = `${decision.message}${listed}`;
+  return decision.attached
+    ? trans.__('%1. Use "Run again" in the jobs list for a new run.', text)
+    : trans.__('%1.', text);
+}
 
 export const commandsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'j2c:commands',
@@ -86,7 +117,11 @@ export const commandsPlugin: JupyterFrontEndPlugin<void> = {
         app.shell.activateById(SIDEBAR_ID);
         return;
       }
-      if (record.created_at < sentAt - NEW_JOB_WINDOW_S) {
+      const decided = decisionText(record, trans);
+      if (decided !== null) {
+        Notification.info(decided, { autoClose: 8000 });
+      } else if (record.created_at < sentAt - NEW_JOB_WINDOW_S) {
+        // A server that does not explain its decision: guess from the record's age.
         Notification.info(
           trans.__(
             'An identical job exists (%1, %2): showing it. Use "Run again" in the jobs list for a new run.',

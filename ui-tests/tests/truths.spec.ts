@@ -3,6 +3,8 @@
  * stage its job resumed after a server restart (issue 13, "small UI truths").
  */
 import { IJupyterLabPageFixture, expect, test } from '@jupyterlab/galata';
+import * as fs from 'fs';
+import * as path from 'path';
 
 import {
   countLines,
@@ -210,5 +212,67 @@ test.describe('small UI truths', () => {
     await expect(submit).toHaveAttribute('data-resumed', 'true');
     await expect(submit).toHaveAttribute('title', /submitted to local as/);
     await expect(submit.locator('.j2c-Step-detail')).toHaveCount(0);
+  });
+});
+
+test.describe('edit then send', () => {
+  const TRAIN = `${PROJECT}/train.py`;
+  // The served project is a copy of the checkout's example (jupyter_server_test_config.py).
+  const original = fs.readFileSync(
+    path.resolve(__dirname, '..', '..', 'examples', 'digits', 'train.py'),
+    'utf-8'
+  );
+
+  test.afterEach(async ({ page }) => {
+    await page.contents.uploadContent(original, 'text', TRAIN);
+  });
+
+  test('sending again says whether anything changed and runs the edit', async ({
+    page
+  }) => {
+    const toast = (text: string | RegExp) =>
+      page.locator('.Toastify__toast').filter({ hasText: text });
+    // Settings no other test sends, so the first job is this test's own.
+    const args = `--epochs 2 --seed ${Date.now() % 100000}`;
+    await page.goto();
+    await sendFromForm(page, {
+      'Project folder': PROJECT,
+      'Entry point': 'train.py',
+      Arguments: args
+    });
+    const first = await lastLogPanel(page);
+    await expect(toast(/sending a new job/)).toBeVisible();
+    await expectStatus(first.panel, 'succeeded');
+
+    // Nothing changed: the same job, and the notification says so.
+    await sendFromForm(page, { Arguments: args });
+    await expect(
+      toast(`nothing changed since job ${first.jobId} (succeeded): showing it`)
+    ).toBeVisible();
+    expect((await lastLogPanel(page)).jobId).toBe(first.jobId);
+    await expect(page.locator('.j2c-LogWidget')).toHaveCount(1);
+
+    // One line edited: a new job that runs the edit, and the notification names the file.
+    await page.contents.uploadContent(
+      original.replace('print(f"training on', 'print(f"edited: training on'),
+      'text',
+      TRAIN
+    );
+    await sendFromForm(page, { Arguments: args });
+    await expect(
+      toast(
+        `1 file changed since job ${first.jobId}: sending a new job (train.py changed)`
+      )
+    ).toBeVisible();
+    await expect(page.locator('.j2c-LogWidget')).toHaveCount(2);
+    const second = await lastLogPanel(page);
+    expect(second.jobId).not.toBe(first.jobId);
+    await expectStatus(second.panel, 'succeeded');
+    expect(await logText(page, second.jobId)).toContain('edited: training on');
+    // The venv did not change: its layer is reused.
+    await expect(second.panel.locator('[data-step="upload"]')).toHaveAttribute(
+      'data-state',
+      /reused|done/
+    );
   });
 });
