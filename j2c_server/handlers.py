@@ -50,6 +50,7 @@ EXECUTE: Final = "execute"
 ACTIONS: Final = frozenset({READ, WRITE, EXECUTE})
 HTTP_METHODS: Final = ("get", "head", "post", "put", "patch", "delete", "options")
 _ACTION_ATTR: Final = "__j2c_action__"
+_FRAMEWORKS: Final = frozenset({"tornado", "jupyter_server"})
 
 MAX_BODY_BYTES: Final = 1 << 20  # a job request is a few KiB; 1 MiB leaves ample room
 MAX_SEQ: Final = 2**63 - 1  # SQLite's INTEGER: a larger ``after`` cannot name an event
@@ -111,7 +112,7 @@ def declared_actions(handler: type[web.RequestHandler]) -> dict[str, str | None]
     found: dict[str, str | None] = {}
     for name in HTTP_METHODS:
         owner = next((c for c in handler.__mro__ if name in vars(c)), None)
-        if owner is None or owner.__module__ != __name__:
+        if owner is None or owner.__module__.split(".")[0] in _FRAMEWORKS:
             continue
         found[name.upper()] = getattr(getattr(handler, name), _ACTION_ATTR, None)
     return found
