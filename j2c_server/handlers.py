@@ -196,9 +196,9 @@ class J2CHandler(J2CErrors, APIHandler):
         self._body = bytearray()
         declared = self.request.headers.get("Content-Length", "")
         # len() first: int() of thousands of digits is slow, then refused.
-        if declared.isascii() and declared.isdigit():
-            if len(declared) > 12 or int(declared) > MAX_BODY_BYTES:
-                raise self._too_large()
+        digits = declared.isascii() and declared.isdigit()
+        if digits and (len(declared) > 12 or int(declared) > MAX_BODY_BYTES):
+            raise self._too_large()
 
     def data_received(self, chunk: bytes) -> None:
         # Only a chunked body gets here past the cap: it is read to the end and dropped.
