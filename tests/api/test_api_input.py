@@ -310,3 +310,25 @@ async def test_log_lines_redact_the_token_in_the_url(
     assert any(line.startswith("Uncaught exception GET") for line in mine), mine
     assert all("token=[secret]" in line for line in mine), mine
     assert not [line for line in server_log.lines if token in line]
+
+
+async def test_oversized_body_is_refused_before_it_is_sent(
+    http_server_client: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: dict[str, str]
+) -> None:
+    """A declared 100 MB body gets its 413 right after the headers: the server does not wait
+    for (or hold) a byte of it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+    try:
+        head = (
+            f"POST {jp_base_url}j2c/api/jobs HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{jp_http_port}\r\n"
+            f"Authorization: {jp_auth_header['Authorization']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {100 << 20}\r\n\r\n"
+        )
+        writer.write(head.encode())
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(65536), 10)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["field"] == "body"
