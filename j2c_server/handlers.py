@@ -3,19 +3,32 @@
 Errors are mapped once, in :meth:`J2CErrors.write_error` (REST and websocket alike): a
 :class:`J2CError` becomes its own status (4xx for bad input) with ``{"error", "message",
 "field"}``; a pydantic validation error becomes 400 naming the field. No handler carries its own
-try/except. Every route requires Jupyter's authentication.
+try/except.
+
+Every route requires Jupyter's authentication and then its authorization: each HTTP method is
+declared with :func:`requires` (or :func:`ws_requires` for the websocket), which names the action
+(``read``, ``write``, ``execute``) checked on the ``j2c`` resource by the server's
+``Authorizer``. :data:`ROUTES` is the one table of routes; :func:`routes` refuses a handler
+method that declares no action, so a new route cannot ship without one. This module also owns
+the request caps (JSON body size, query integers, the default page of events) and the
+redaction of ``token=`` in j2c's own log lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any, Final, TypeVar, cast
 from urllib.parse import quote
 
-from jupyter_server.auth.decorator import ws_authenticated
+from jupyter_core.utils import ensure_async
+from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
+from jupyter_server.log import _scrub_uri
 from jupyter_server.utils import url_path_join
 from pydantic import BaseModel, ValidationError
 from tornado import web
@@ -28,6 +41,81 @@ from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 from .service import JobService
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+MethodT = TypeVar("MethodT", bound=Callable[..., Any])
+
+AUTH_RESOURCE: Final = "j2c"
+READ: Final = "read"
+WRITE: Final = "write"
+EXECUTE: Final = "execute"
+ACTIONS: Final = frozenset({READ, WRITE, EXECUTE})
+HTTP_METHODS: Final = ("get", "head", "post", "put", "patch", "delete", "options")
+_ACTION_ATTR: Final = "__j2c_action__"
+_FRAMEWORKS: Final = frozenset({"tornado", "jupyter_server"})
+
+MAX_BODY_BYTES: Final = 1 << 20  # a job request is a few KiB; 1 MiB leaves ample room
+MAX_SEQ: Final = 2**63 - 1  # SQLite's INTEGER: a larger ``after`` cannot name an event
+DEFAULT_EVENTS_LIMIT: Final = 1000
+MAX_EVENTS_LIMIT: Final = 10_000
+
+
+class BodyTooLarge(J2CError):
+    status_code = 413
+    code = "body_too_large"
+
+
+def requires(action: str) -> Callable[[MethodT], MethodT]:
+    """Authentication, then Jupyter's authorization of ``action`` on the ``j2c`` resource
+    (403 when the server's ``Authorizer`` says no). The action is recorded on the method, for
+    :func:`declared_actions`."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}")
+
+    def decorate(method: MethodT) -> MethodT:
+        checked = cast(
+            "MethodT", web.authenticated(authorized(action, resource=AUTH_RESOURCE)(method))
+        )
+        setattr(checked, _ACTION_ATTR, action)
+        return checked
+
+    return decorate
+
+
+def ws_requires(action: str) -> Callable[[MethodT], MethodT]:
+    """The websocket form of :func:`requires`, as jupyter_server's kernel and event sockets do
+    it: authenticate without a login redirect, then ask the ``Authorizer`` before the upgrade,
+    so a refused client gets a plain 403."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}")
+
+    def decorate(method: MethodT) -> MethodT:
+        @wraps(method)
+        async def checked(self: JupyterHandler, *args: Any, **kwargs: Any) -> Any:
+            allowed = await ensure_async(
+                self.authorizer.is_authorized(self, self.current_user, action, AUTH_RESOURCE)
+            )
+            if not allowed:
+                raise web.HTTPError(
+                    403, f"User is not authorized to {action} on resource: {AUTH_RESOURCE}."
+                )
+            return await method(self, *args, **kwargs)
+
+        wrapped = cast("MethodT", ws_authenticated(checked))
+        setattr(wrapped, _ACTION_ATTR, action)
+        return wrapped
+
+    return decorate
+
+
+def declared_actions(handler: type[web.RequestHandler]) -> dict[str, str | None]:
+    """Each HTTP method the handler implements itself (not one inherited from tornado or
+    jupyter_server) with its declared action, ``None`` where it declares none."""
+    found: dict[str, str | None] = {}
+    for name in HTTP_METHODS:
+        owner = next((c for c in handler.__mro__ if name in vars(c)), None)
+        if owner is None or owner.__module__.split(".")[0] in _FRAMEWORKS:
+            continue
+        found[name.upper()] = getattr(getattr(handler, name), _ACTION_ATTR, None)
+    return found
 
 
 def validation_error_to_j2c(exc: ValidationError) -> InvalidInput:
@@ -51,29 +139,79 @@ class J2CErrors(JupyterHandler):
             return
         super().write_error(status_code, **kwargs)
 
+    def _request_summary(self) -> str:
+        # Tornado's own log lines use this; a ``?token=`` in the URL must not reach the log.
+        return f"{self.request.method} {self.scrubbed_uri} ({self.request.remote_ip})"
+
+    @property
+    def scrubbed_uri(self) -> str:
+        """The request URI with ``token=`` (and the like) redacted, as Jupyter's access log."""
+        return _scrub_uri(self.request.uri or "", self.settings.get("extra_log_scrub_param_keys"))
+
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         # A user's bad input is not a server error: one line, no traceback.
         if isinstance(value, (J2CError, ValidationError)):
-            self.log.info("j2c: %s %s: %s", self.request.method, self.request.uri, value)
+            self.log.info("j2c: %s %s: %s", self.request.method, self.scrubbed_uri, value)
             return
-        super().log_exception(typ, value, tb)
+        if isinstance(value, web.HTTPError):
+            # Tornado's version; it logs through _request_summary, scrubbed above.
+            super().log_exception(typ, value, tb)
+            return
+        # Tornado's version would also log repr(request), whose URI is not scrubbed.
+        self.log.error("Uncaught exception %s", self._request_summary(), exc_info=(typ, value, tb))
 
     @property
     def service(self) -> JobService:
         service: JobService = self.settings["j2c_service"]
         return service
 
-    def int_argument(self, name: str, default: int) -> int:
+    def int_argument(self, name: str, default: int, *, minimum: int = 0, maximum: int) -> int:
+        """A query integer in ``[minimum, maximum]``, else a 400 naming the parameter."""
         raw = self.get_argument(name, None)
         if raw is None:
             return default
-        if not raw.isdigit():
-            raise InvalidInput(f"{name}: must be a non-negative integer, not {raw!r}", field=name)
-        return int(raw)
+        # ASCII digits only: str.isdigit() also accepts "²", which int() then refuses.
+        value = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 20 else None
+        if value is None or not minimum <= value <= maximum:
+            shown = raw if len(raw) <= 40 else raw[:40] + "..."
+            raise InvalidInput(
+                f"{name}: must be a whole number from {minimum} to {maximum}, not {shown!r}",
+                field=name,
+            )
+        return value
 
 
+@web.stream_request_body
 class J2CHandler(J2CErrors, APIHandler):
-    """Base for every j2c REST route: JSON in and out."""
+    """Base for every j2c REST route: JSON in and out, bodies capped at
+    :data:`MAX_BODY_BYTES` (413). The body is streamed so that an oversized one is refused from
+    its ``Content-Length`` before it is read, and a chunked one is never held past the cap."""
+
+    auth_resource = AUTH_RESOURCE
+    _body: bytearray
+    _body_too_large: bool = False
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        await super().prepare()
+        self._body = bytearray()
+        declared = self.request.headers.get("Content-Length", "")
+        # len() first: int() of thousands of digits is slow, then refused.
+        digits = declared.isascii() and declared.isdigit()
+        if digits and (len(declared) > 12 or int(declared) > MAX_BODY_BYTES):
+            raise self._too_large()
+
+    def data_received(self, chunk: bytes) -> None:
+        # Only a chunked body gets here past the cap: it is read to the end and dropped.
+        if self._body_too_large or len(self._body) + len(chunk) > MAX_BODY_BYTES:
+            self._body_too_large = True
+            self._body.clear()
+            return
+        self._body.extend(chunk)
+
+    def _too_large(self) -> BodyTooLarge:
+        return BodyTooLarge(
+            f"request body: larger than the limit of {MAX_BODY_BYTES} bytes", field="body"
+        )
 
     @property
     def j2c_settings(self) -> J2CSettings:
@@ -81,8 +219,10 @@ class J2CHandler(J2CErrors, APIHandler):
         return settings
 
     def parse_body(self, model: type[ModelT]) -> ModelT:
+        if self._body_too_large:
+            raise self._too_large()
         try:
-            raw = json.loads(self.request.body or b"{}")
+            raw = json.loads(bytes(self._body) or b"{}")
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"request body is not valid JSON: {exc.msg}") from None
         if not isinstance(raw, dict):
@@ -105,7 +245,7 @@ class J2CHandler(J2CErrors, APIHandler):
 
 
 class ConfigHandler(J2CHandler):
-    @web.authenticated
+    @requires(READ)
     async def get(self) -> None:
         settings = self.j2c_settings
         default_image = settings.lab_image()
@@ -126,17 +266,19 @@ class ConfigHandler(J2CHandler):
 
 
 class PreflightHandler(J2CHandler):
-    @web.authenticated
+    # Reads the project folder and reports the plan; nothing is created or run.
+    @requires(READ)
     async def post(self) -> None:
         self.write_model(await self.service.preflight(self.parse_body(JobRequest)))
 
 
 class JobsHandler(J2CHandler):
-    @web.authenticated
+    @requires(READ)
     async def get(self) -> None:
         self.write_model(await self.service.list())
 
-    @web.authenticated
+    # Submitting runs the user's code on the scheduler.
+    @requires(EXECUTE)
     async def post(self) -> None:
         record = await self.service.submit(self.parse_body(JobRequest))
         self.set_header("Location", url_path_join(self.request.path, record.id))
@@ -144,11 +286,11 @@ class JobsHandler(J2CHandler):
 
 
 class JobHandler(J2CHandler):
-    @web.authenticated
+    @requires(READ)
     async def get(self, job_id: str) -> None:
         self.write_model(await self.service.get(job_id))
 
-    @web.authenticated
+    @requires(WRITE)
     async def delete(self, job_id: str) -> None:
         await self.service.remove(job_id)
         self.set_status(204)
@@ -156,16 +298,21 @@ class JobHandler(J2CHandler):
 
 
 class CancelHandler(J2CHandler):
-    @web.authenticated
+    @requires(WRITE)
     async def post(self, job_id: str) -> None:
         self.write_model(await self.service.cancel(job_id))
 
 
 class EventsHandler(J2CHandler):
-    @web.authenticated
+    """``GET /jobs/{id}/events?after=N&limit=M``: at most ``limit`` events (default
+    :data:`DEFAULT_EVENTS_LIMIT`) after seq N; a client pages on with the last seq it got."""
+
+    @requires(READ)
     async def get(self, job_id: str) -> None:
-        after = self.int_argument("after", 0)
-        limit = self.int_argument("limit", 0) or None
+        after = self.int_argument("after", 0, maximum=MAX_SEQ)
+        limit = self.int_argument(
+            "limit", DEFAULT_EVENTS_LIMIT, minimum=1, maximum=MAX_EVENTS_LIMIT
+        )
         self.write_model(await self.service.events(job_id, after, limit))
 
 
@@ -173,7 +320,7 @@ class ArtifactHandler(J2CHandler):
     """``GET /jobs/{id}/artifacts/{name}``: one recorded artifact of a finished job, as a
     download, streamed chunk by chunk (each flushed before the next is read)."""
 
-    @web.authenticated
+    @requires(READ)
     async def get(self, job_id: str, name: str) -> None:
         await self.download(job_id, name)
 
@@ -196,11 +343,12 @@ class CopyArtifactHandler(ArtifactHandler):
     """``POST /jobs/{id}/artifacts/{name}/copy``: the artifact copied into the job's project
     folder, answering where (GET still downloads an artifact whose name ends in ``/copy``)."""
 
-    @web.authenticated
+    @requires(READ)
     async def get(self, job_id: str, name: str) -> None:
         await self.download(job_id, f"{name}/copy")
 
-    @web.authenticated
+    # Writes a file into the user's project folder.
+    @requires(WRITE)
     async def post(self, job_id: str, name: str) -> None:
         self.write_model(ArtifactCopy(path=await self.service.copy_artifact(job_id, name)))
 
@@ -223,9 +371,12 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
     def set_default_headers(self) -> None:
         """No page headers on a websocket (as jupyter_server's kernel websocket)."""
 
-    @ws_authenticated
+    auth_resource = AUTH_RESOURCE
+
+    @ws_requires(READ)
     async def get(self, job_id: str) -> None:
-        self._after = self.int_argument("after", 0)
+        # Bad input is a 400 before the upgrade, never a sender that dies after it.
+        self._after = self.int_argument("after", 0, maximum=MAX_SEQ)
         await self.service.get(job_id)  # an unknown job is a 404 before the upgrade
         await super().get(job_id)
 
@@ -242,6 +393,11 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
         except J2CError as exc:  # e.g. the server is stopping: 4503
             # A close frame's reason holds at most 123 bytes.
             self.close(4000 + exc.status_code, exc.message.encode()[:120].decode(errors="ignore"))
+            return
+        except Exception:
+            # A bug must still end the stream with a close the client can see.
+            self.log.exception("j2c: event stream of %s failed (%s)", job_id, self.scrubbed_uri)
+            self.close(1011, "internal error; see the server log")
             return
         self.close(1000, "job finished")
 
@@ -263,18 +419,38 @@ _JOB_ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
 _ARTIFACT = r"(?P<name>.+)"
 
 
+@dataclass(frozen=True)
+class Route:
+    """One route under ``/j2c/api``: its path parts and handler (each of whose methods
+    declares its action with :func:`requires`)."""
+
+    path: tuple[str, ...]
+    handler: type[web.RequestHandler]
+
+
+ROUTES: Final[tuple[Route, ...]] = (
+    Route(("config",), ConfigHandler),
+    Route(("preflight",), PreflightHandler),
+    Route(("jobs",), JobsHandler),
+    Route(("jobs", _JOB_ID), JobHandler),
+    Route(("jobs", _JOB_ID, "cancel"), CancelHandler),
+    Route(("jobs", _JOB_ID, "events"), EventsHandler),
+    Route(("jobs", _JOB_ID, "stream"), EventStreamHandler),
+    # Before the download route: a path ending in /copy is the copy (POST).
+    Route(("jobs", _JOB_ID, "artifacts", _ARTIFACT, "copy"), CopyArtifactHandler),
+    Route(("jobs", _JOB_ID, "artifacts", _ARTIFACT), ArtifactHandler),
+)
+
+
 def routes(base_url: str = "/") -> list[tuple[str, type[Any]]]:
-    """Every route of the extension; the auth test enumerates exactly this list."""
+    """Every route of the extension; the auth test enumerates exactly this list. Refuses a
+    handler method without a declared action: a route without authorization never loads."""
     api = url_path_join(base_url, "j2c", "api")
-    return [
-        (url_path_join(api, "config"), ConfigHandler),
-        (url_path_join(api, "preflight"), PreflightHandler),
-        (url_path_join(api, "jobs"), JobsHandler),
-        (url_path_join(api, "jobs", _JOB_ID), JobHandler),
-        (url_path_join(api, "jobs", _JOB_ID, "cancel"), CancelHandler),
-        (url_path_join(api, "jobs", _JOB_ID, "events"), EventsHandler),
-        (url_path_join(api, "jobs", _JOB_ID, "stream"), EventStreamHandler),
-        # Before the download route: a path ending in /copy is the copy (POST).
-        (url_path_join(api, "jobs", _JOB_ID, "artifacts", _ARTIFACT, "copy"), CopyArtifactHandler),
-        (url_path_join(api, "jobs", _JOB_ID, "artifacts", _ARTIFACT), ArtifactHandler),
-    ]
+    for route in ROUTES:
+        missing = [m for m, action in declared_actions(route.handler).items() if action is None]
+        if missing:
+            raise TypeError(
+                f"{route.handler.__name__}: {', '.join(missing)} declares no action; "
+                "decorate it with @requires(READ | WRITE | EXECUTE)"
+            )
+    return [(url_path_join(api, *route.path), route.handler) for route in ROUTES]
