@@ -28,6 +28,7 @@ from .errors import LocalIOError, UnpackError
 from .log import Stage, say, size_text
 
 if TYPE_CHECKING:
+    from ..models import Manifest
     from .fetch import Fetched
     from .homes import Placement
     from .interpreter import Interpreter
@@ -69,6 +70,12 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "or place them under the workdir",
     )
     parser.add_argument(
+        "--trust-original-paths",
+        action="store_true",
+        help="use original paths without checking that no other user can change them "
+        "(only on nodes without other users; also J2C_UNPACK_TRUST_PATHS=1)",
+    )
+    parser.add_argument(
         "--output-dir",
         type=Path,
         help="$J2C_OUTPUT_DIR for the job (default: $J2C_OUTPUT_DIR or <workdir>/outputs)",
@@ -97,10 +104,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
-    from .fetch import download_layers, read_manifest
-    from .homes import place_layers
+    from .fetch import read_manifest
+    from .homes import place_layers, release, trust_requested
     from .interpreter import check_python, this_interpreter
-    from .run import entry_command, job_environment, run_child, working_dir
     from .workdir import workdir_in_use
 
     # 1-2: what to run, and whether this interpreter can run it at all.
@@ -109,33 +115,59 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
     check_python(manifest, interpreter)
 
     with workdir_in_use(options.workdir, keep=options.no_run) as workdir:
-        # 3: where the layers go.
-        placement = place_layers(manifest, options.paths, workdir)
-
-        # 4: every layer, verified, before anything is extracted.
-        fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
-
-        # 5: extraction, code first (a venv inside the project goes into the code folder).
-        _extract_all(fetched, placement)
-
-        # 6: the venv, working at its home with this interpreter.
-        python = _prepare_venv(placement, interpreter)
-
-        # 7: the entry point.
+        # 3: where the layers go, and room for them there.
         output_dir = _output_dir(options, workdir)
-        argv = entry_command(manifest, placement.code, python, output_dir, user_args)
-        cwd = working_dir(manifest, placement.code)
-        if options.no_run:
-            say("running", f"skipped (--no-run); prepared in {workdir}")
-            return 0
-        stage = Stage("running")
-        code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
-        stage.done(f"exit code {code}")
+        trust = trust_requested(options.trust_original_paths)
+        placement = place_layers(manifest, options.paths, workdir, trust=trust)
+        try:
+            return _run_placed(
+                options, user_args, manifest, interpreter, placement, workdir, output_dir
+            )
+        finally:
+            # Original-path copies are this job's alone: the next job must not find them.
+            if not options.no_run:
+                release(placement, workdir, output_dir=output_dir)
 
-        # 8: the outputs, whatever the exit code.
-        if options.output_uri:
-            code = _upload_outputs(output_dir, options.output_uri, code)
-        return code
+
+def _run_placed(
+    options: argparse.Namespace,
+    user_args: list[str],
+    manifest: Manifest,
+    interpreter: Interpreter,
+    placement: Placement,
+    workdir: Path,
+    output_dir: Path,
+) -> int:
+    """Phases 3 (room) to 8, once the layers' homes are decided."""
+    from .fetch import download_layers
+    from .run import entry_command, job_environment, run_child, working_dir
+    from .space import check_free_space
+
+    check_free_space(manifest.layers, placement, workdir / "blobs")
+
+    # 4: every layer, verified, before anything is extracted.
+    fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
+
+    # 5: extraction, code first (a venv inside the project goes into the code folder).
+    _extract_all(fetched, placement)
+
+    # 6: the venv, working at its home with this interpreter.
+    python = _prepare_venv(placement, interpreter)
+
+    # 7: the entry point.
+    argv = entry_command(manifest, placement.code, python, output_dir, user_args)
+    cwd = working_dir(manifest, placement.code)
+    if options.no_run:
+        say("running", f"skipped (--no-run); prepared in {workdir}")
+        return 0
+    stage = Stage("running")
+    code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
+    stage.done(f"exit code {code}")
+
+    # 8: the outputs, whatever the exit code.
+    if options.output_uri:
+        code = _upload_outputs(output_dir, options.output_uri, code)
+    return code
 
 
 def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
@@ -147,7 +179,9 @@ def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
     for item in sorted(fetched, key=lambda f: f.layer.role != LayerRole.code):
         role = item.layer.role
         home = placement.homes[role]
-        result = extract_layer(item.path, home, venv=role == LayerRole.venv)
+        result = extract_layer(
+            item.path, home, venv=role == LayerRole.venv, max_bytes=item.layer.unpacked_size
+        )
         total += result.bytes
         say("extracting", f"{role.value} layer: {result.entries} entries into {home}")
     stage.done(f"{size_text(total)} written ({placement.mode} paths)")
