@@ -25,10 +25,12 @@ replaced; the workdir is j2c-unpack's own (workdir.py), so nothing else is ever 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -59,6 +61,7 @@ class Placement:
     homes: dict[LayerRole, Path]  # where each layer is extracted
     moves: dict[str, str]  # original path -> new path, for the layers that moved
     owned: tuple[Owned, ...] = field(default=())  # original-path folders to release at the end
+    locks: tuple[int, ...] = field(default=())  # flock'ed fds of the original homes
 
     @property
     def code(self) -> Path:
@@ -88,10 +91,10 @@ def place_layers(
             f"{path} {why}" for path in originals.values() if (why := _unavailable(path, trust))
         ]
         if not reasons:
-            owned = _claim(_outermost(originals), workdir, trust)
-            if isinstance(owned, tuple):
-                return Placement("original", originals, {}, owned)
-            reasons = [owned]
+            claimed = _claim(_outermost(originals), workdir, trust)
+            if isinstance(claimed, tuple):
+                return Placement("original", originals, {}, *claimed)
+            reasons = [claimed]
         say("placing", f"relocating under {workdir}: {'; '.join(reasons)}")
     homes = _relocated_homes(originals, workdir)
     for home in homes.values():
@@ -113,6 +116,8 @@ def release(placement: Placement, workdir: Path, *, output_dir: Path | None = No
     for item in kept:
         say("cleaning up", f"{item.path} is kept: it holds the output dir {output_dir}")
     _release(tuple(item for item in placement.owned if item not in kept))
+    for fd in placement.locks:  # only now: a job starting meanwhile must not adopt them
+        os.close(fd)
     (workdir / RECORD).unlink(missing_ok=True)
 
 
@@ -217,27 +222,48 @@ def _chain_problem(path: Path) -> str | None:
 # --------------------------------------------------------------------------- this job's copies
 
 
-def _claim(homes: list[Path], workdir: Path, trust: bool) -> tuple[Owned, ...] | str:
-    """Create the homes (folder by folder, never adopting one that appeared meanwhile) and
-    record them; or the reason they cannot be used, with what was made removed again."""
+def _claim(
+    homes: list[Path], workdir: Path, trust: bool
+) -> tuple[tuple[Owned, ...], tuple[int, ...]] | str:
+    """Create the homes (folder by folder, never adopting one that appeared meanwhile), lock
+    and record them; or the reason they cannot be used, with what was made removed again.
+
+    The lock (``flock`` on the home folder, held until :func:`release`) keeps two jobs of one
+    user on one node (a sweep) from both taking the same empty folder.
+    """
     owned: list[Owned] = []
+    locks: list[int] = []
     try:
         for home in homes:
             if home.is_dir() and not home.is_symlink():
                 owned.append(_owned(home, created=False))  # checked empty above
-                continue
-            top = _make_folders(home)
-            owned.append(_owned(top, created=True))
+            else:
+                owned.append(_owned(_make_folders(home), created=True))
+            locks.append(_lock(home, owned))
             # Checked again now that they exist: nothing may have moved in between.
             if not trust and (why := _others_could_change(home)):
                 raise _Refused(f"{home} {why}")
         _record(workdir, owned)
     except (_Refused, OSError) as exc:
         _release(tuple(owned))
+        for fd in locks:
+            os.close(fd)
         if isinstance(exc, _Refused):
             return str(exc)
-        return f"{exc.filename or homes[0]} cannot be created ({exc.strerror or exc})"
-    return tuple(owned)
+        return f"{exc.filename or homes[0]} cannot be used ({exc.strerror or exc})"
+    return tuple(owned), tuple(locks)
+
+
+def _lock(home: Path, owned: list[Owned]) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(home, flags)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        owned.pop()  # another job holds it: not ours to remove
+        raise _Refused(f"{home} is in use by another job") from None
+    return fd
 
 
 class _Refused(Exception):
@@ -298,7 +324,7 @@ def _release(owned: tuple[Owned, ...]) -> None:
             continue
         try:
             if item.created:
-                shutil.rmtree(path)
+                _rmtree(path)
             else:
                 for child in path.iterdir():
                     _remove_tree(child)
@@ -308,9 +334,19 @@ def _release(owned: tuple[Owned, ...]) -> None:
 
 def _remove_tree(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        _rmtree(path)
     else:
         path.unlink()
+
+
+def _rmtree(path: Path) -> None:
+    """rmtree that also removes what the job made read-only (``chmod -w`` on a folder)."""
+
+    def writable_parent(function: Callable[[str], object], name: str, _: object) -> None:
+        os.chmod(os.path.dirname(name), stat.S_IRWXU)
+        function(name)
+
+    shutil.rmtree(path, onerror=writable_parent)
 
 
 def _remove_previous(home: Path) -> None:

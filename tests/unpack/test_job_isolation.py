@@ -6,6 +6,7 @@ j2c-unpack trusts folders owned by the job's user or root)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -219,3 +220,19 @@ def test_a_layer_1100_folders_deep_is_refused_as_unsafe(store: Path, tmp_path: P
     assert "is 1101 folders deep" in done.stderr
     assert "Traceback" not in done.stderr and "RAN FROM" not in done.stdout
     assert not (tmp_path / "lab").exists()
+
+
+def test_an_empty_folder_another_job_is_using_is_not_taken(store: Path, tmp_path: Path):
+    # Two runs of a sweep on one node: the second must not extract into the first one's folder.
+    taken = tmp_path / "lab" / "code"
+    taken.mkdir(parents=True)
+    held = os.open(taken, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = run_unpack(publish(store, tmp_path / "lab"), "--workdir", str(tmp_path / "job"))
+    finally:
+        os.close(held)
+    assert done.returncode == 0, done.stderr
+    assert ran_from(done.stdout) == tmp_path / "job" / "code"
+    assert f"{taken} is in use by another job" in done.stderr
+    assert taken.is_dir() and list(taken.iterdir()) == []
