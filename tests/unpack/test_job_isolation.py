@@ -9,6 +9,9 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ import pytest
 from j2c_server.models import EntryPoint, LayerRole, Manifest
 from j2c_server.unpack.errors import ExitCode
 from tests.unpack.conftest import SmallJob
-from tests.unpack.helpers import Entry, publish_layers, run_unpack
+from tests.unpack.helpers import UNPACK, Entry, publish_layers, run_unpack
 
 OTHER_USER = 12345
 SHOW_WHERE = b"import pathlib\nprint('RAN FROM', pathlib.Path(__file__).resolve().parent)\n"
@@ -236,3 +239,52 @@ def test_an_empty_folder_another_job_is_using_is_not_taken(store: Path, tmp_path
     assert ran_from(done.stdout) == tmp_path / "job" / "code"
     assert f"{taken} is in use by another job" in done.stderr
     assert taken.is_dir() and list(taken.iterdir()) == []
+
+
+JOB_USER = 23456
+
+
+SETPRIV = shutil.which("setpriv")  # util-linux: run a command as another uid
+
+
+@pytest.fixture
+def outside_root_tmp() -> Iterator[Path]:
+    """A folder the job's (non-root) user can reach: pytest's own is private to root."""
+    base = Path(tempfile.mkdtemp(prefix="j2c-isolation-", dir="/tmp"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="needs setpriv (util-linux)")
+def test_a_non_root_job_user_gets_original_paths_only_in_its_own_folders(
+    outside_root_tmp: Path,
+):
+    base = outside_root_tmp
+    store = folder(base / "store", 0o755)
+    home = folder(base / "home", 0o755, owner=JOB_USER)
+    shared = folder(base / "shared", 0o777, owner=OTHER_USER)  # writable by the job, not its own
+
+    def run(source: Path, workdir: str) -> subprocess.CompletedProcess[str]:
+        uri = publish(store, source)
+        for path in store.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        as_job_user = [str(SETPRIV), f"--reuid={JOB_USER}", f"--regid={JOB_USER}", "--clear-groups"]
+        return subprocess.run(
+            [*as_job_user, *UNPACK, uri, "--workdir", str(home / workdir), "--no-run"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    # --no-run: the job's user cannot start this test's interpreter (it lives under /root).
+    own = run(home / "project", "a")
+    assert own.returncode == 0, own.stderr
+    assert "(original paths)" in own.stderr
+    assert (home / "project" / "code" / "main.py").stat().st_uid == JOB_USER
+    theirs = run(shared / "project", "b")
+    assert theirs.returncode == 0, theirs.stderr
+    assert f"({shared} belongs to uid {OTHER_USER})" in theirs.stderr
+    assert (home / "b" / "code" / "main.py").is_file()
+    assert list(shared.iterdir()) == []
