@@ -4,7 +4,8 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 
 1. manifest      fetch the manifest and validate it (and its digest, when its name is one)
 2. python        the venv's Python major.minor must be this interpreter's
-3. placing       original paths when they are free, else under the workdir
+3. placing       original paths when free and private to the job's user, else under the
+                 workdir; then the free space for the layers is checked
 4. downloading   every layer at once; verifying: each one's sha256 before it is used
 5. extracting    safely, code first
 6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs
@@ -12,14 +13,17 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 8. uploading outputs   when --output-uri is given, also after a failed run
 
 A failure in phases 1-6 stops the job before any user code runs, with the exit code errors.py
-assigns to it; after that the exit code is the entry point's own. The phase modules are imported
-after the command line is parsed, so ``--help`` answers without loading pydantic.
+assigns to it; after that the exit code is the entry point's own. Whatever happens (a failure,
+SIGTERM or SIGINT), the copies placed at original paths are removed before j2c-unpack exits.
+The phase modules are imported after the command line is parsed, so ``--help`` answers without
+loading pydantic.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +41,7 @@ _EXIT_CODES = """exit codes:
   the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
   65 manifest invalid      66 manifest or layer missing   67 layer corrupt (digest)
   68 unsafe archive entry  69 Python version mismatch     70 venv broken after relocation
-  71 entry not runnable    73 outputs not uploaded        74 local disk / workdir error
+  71 entry not runnable    73 outputs not uploaded        74 local disk / workdir / space
   75 store unreachable (retry may help)"""
 
 
@@ -91,8 +95,18 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(own), user_args
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside the run (which forwards it to the job): stop, but clean up first."""
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     options, user_args = parse_command_line(sys.argv[1:] if argv is None else argv)
+    # The default action would end the process on the spot, leaving original-path copies.
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return unpack_and_run(options, user_args)
     except UnpackError as exc:
@@ -101,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("failed", "interrupted before the entry point started")
         return 128 + 2
+    except _Terminated:
+        say("failed", "stopped by SIGTERM outside the entry point's run")
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:

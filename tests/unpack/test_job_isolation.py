@@ -6,11 +6,16 @@ j2c-unpack trusts folders owned by the job's user or root)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import http.server
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -288,3 +293,54 @@ def test_a_non_root_job_user_gets_original_paths_only_in_its_own_folders(
     assert f"({shared} belongs to uid {OTHER_USER})" in theirs.stderr
     assert (home / "b" / "code" / "main.py").is_file()
     assert list(shared.iterdir()) == []
+
+
+class _Endless(http.server.BaseHTTPRequestHandler):
+    """A store that sends a layer slowly and forever: the job is still downloading."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(10**12))
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            while not getattr(self.server, "closing", False):
+                self.wfile.write(bytes(1024 * 1024))
+                time.sleep(0.05)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_sigterm_while_downloading_removes_the_original_path_copies(store: Path, tmp_path: Path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    source = tmp_path / "lab"
+    uri = publish(store, source)
+    manifest = Manifest.model_validate_json(Path(uri.removeprefix("file://")).read_bytes())
+    url = f"http://127.0.0.1:{server.server_address[1]}/layer"
+    slow = manifest.model_copy(
+        update={"layers": [layer.model_copy(update={"url": url}) for layer in manifest.layers]}
+    )
+    path = store / "jobs" / "slow" / "manifest.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(slow.canonical_json())
+    job = subprocess.Popen(
+        [*UNPACK, path.as_uri(), "--workdir", str(tmp_path / "job")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert job.stderr is not None
+        seen = ""
+        while "j2c: downloading: 1 layers" not in seen:
+            seen += job.stderr.readline()
+        assert (source / "code").is_dir()  # placed and waiting for its layer
+        job.send_signal(signal.SIGTERM)
+        rest = job.stderr.read()
+        assert job.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        server.closing = True  # type: ignore[attr-defined]
+        server.shutdown()
+        job.kill()
+    assert "stopped by SIGTERM" in rest
+    assert not source.exists()
