@@ -4,7 +4,8 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 
 1. manifest      fetch the manifest and validate it (and its digest, when its name is one)
 2. python        the venv's Python major.minor must be this interpreter's
-3. placing       original paths when they are free, else under the workdir
+3. placing       original paths when free and private to the job's user, else under the
+                 workdir; then the free space for the layers is checked
 4. downloading   every layer at once; verifying: each one's sha256 before it is used
 5. extracting    safely, code first
 6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs
@@ -12,14 +13,17 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 8. uploading outputs   when --output-uri is given, also after a failed run
 
 A failure in phases 1-6 stops the job before any user code runs, with the exit code errors.py
-assigns to it; after that the exit code is the entry point's own. The phase modules are imported
-after the command line is parsed, so ``--help`` answers without loading pydantic.
+assigns to it; after that the exit code is the entry point's own. Whatever happens (a failure,
+SIGTERM or SIGINT), the copies placed at original paths are removed before j2c-unpack exits.
+The phase modules are imported after the command line is parsed, so ``--help`` answers without
+loading pydantic.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +32,7 @@ from .errors import LocalIOError, UnpackError
 from .log import Stage, say, size_text
 
 if TYPE_CHECKING:
+    from ..models import Manifest
     from .fetch import Fetched
     from .homes import Placement
     from .interpreter import Interpreter
@@ -36,7 +41,7 @@ _EXIT_CODES = """exit codes:
   the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
   65 manifest invalid      66 manifest or layer missing   67 layer corrupt (digest)
   68 unsafe archive entry  69 Python version mismatch     70 venv broken after relocation
-  71 entry not runnable    73 outputs not uploaded        74 local disk / workdir error
+  71 entry not runnable    73 outputs not uploaded        74 local disk / workdir / space
   75 store unreachable (retry may help)"""
 
 
@@ -69,6 +74,12 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "or place them under the workdir",
     )
     parser.add_argument(
+        "--trust-original-paths",
+        action="store_true",
+        help="use original paths without checking that no other user can change them "
+        "(only on nodes without other users; also J2C_UNPACK_TRUST_PATHS=1)",
+    )
+    parser.add_argument(
         "--output-dir",
         type=Path,
         help="$J2C_OUTPUT_DIR for the job (default: $J2C_OUTPUT_DIR or <workdir>/outputs)",
@@ -84,8 +95,18 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(own), user_args
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside the run (which forwards it to the job): stop, but clean up first."""
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     options, user_args = parse_command_line(sys.argv[1:] if argv is None else argv)
+    # The default action would end the process on the spot, leaving original-path copies.
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return unpack_and_run(options, user_args)
     except UnpackError as exc:
@@ -94,13 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("failed", "interrupted before the entry point started")
         return 128 + 2
+    except _Terminated:
+        say("failed", "stopped by SIGTERM outside the entry point's run")
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
-    from .fetch import download_layers, read_manifest
-    from .homes import place_layers
+    from .fetch import read_manifest
+    from .homes import place_layers, release, trust_requested
     from .interpreter import check_python, this_interpreter
-    from .run import entry_command, job_environment, run_child, working_dir
     from .workdir import workdir_in_use
 
     # 1-2: what to run, and whether this interpreter can run it at all.
@@ -109,33 +134,59 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
     check_python(manifest, interpreter)
 
     with workdir_in_use(options.workdir, keep=options.no_run) as workdir:
-        # 3: where the layers go.
-        placement = place_layers(manifest, options.paths, workdir)
-
-        # 4: every layer, verified, before anything is extracted.
-        fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
-
-        # 5: extraction, code first (a venv inside the project goes into the code folder).
-        _extract_all(fetched, placement)
-
-        # 6: the venv, working at its home with this interpreter.
-        python = _prepare_venv(placement, interpreter)
-
-        # 7: the entry point.
+        # 3: where the layers go, and room for them there.
         output_dir = _output_dir(options, workdir)
-        argv = entry_command(manifest, placement.code, python, output_dir, user_args)
-        cwd = working_dir(manifest, placement.code)
-        if options.no_run:
-            say("running", f"skipped (--no-run); prepared in {workdir}")
-            return 0
-        stage = Stage("running")
-        code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
-        stage.done(f"exit code {code}")
+        trust = trust_requested(options.trust_original_paths)
+        placement = place_layers(manifest, options.paths, workdir, trust=trust)
+        try:
+            return _run_placed(
+                options, user_args, manifest, interpreter, placement, workdir, output_dir
+            )
+        finally:
+            # Original-path copies are this job's alone: the next job must not find them.
+            if not options.no_run:
+                release(placement, workdir, output_dir=output_dir)
 
-        # 8: the outputs, whatever the exit code.
-        if options.output_uri:
-            code = _upload_outputs(output_dir, options.output_uri, code)
-        return code
+
+def _run_placed(
+    options: argparse.Namespace,
+    user_args: list[str],
+    manifest: Manifest,
+    interpreter: Interpreter,
+    placement: Placement,
+    workdir: Path,
+    output_dir: Path,
+) -> int:
+    """Phases 3 (room) to 8, once the layers' homes are decided."""
+    from .fetch import download_layers
+    from .run import entry_command, job_environment, run_child, working_dir
+    from .space import check_free_space
+
+    check_free_space(manifest.layers, placement, workdir / "blobs")
+
+    # 4: every layer, verified, before anything is extracted.
+    fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
+
+    # 5: extraction, code first (a venv inside the project goes into the code folder).
+    _extract_all(fetched, placement)
+
+    # 6: the venv, working at its home with this interpreter.
+    python = _prepare_venv(placement, interpreter)
+
+    # 7: the entry point.
+    argv = entry_command(manifest, placement.code, python, output_dir, user_args)
+    cwd = working_dir(manifest, placement.code)
+    if options.no_run:
+        say("running", f"skipped (--no-run); prepared in {workdir}")
+        return 0
+    stage = Stage("running")
+    code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
+    stage.done(f"exit code {code}")
+
+    # 8: the outputs, whatever the exit code.
+    if options.output_uri:
+        code = _upload_outputs(output_dir, options.output_uri, code)
+    return code
 
 
 def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
@@ -147,7 +198,9 @@ def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
     for item in sorted(fetched, key=lambda f: f.layer.role != LayerRole.code):
         role = item.layer.role
         home = placement.homes[role]
-        result = extract_layer(item.path, home, venv=role == LayerRole.venv)
+        result = extract_layer(
+            item.path, home, venv=role == LayerRole.venv, max_bytes=item.layer.unpacked_size
+        )
         total += result.bytes
         say("extracting", f"{role.value} layer: {result.entries} entries into {home}")
     stage.done(f"{size_text(total)} written ({placement.mode} paths)")

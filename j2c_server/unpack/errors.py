@@ -23,7 +23,7 @@ class ExitCode(IntEnum):
     VENV = 70  # the venv does not work at its new home
     ENTRY = 71  # the entry point cannot be started (missing file, no nbclient, ...)
     OUTPUTS = 73  # the outputs could not be uploaded (after a successful run)
-    LOCAL_IO = 74  # the workdir or a target folder cannot be written
+    LOCAL_IO = 74  # the workdir or a target folder cannot be written, or the disk is too small
     UNAVAILABLE = 75  # the store could not be reached; retrying later may help
 
 
@@ -77,6 +77,12 @@ class OutputsNotUploaded(UnpackError):
 class LocalIOError(UnpackError):
     exit_code = ExitCode.LOCAL_IO
     code = "local_io"
+
+
+class DiskFull(LocalIOError):
+    """The layers do not fit on the disk they are going to (checked before downloading)."""
+
+    code = "disk_full"
 
 
 class StoreUnavailable(UnpackError):

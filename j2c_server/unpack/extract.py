@@ -9,7 +9,9 @@ Nothing is written outside the target, whatever the archive holds:
   through one), and each must then resolve inside the target, link chains included. The one
   deliberate exception is a venv's interpreter link (``bin/python*``), which points at the base
   interpreter by absolute path and is rewritten by the relocation anyway;
-- an entry that would be written through one of the archive's own symlinks is refused.
+- an entry that would be written through one of the archive's own symlinks is refused;
+- names deeper than ``MAX_DEPTH`` folders or longer than ``MAX_NAME_BYTES`` are refused;
+- a layer that writes more file bytes than its manifest's ``unpacked_size`` is corrupt.
 
 A refused archive leaves the target empty again, and the error names the entry.
 
@@ -46,6 +48,10 @@ CHUNK = 1024 * 1024
 PREFETCH_CHUNKS = 8
 MAX_LINK_HOPS = 40
 MAX_HEADER_BYTES = 1024 * 1024  # a pax record or GNU long name is read whole into memory
+# Deeper or longer names are refused as unsafe: no project needs them, and the kernel (PATH_MAX)
+# and recursive tree walks (rmtree, os.walk) fail on them in ways that are not a clear refusal.
+MAX_DEPTH = 256
+MAX_NAME_BYTES = 4095
 _HEADER_TYPES = {
     tarfile.XHDTYPE,
     tarfile.XGLTYPE,
@@ -64,17 +70,21 @@ class Extracted:
     interpreter_links: tuple[str, ...]  # relative paths of the allowed bin/python* links
 
 
-def extract_layer(archive: Path, target: Path, *, venv: bool = False) -> Extracted:
+def extract_layer(
+    archive: Path, target: Path, *, venv: bool = False, max_bytes: int = 0
+) -> Extracted:
     """Extract ``archive`` (verified tar.zst) into ``target``, which must be absent or empty.
 
-    ``venv`` allows the interpreter links of a venv layer. Raises UnsafeEntry (naming the
-    entry), LayerCorrupt (not a tar.zst) or LocalIOError (the target cannot be written).
+    ``venv`` allows the interpreter links of a venv layer; ``max_bytes`` (when not 0) is the
+    manifest's unpacked size, which the files written may not exceed. Raises UnsafeEntry (naming
+    the entry), LayerCorrupt (not a tar.zst, or larger than stated) or LocalIOError (the target
+    cannot be written).
     """
     _prepare_empty(target)
     try:
         with open(archive, "rb") as compressed, _Decompressed(compressed) as stream:
-            return _Extraction(stream, target, venv=venv).run()
-    except UnsafeEntry:
+            return _Extraction(stream, target, venv=venv, max_bytes=max_bytes).run()
+    except (UnsafeEntry, LayerCorrupt):
         _clear(target)
         raise
     except (tarfile.TarError, zstandard.ZstdError, ValueError, OverflowError) as exc:
@@ -90,10 +100,11 @@ def extract_layer(archive: Path, target: Path, *, venv: bool = False) -> Extract
 class _Extraction:
     """One pass over the archive's members, then the deferred links and folder metadata."""
 
-    def __init__(self, stream: _Decompressed, target: Path, *, venv: bool) -> None:
+    def __init__(self, stream: _Decompressed, target: Path, *, venv: bool, max_bytes: int) -> None:
         self.stream = stream
         self.root = str(target)
         self.venv = venv
+        self.max_bytes = max_bytes
         self.known_dirs: set[str] = {self.root}
         self.dirs: dict[str, tarfile.TarInfo] = {}
         self.links: dict[str, str] = {}  # relative path -> link target, created at the end
@@ -130,6 +141,8 @@ class _Extraction:
             self.links.pop(rel, None)
             self._write_file(member, path)
         elif member.issym():
+            if len(member.linkname.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+                raise UnsafeEntry(f"entry {member.name!r} is a symlink with a too long target")
             self._ensure_dir(os.path.dirname(path))
             self.links[rel] = member.linkname
         elif member.islnk():
@@ -153,11 +166,26 @@ class _Extraction:
                 raise UnsafeEntry(f"entry {name!r} would be written through the symlink {prefix!r}")
 
     def _ensure_dir(self, path: str) -> None:
-        if path not in self.known_dirs:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            self.known_dirs.add(path)
+        """Create ``path`` and its missing parents inside the target (a loop: os.makedirs
+        recurses once per level)."""
+        missing = []
+        while path not in self.known_dirs:
+            missing.append(path)
+            path = os.path.dirname(path)
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, 0o755)
+            except FileExistsError:
+                if not os.path.isdir(folder) or os.path.islink(folder):
+                    raise
+            self.known_dirs.add(folder)
 
     def _write_file(self, member: tarfile.TarInfo, path: str) -> None:
+        if self.max_bytes and self.bytes + member.size > self.max_bytes:
+            raise LayerCorrupt(
+                f"the layer holds more than the {self.max_bytes} bytes of files its manifest "
+                f"states (at entry {member.name!r})"
+            )
         self._ensure_dir(os.path.dirname(path))
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
@@ -282,7 +310,17 @@ def _relative_name(name: str, entry: str) -> str:
     parts = [part for part in name.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise UnsafeEntry(f"{what} has a '..' component")
+    if len(parts) > MAX_DEPTH or len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        label = f"entry {_short(entry)!r}" + ("" if name == entry else " links to a name that")
+        raise UnsafeEntry(
+            f"{label} is {len(parts)} folders deep and {len(name)} characters long "
+            f"(at most {MAX_DEPTH} and {MAX_NAME_BYTES} are extracted)"
+        )
     return "/".join(parts)
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 80 else f"{name[:40]}...{name[-20:]}"
 
 
 def _inside(rel: str, link_target: str) -> bool:

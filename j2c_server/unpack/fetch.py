@@ -167,8 +167,12 @@ def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> l
             stop.set()
             raise
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(layers)))) as pool:
-        futures = [pool.submit(one, layer) for layer in layers]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(layers)))) as pool:
+            futures = [pool.submit(one, layer) for layer in layers]
+    except BaseException:  # SIGTERM/SIGINT in the main thread: the downloads stop too
+        stop.set()
+        raise
     # A layer that stopped because another failed says so; the cause is the error to report.
     causes = [e for f in futures if (e := f.exception()) and not isinstance(e, _Stopped)]
     if causes:

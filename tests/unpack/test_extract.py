@@ -173,3 +173,28 @@ def test_a_target_that_is_not_empty_is_refused(box: Path):
     with pytest.raises(LocalIOError, match="not empty"):
         extract_layer(archive, box / "target")
     assert (box / "target" / "mine").read_text() == "keep"
+
+
+DEEP = "d/" * 300 + "f"  # deeper than MAX_DEPTH, well under PATH_MAX: only j2c's limit stops it
+
+TOO_DEEP_OR_LONG = {
+    "deep file": ([Entry(DEEP, data=b"x")], "301 folders deep"),
+    "deep folder": ([Entry("d/" * 1100, "dir")], "1100 folders deep"),
+    "hard link to a deep name": (
+        [Entry("f", data=b"x"), Entry("hard", "hardlink", target=DEEP)],
+        "'hard' links to a name that is 301 folders deep",
+    ),
+    "long symlink target": (
+        [Entry("link", "symlink", target="x" * 5000)],
+        "'link' is a symlink with a too long target",
+    ),
+}
+
+
+@pytest.mark.parametrize("entries, message", TOO_DEEP_OR_LONG.values(), ids=TOO_DEEP_OR_LONG.keys())
+def test_too_deep_or_too_long_names_are_refused_as_unsafe(
+    box: Path, entries: list[Entry], message: str
+):
+    with pytest.raises(UnsafeEntry, match=message):
+        extract(box, entries)
+    assert everything_under(box) == ["target"]
