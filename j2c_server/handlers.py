@@ -23,6 +23,7 @@ from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from .config import J2CSettings
+from .defaults import defaults_for_browser
 from .errors import InvalidInput, J2CError
 from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 from .service import JobService
@@ -123,6 +124,21 @@ class ConfigHandler(J2CHandler):
                 compression_level=settings.pack.compression_level,
             )
         )
+
+
+class DefaultsHandler(J2CHandler):
+    """What the Send form proposes for a file: one rule with ``%j2c`` (a read action)."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        path = self.get_argument("path", None)
+        if path is None:
+            raise InvalidInput(
+                "path: required (the file to send, relative to the root)", field="path"
+            )
+        kernel = self.get_argument("kernel_prefix", None)
+        root = self.service.root_dir or self.settings.get("server_root_dir") or "."
+        self.write_model(await asyncio.to_thread(defaults_for_browser, root, path, kernel))
 
 
 class PreflightHandler(J2CHandler):
@@ -268,6 +284,7 @@ def routes(base_url: str = "/") -> list[tuple[str, type[Any]]]:
     api = url_path_join(base_url, "j2c", "api")
     return [
         (url_path_join(api, "config"), ConfigHandler),
+        (url_path_join(api, "defaults"), DefaultsHandler),
         (url_path_join(api, "preflight"), PreflightHandler),
         (url_path_join(api, "jobs"), JobsHandler),
         (url_path_join(api, "jobs", _JOB_ID), JobHandler),
