@@ -35,7 +35,7 @@ from .cli.options import (
     load_cli_config,
     script_args,
 )
-from .cli.render import StageBoard, exit_code_of, is_stderr_line
+from .cli.render import StageBoard, exit_code_of, is_stderr_line, scan_notes
 from .cli.session import log, resolve_job
 from .cli.submit import submit as submit_command
 from .config import J2CSettings
@@ -185,6 +185,8 @@ class CellView:
         elif event.kind == EventKind.error:
             print(f"j2c: error: {event.text}", file=sys.stderr, flush=True)
         elif event.kind in (EventKind.stage, EventKind.status):
+            for line in scan_notes(event):
+                print(f"j2c: {line}", file=sys.stderr, flush=True)
             self.update(force=True)
         elif event.kind == EventKind.progress:
             self.update(force=False)

@@ -131,3 +131,27 @@ def test_magic_options_are_the_clis(project: Path) -> None:
 def test_bad_magic_option_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--gpus"):
         parse(submit, "%j2c submit", ["--gpus", "many"])
+
+
+def test_the_cell_lists_what_the_scan_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from j2c_server.magic import CellView
+    from j2c_server.models import Event, EventKind, Stage
+    from tests.cli.test_left_out import plan
+
+    view = CellView("j1")
+    view.handle(
+        Event(
+            job_id="j1",
+            seq=1,
+            time=time.time(),
+            kind=EventKind.stage,
+            stage=Stage.scan,
+            state="finished",
+            data={"plan": plan().model_dump(mode="json")},
+        )
+    )
+    err = capsys.readouterr().err
+    assert "j2c:   secrets (1): .env" in err
+    assert "data/big.bin" in err
