@@ -1,7 +1,8 @@
 """Slurm backend: job start-up and log latency, next to what a Slurm user does by hand.
 
-Against a real Slurm: the one named by exported ``J2C_SCHEDULER__SLURM__*`` settings (and ``SLURM_CONF``),
-else a throw-away one started with ``scripts/slurm-up.sh`` for this run. Measured, in one run:
+Against a real Slurm: the one named by exported ``J2C_SCHEDULER__SLURM__*`` settings (and
+``SLURM_CONF``), else a throw-away one started with ``scripts/slurm-up.sh`` for this run.
+Measured, in one run:
 
 - a trivial job (``python -c "print('hi')"``): submit → first log line, and submit → finished,
   with ``SlurmScheduler`` (slurmrestd, output file followed from a byte offset) and with the
@@ -36,6 +37,7 @@ import common
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = str(os.getpid())
+SETTING = "J2C_SCHEDULER__SLURM__"  # what scripts/slurm-up.sh exports
 
 
 @contextmanager
@@ -104,7 +106,7 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, default=5)
     parser.add_argument("--lines", type=int, default=200)
     args = parser.parse_args()
-    with slurm() as env, tempfile.TemporaryDirectory(dir=env["J2C_SCHEDULER__SLURM__JOB_DIR"]) as tmp:
+    with slurm() as env, tempfile.TemporaryDirectory(dir=env[f"{SETTING}JOB_DIR"]) as tmp:
         folder = Path(tmp)
         scheduler = scheduler_for(env)
         try:

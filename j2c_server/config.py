@@ -22,6 +22,8 @@ ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
 # Variables of ours that are not settings keys (they select files, not values).
 _ENV_NOT_SETTINGS = {"J2C_CONFIG", "J2C_DATA_DIR", "J2C_OUTPUT_DIR", "J2C_JOB_ID"}
+# The server's root folder as its kernels see it (read by ``%j2c``'s defaults, magic.py).
+_ENV_NOT_SETTINGS.add("J2C_SERVER_ROOT")
 # What scripts/slurm-up.sh exports for the tests: a test cluster's address, not settings.
 _ENV_NOT_SETTINGS |= {
     f"J2C_SLURM_{name}" for name in ("DIR", "URL", "USER", "TOKEN", "TOKEN_FILE", "JOB_DIR")

@@ -33,3 +33,7 @@ def test_kubernetes_node_selector_keys_keep_their_case() -> None:
 def test_job_env_keys_keep_their_case() -> None:
     job = load_cli_config(None, environ={"J2C_JOB__ENV__HF_HOME": "/data/hf"}).job
     assert job["env"] == {"HF_HOME": "/data/hf"}
+
+
+def test_the_server_root_for_kernels_is_not_a_setting() -> None:
+    assert env_overrides({"J2C_SERVER_ROOT": "/home/ada"}) == {}

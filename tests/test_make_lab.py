@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TOKEN = "j2c-make-lab-test"  # noqa: S105 - a throw-away server on 127.0.0.1
+TOKEN = "j2c-make-lab-test"
 LIMIT_S = 120
 
 
@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 def _lab_answers(port: int) -> int | None:
     try:
-        with urllib.request.urlopen(  # noqa: S310 - a fixed local http URL
+        with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/lab?token={TOKEN}", timeout=5
         ) as response:
             status: int = response.status

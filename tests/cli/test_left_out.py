@@ -85,6 +85,19 @@ def test_plain_renderer_prints_the_notes_after_the_scan_line() -> None:
     assert any(line.endswith("data/big.bin") for line in lines)
 
 
+def test_tty_renderer_writes_the_notes_above_the_board() -> None:
+    err = io.StringIO()
+    renderer = TerminalRenderer("j1", tty=True, out=io.StringIO(), err=err)
+    scan = {"job_id": "j1", "time": time.time(), "kind": EventKind.stage, "stage": Stage.scan}
+    renderer.handle(Event(seq=1, state="started", **scan))
+    renderer.handle(
+        Event(seq=2, state="finished", data={"plan": plan().model_dump(mode="json")}, **scan)
+    )
+    written = err.getvalue()
+    notes_at = written.index("secrets (1): .env")
+    assert written.rindex("scan      finished") > notes_at  # the board is redrawn below
+
+
 def test_j2c_submit_lists_what_was_left_out_and_the_largest_files(
     run_j2c: Any, cli_project: Path, cli_venv: Path
 ) -> None:
