@@ -109,7 +109,8 @@ def project_root(start: Path, boundary: Path | None = None) -> Path:
 
 
 def _project_venv(project: Path) -> Path | None:
-    return next((project / n for n in VENV_NAMES if is_venv(project / n)), None)
+    found = next((project / n for n in VENV_NAMES if is_venv(project / n)), None)
+    return found.resolve() if found is not None else None
 
 
 def choose_venv(
