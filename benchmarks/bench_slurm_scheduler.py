@@ -1,7 +1,8 @@
 """Slurm backend: job start-up and log latency, next to what a Slurm user does by hand.
 
-Against a real Slurm: the one named by exported ``J2C_SLURM_*`` variables (and ``SLURM_CONF``),
-else a throw-away one started with ``scripts/slurm-up.sh`` for this run. Measured, in one run:
+Against a real Slurm: the one named by exported ``J2C_SCHEDULER__SLURM__*`` settings (and
+``SLURM_CONF``), else a throw-away one started with ``scripts/slurm-up.sh`` for this run.
+Measured, in one run:
 
 - a trivial job (``python -c "print('hi')"``): submit → first log line, and submit → finished,
   with ``SlurmScheduler`` (slurmrestd, output file followed from a byte offset) and with the
@@ -36,12 +37,13 @@ import common
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = str(os.getpid())
+SETTING = "J2C_SCHEDULER__SLURM__"  # what scripts/slurm-up.sh exports
 
 
 @contextmanager
 def slurm() -> Iterator[dict[str, str]]:
-    """The ``J2C_SLURM_*`` / ``SLURM_CONF`` values of a running Slurm."""
-    if os.environ.get("J2C_SLURM_URL"):
+    """The ``J2C_SCHEDULER__SLURM__*`` / ``SLURM_CONF`` values of a running Slurm."""
+    if os.environ.get("J2C_SCHEDULER__SLURM__URL"):
         yield dict(os.environ)
         return
     folder = tempfile.mkdtemp(prefix="j2c-slurm-bench-")
@@ -57,10 +59,10 @@ def slurm() -> Iterator[dict[str, str]]:
 
 def scheduler_for(env: dict[str, str]) -> SlurmScheduler:
     slurm = {
-        "url": env["J2C_SLURM_URL"],
-        "user": env.get("J2C_SLURM_USER"),
-        "token_file": env["J2C_SLURM_TOKEN_FILE"],
-        "job_dir": env["J2C_SLURM_JOB_DIR"],
+        "url": env["J2C_SCHEDULER__SLURM__URL"],
+        "user": env.get("J2C_SCHEDULER__SLURM__USER"),
+        "token_file": env["J2C_SCHEDULER__SLURM__TOKEN_FILE"],
+        "job_dir": env["J2C_SCHEDULER__SLURM__JOB_DIR"],
     }
     return SlurmScheduler(J2CSettings.model_validate({"scheduler": {"slurm": slurm}}))
 
@@ -104,7 +106,7 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, default=5)
     parser.add_argument("--lines", type=int, default=200)
     args = parser.parse_args()
-    with slurm() as env, tempfile.TemporaryDirectory(dir=env["J2C_SLURM_JOB_DIR"]) as tmp:
+    with slurm() as env, tempfile.TemporaryDirectory(dir=env[f"{SETTING}JOB_DIR"]) as tmp:
         folder = Path(tmp)
         scheduler = scheduler_for(env)
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,6 +22,8 @@ ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
 # Variables of ours that are not settings keys (they select files, not values).
 _ENV_NOT_SETTINGS = {"J2C_CONFIG", "J2C_DATA_DIR", "J2C_OUTPUT_DIR", "J2C_JOB_ID"}
+# The server's root folder as its kernels see it (read by ``%j2c``'s defaults, magic.py).
+_ENV_NOT_SETTINGS.add("J2C_SERVER_ROOT")
 # What scripts/slurm-up.sh exports for the tests: a test cluster's address, not settings.
 _ENV_NOT_SETTINGS |= {
     f"J2C_SLURM_{name}" for name in ("DIR", "URL", "USER", "TOKEN", "TOKEN_FILE", "JOB_DIR")
@@ -54,6 +56,11 @@ class StorageSettings(_Section):
     presign_expiry_s: int = Field(7 * 24 * 3600, ge=60)
     presign_for_jobs: bool = Field(
         False, description="Give jobs presigned URLs instead of relying on cluster credentials."
+    )
+    shared: bool = Field(
+        False,
+        description="A file:// store's folder is mounted at the same path where jobs run "
+        "(Slurm nodes, Kubernetes pods); without it such schedulers refuse a file:// store.",
     )
 
 
@@ -166,14 +173,45 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _map_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The key paths of the model's mappings (``scheduler.slurm.env``, ``job.env``, ...)."""
+    found: set[tuple[str, ...]] = set()
+    for name, info in model.model_fields.items():
+        kinds = [info.annotation, *get_args(info.annotation)]
+        for kind in kinds:
+            if get_origin(kind) is dict:
+                found.add((*prefix, name))
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                found |= _map_fields(kind, (*prefix, name))
+    return found
+
+
+def _case_kept_maps() -> set[tuple[str, ...]]:
+    from .models import JobRequest
+
+    return _map_fields(J2CSettings) | _map_fields(JobRequest, (JOB_SECTION,))
+
+
 def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """``J2C_A__B=v`` → ``{"a": {"b": "v"}}``; pydantic then coerces the strings."""
+    """``J2C_A__B=v`` → ``{"a": {"b": "v"}}``; pydantic then coerces the strings.
+
+    Setting names are case-insensitive, but the keys of a mapping are data and keep their
+    case: ``J2C_SCHEDULER__SLURM__ENV__PATH=/x`` is ``scheduler.slurm.env = {"PATH": "/x"}``.
+    """
     environ = dict(os.environ) if environ is None else environ
+    maps = _case_kept_maps()
     out: dict[str, Any] = {}
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name in _ENV_NOT_SETTINGS:
             continue
-        path = name[len(ENV_PREFIX) :].lower().split(ENV_DELIMITER.lower())
+        raw = name[len(ENV_PREFIX) :].split(ENV_DELIMITER)
+        path: list[str] = []
+        for index, part in enumerate(raw):
+            if tuple(path) in maps:
+                # The rest is one key of the mapping, as written.
+                path.append(ENV_DELIMITER.join(raw[index:]))
+                break
+            path.append(part.lower())
         node = out
         for part in path[:-1]:
             node = node.setdefault(part, {})

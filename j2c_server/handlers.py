@@ -36,6 +36,7 @@ from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from .config import J2CSettings
+from .defaults import defaults_for_browser
 from .errors import InvalidInput, J2CError
 from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 from .service import JobService
@@ -265,6 +266,21 @@ class ConfigHandler(J2CHandler):
         )
 
 
+class DefaultsHandler(J2CHandler):
+    """What the Send form proposes for a file: one rule with ``%j2c``."""
+
+    @requires(READ)
+    async def get(self) -> None:
+        path = self.get_argument("path", None)
+        if path is None:
+            raise InvalidInput(
+                "path: required (the file to send, relative to the root)", field="path"
+            )
+        kernel = self.get_argument("kernel_prefix", None)
+        root = self.service.root_dir or self.settings.get("server_root_dir") or "."
+        self.write_model(await asyncio.to_thread(defaults_for_browser, root, path, kernel))
+
+
 class PreflightHandler(J2CHandler):
     # Reads the project folder and reports the plan; nothing is created or run.
     @requires(READ)
@@ -430,6 +446,7 @@ class Route:
 
 ROUTES: Final[tuple[Route, ...]] = (
     Route(("config",), ConfigHandler),
+    Route(("defaults",), DefaultsHandler),
     Route(("preflight",), PreflightHandler),
     Route(("jobs",), JobsHandler),
     Route(("jobs", _JOB_ID), JobHandler),

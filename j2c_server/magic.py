@@ -28,16 +28,18 @@ import click
 
 from .cli import jobs as cli_jobs
 from .cli.options import (
+    VENV_REASON,
     build_request,
-    find_project_root,
+    default_venv_note,
     flags_layer,
     load_cli_config,
     script_args,
 )
-from .cli.render import StageBoard, exit_code_of, is_stderr_line
+from .cli.render import StageBoard, exit_code_of, is_stderr_line, scan_notes
 from .cli.session import log, resolve_job
 from .cli.submit import submit as submit_command
 from .config import J2CSettings
+from .defaults import choose_venv, project_root
 from .errors import InvalidInput, J2CError
 from .models import Event, EventKind, JobRecord, JobResults, JobStatus
 
@@ -183,6 +185,8 @@ class CellView:
         elif event.kind == EventKind.error:
             print(f"j2c: error: {event.text}", file=sys.stderr, flush=True)
         elif event.kind in (EventKind.stage, EventKind.status):
+            for line in scan_notes(event):
+                print(f"j2c: {line}", file=sys.stderr, flush=True)
             self.update(force=True)
         elif event.kind == EventKind.progress:
             self.update(force=False)
@@ -248,16 +252,39 @@ def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool
 
 
 def notebook_defaults(
-    cwd: Path, user_ns: Mapping[str, Any], environ: Mapping[str, str]
+    cwd: Path,
+    user_ns: Mapping[str, Any],
+    environ: Mapping[str, str],
+    kernel_prefix: Path | None = None,
 ) -> dict[str, Any]:
-    """The project around the notebook, the kernel's venv, and the notebook as entry point."""
-    defaults: dict[str, Any] = {"code_path": str(find_project_root(cwd))}
-    if sys.prefix != sys.base_prefix:
-        defaults["venv_path"] = str(Path(sys.prefix).resolve())
+    """The project around the notebook, the venv the common rule picks for this kernel
+    (``j2c_server.defaults``, the UI form's rule too), and the notebook as entry point."""
+    if kernel_prefix is None and sys.prefix != sys.base_prefix:
+        kernel_prefix = Path(sys.prefix)
+    root = server_root(environ)
+    project = project_root(cwd, root if root is not None and cwd.is_relative_to(root) else None)
+    venv = choose_venv(project, root=root, kernel_prefix=kernel_prefix)
+    defaults: dict[str, Any] = {"code_path": str(project), VENV_REASON: venv.reason}
+    if venv.path is not None:
+        defaults["venv_path"] = str(venv.path)
     notebook = notebook_path(cwd, user_ns, environ)
     if notebook is not None:
         defaults["call_path"] = str(notebook)
     return defaults
+
+
+def server_root(environ: Mapping[str, str]) -> Path | None:
+    """The Jupyter server's root folder, when the kernel's environment names it.
+
+    A kernel cannot see the server's ``root_dir``; ``J2C_SERVER_ROOT`` (exported by whoever
+    starts the server, or by the server for its kernels) or JupyterHub's ``JUPYTERHUB_ROOT_DIR``
+    say it. Without one the project is the boundary of the venv rule.
+    """
+    for name in ("J2C_SERVER_ROOT", "JUPYTERHUB_ROOT_DIR"):
+        value = environ.get(name)
+        if value and Path(value).expanduser().is_dir():
+            return Path(value).expanduser().resolve()
+    return None
 
 
 def notebook_path(cwd: Path, user_ns: Mapping[str, Any], environ: Mapping[str, str]) -> Path | None:
@@ -367,6 +394,9 @@ def _submit(argv: list[str], shell: Any, cell: str | None) -> Job | dict[str, An
         includes = flags.get("includes") or config.job.get("includes") or []
         flags["includes"] = [*includes, cell_file.relative_to(code_path).as_posix()]
     request = build_request(defaults, config.job, flags)
+    note = default_venv_note(defaults, config.job, flags)
+    if note:
+        print(f"j2c: {note}", file=sys.stderr)
     runner = background_service(config.settings)
     if params["dry_run"]:
         spec: dict[str, Any] = runner.call(runner.service.dry_run(request))

@@ -352,3 +352,18 @@ class ServerConfig(_Strict):
     images: list[ImageChoice]
     compression_level: int
     root_dir_name: str | None = None
+
+
+class SendDefaults(_Strict):
+    """GET /j2c/api/defaults: what the Send form proposes for a file (``j2c_server.defaults``,
+    the rule ``%j2c submit`` follows too). Paths are relative to the server's root ('' is the
+    root itself)."""
+
+    code_path: str = Field(..., description="The project folder around the file.")
+    call_path: str | None = Field(
+        None, description="The entry point relative to the project; null for a folder."
+    )
+    venv_path: str | None = Field(
+        None, description="The venv to ship; null for none (never a guessed, missing .venv)."
+    )
+    venv_reason: str = Field(..., description="Why this venv (or none) was chosen.")

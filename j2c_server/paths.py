@@ -76,3 +76,25 @@ def resolve_request(request: JobRequest, root_dir: str | None) -> JobRequest:
         venv = str(venv_dir)
 
     return request.model_copy(update={"code_path": str(code), "call_path": call, "venv_path": venv})
+
+
+def resolve_call_path(call_path: str, code_path: Path, cwd: Path | None = None) -> str:
+    """The one rule every front end applies to a typed entry point (before the server checks).
+
+    ``-m module`` and absolute paths pass through. A relative path is taken inside the project
+    ``code_path`` — the seed's ``--code-path DIR --call-path train.py`` typed from any folder —
+    except when ``cwd`` lies inside the project and the file exists relative to it: then it is
+    the file the user sees there (``cd proj/src && j2c submit run.py``).
+    """
+    text = call_path.strip()
+    if text == "-m" or text.startswith(("-m ", "-m\t")):
+        return text
+    given = Path(text).expanduser()
+    if given.is_absolute():
+        return str(given.resolve())
+    code = code_path.expanduser().resolve()
+    if cwd is not None:
+        here = cwd.resolve()
+        if here.is_relative_to(code) and (here / given).is_file():
+            return str((here / given).resolve())
+    return str((code / given).resolve())

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from .models import ArtifactCopy, Event, JobRecord, JobRequest, ServerConfig
+from .models import ArtifactCopy, Event, JobRecord, JobRequest, SendDefaults, ServerConfig
 from .pack.models import PackPlan
 
 WIRE_MODELS: list[type[BaseModel]] = [
@@ -27,6 +27,7 @@ WIRE_MODELS: list[type[BaseModel]] = [
     ServerConfig,
     PackPlan,
     ArtifactCopy,
+    SendDefaults,
 ]
 TS_FILE = Path(__file__).resolve().parent.parent / "src" / "models.ts"
 WIDTH = 80

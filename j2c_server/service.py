@@ -33,6 +33,7 @@ from .models import Event, EventKind, JobRecord, JobRequest, JobStatus
 from .pack import PackPlan, make_manifest
 from .paths import resolve_request
 from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
+from .preflight_checks import check_store_for_submit, warn_store_at_preflight
 from .registry import open_registry
 from .schedulers import BACKENDS
 from .sending import job_key, request_key
@@ -153,6 +154,7 @@ class JobService:
         content (see :mod:`.sending`) or create a new one and start its pipeline in the
         background; returns at once with the record, whose ``decision`` says which and why."""
         draft = self._draft(await self._resolve(request))
+        check_store_for_submit(self.settings, draft.scheduler)
         earlier = await self.registry.latest_like(draft)
         scan = await self.backends.packers.scan(
             pack_spec(self.settings, draft),
@@ -186,7 +188,8 @@ class JobService:
     async def preflight(self, request: JobRequest) -> PackPlan:
         """What packing this request would ship, leave out and warn about; writes nothing."""
         record = self._draft(await self._resolve(request))
-        return await self.backends.packers.preflight(pack_spec(self.settings, record))
+        plan = await self.backends.packers.preflight(pack_spec(self.settings, record))
+        return warn_store_at_preflight(plan, self.settings, record.scheduler)
 
     async def dry_run(self, request: JobRequest) -> dict[str, Any]:
         """The job spec the scheduler would get, from a real pack (layers land in the local

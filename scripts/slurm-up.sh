@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a throw-away single-node Slurm 22.05 (slurmctld, slurmd, slurmrestd with JWT auth, munge)
-# with two fake GPUs, everything under DIR. Prints `export` lines for the tests (also kept in
-# DIR/env). Works as root in a container without systemd; stop it with scripts/slurm-down.sh DIR.
+# with two fake GPUs, everything under DIR. Prints `export` lines of j2c's own settings
+# (J2C_SCHEDULER__SLURM__..., also kept in DIR/env): `eval "$(scripts/slurm-up.sh DIR)"` is all
+# `j2c submit --scheduler slurm` needs. Works as root in a container without systemd; stop it with scripts/slurm-down.sh DIR.
 #
 #   scripts/slurm-up.sh DIR                 install Slurm if missing, start everything
 #   scripts/slurm-up.sh DIR --restrd-only   (re)start only slurmrestd, on its old port
@@ -216,13 +217,25 @@ TOKEN=$(timeout 10 scontrol token username=root lifespan=604800 | sed -n 's/^SLU
 [[ -n "$TOKEN" ]] || die "scontrol token returned no token"
 (umask 077 && printf '%s\n' "$TOKEN" >"$DIR/jwt/token")
 
+# What the node's jobs need to find j2c-unpack: this checkout's venv (or wherever it is on PATH).
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+UNPACK=$(command -v j2c-unpack || true)
+[[ -z "$UNPACK" && -x "$REPO/.venv/bin/j2c-unpack" ]] && UNPACK="$REPO/.venv/bin/j2c-unpack"
+[[ -n "$UNPACK" ]] || log "j2c-unpack is not on PATH: jobs will not find it (run make setup)"
+JOB_PATH="${UNPACK:+$(dirname "$UNPACK"):}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# j2c's own setting names: `eval "$(scripts/slurm-up.sh DIR)"`, then `j2c submit --scheduler
+# slurm`. The node is this machine, so a file:// store is seen there: storage.shared.
+# J2C_SLURM_DIR is not a setting: it says where this cluster lives (slurm-down.sh, the tests).
 cat >"$DIR/env" <<EOF
 export J2C_SLURM_DIR=$DIR
-export J2C_SLURM_URL=http://127.0.0.1:$RESTD_PORT
-export J2C_SLURM_USER=root
-export J2C_SLURM_TOKEN_FILE=$DIR/jwt/token
-export J2C_SLURM_JOB_DIR=$DIR/jobs
 export SLURM_CONF=$CONF
+export J2C_SCHEDULER__SLURM__URL=http://127.0.0.1:$RESTD_PORT
+export J2C_SCHEDULER__SLURM__USER=root
+export J2C_SCHEDULER__SLURM__TOKEN_FILE=$DIR/jwt/token
+export J2C_SCHEDULER__SLURM__JOB_DIR=$DIR/jobs
+export J2C_SCHEDULER__SLURM__ENV__PATH=$JOB_PATH
+export J2C_STORAGE__SHARED=true
 EOF
 cat "$DIR/env"
 log "up in $DIR (slurmrestd on 127.0.0.1:$RESTD_PORT)"

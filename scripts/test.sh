@@ -28,7 +28,10 @@ step "pytest"
 slurm_dir=$(mktemp -d -t j2c-slurm-XXXXXX)
 cleanup() { bash scripts/slurm-down.sh "$slurm_dir" || true; }
 trap cleanup EXIT
-eval "$(bash scripts/slurm-up.sh "$slurm_dir")"
+# The tests read the cluster's settings from $J2C_SLURM_DIR/env: pytest's own environment
+# stays free of j2c settings (they would change every test's defaults).
+bash scripts/slurm-up.sh "$slurm_dir" >/dev/null
+export J2C_SLURM_DIR=$slurm_dir SLURM_CONF=$slurm_dir/etc/slurm.conf
 python -m pytest -q -p no:cacheprovider
 
 step "UI tests (Galata, Chromium)"

@@ -239,6 +239,22 @@ export interface SendDecision {
   message: string;
 }
 
+/**
+ * GET /j2c/api/defaults: what the Send form proposes for a file (``j2c_server.defaults``,
+ * the rule ``%j2c submit`` follows too). Paths are relative to the server's root ('' is the
+ * root itself).
+ */
+export interface SendDefaults {
+  /** The project folder around the file. */
+  code_path: string;
+  /** The entry point relative to the project; null for a folder. */
+  call_path?: string | null;
+  /** The venv to ship; null for none (never a guessed, missing .venv). */
+  venv_path?: string | null;
+  /** Why this venv (or none) was chosen. */
+  venv_reason: string;
+}
+
 /** GET /j2c/api/config: what the UI may know about the server's set-up; never credentials. */
 export interface ServerConfig {
   version: string;

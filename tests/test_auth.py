@@ -124,6 +124,7 @@ def test_the_table_says_what_each_route_needs() -> None:
     table = {(p.split("/j2c/api/", 1)[1], m): a for p, _, m, a in METHODS}
     assert table == {
         ("config", "GET"): "read",
+        ("defaults", "GET"): "read",
         ("preflight", "POST"): "read",
         ("jobs", "GET"): "read",
         ("jobs", "POST"): "execute",

@@ -19,7 +19,9 @@ from ..config import J2CSettings, load_settings
 from ..errors import ConfigError
 from ..models import Manifest
 from ..pack import PackProgress, PackResult, PackSpec, PublishResult, make_manifest, pack, publish
+from ..paths import resolve_call_path
 from ..storage import open_store
+from .options import absolute_path
 from .output import print_json
 
 
@@ -83,11 +85,13 @@ def build(
     """Pack the project and its venv into layers, upload them, print the manifest URI."""
     started = time.perf_counter()
     settings = load_settings()
+    cwd = Path.cwd()
+    code = Path(absolute_path(code_path, cwd))
     spec = PackSpec.from_settings(
         settings.pack,
-        code_path=code_path,
-        call_path=call_path,
-        venv_path=venv_path,
+        code_path=str(code),
+        call_path=resolve_call_path(call_path, code, cwd),
+        venv_path=absolute_path(venv_path, cwd) if venv_path else None,
         excludes=list(excludes),
         includes=list(includes),
         compression_level=compression_level,

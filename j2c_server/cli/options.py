@@ -3,9 +3,11 @@
 A config file holds job parameters under ``job:`` (the fields of :class:`JobRequest`; resource
 fields may also sit directly under ``job:``) next to the settings sections (``storage``,
 ``scheduler``, ``pack``, ...). Each job parameter is taken from, lowest first: the front end's
-defaults (project folder, active venv), the config file, ``J2C_JOB__*`` environment variables,
-then flags. Relative paths in the file are relative to the file's folder; elsewhere to the
-current directory.
+defaults (``j2c_server.defaults``: project folder, venv), the config file, ``J2C_JOB__*``
+environment variables, then flags. Relative ``code_path``/``venv_path`` in the file are relative
+to the file's folder, elsewhere to the current directory. A relative entry point follows one
+rule wherever it is typed (:func:`j2c_server.paths.resolve_call_path`): inside the project,
+or relative to where it was typed when that lies inside the project and the file exists there.
 """
 
 from __future__ import annotations
@@ -28,24 +30,25 @@ from ..config import (
     load_settings,
     read_config_file,
 )
+from ..defaults import choose_venv, environ_venv, project_root
 from ..errors import ConfigError, InvalidInput
 from ..models import JobRequest, Resources
+from ..paths import resolve_call_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 RESOURCE_KEYS = frozenset(Resources.model_fields)
 JOB_KEYS = frozenset(JobRequest.model_fields) | RESOURCE_KEYS
-_PATH_KEYS = ("code_path", "venv_path", "call_path")
-_PROJECT_MARKERS = (".git", "pyproject.toml")
+_PATH_KEYS = ("code_path", "venv_path")
+# Where a layer's relative call_path was typed; resolved once the project is known.
+CALL_FROM = "_call_from"
+# Why the defaults layer proposes its venv (shown when no other layer names one).
+VENV_REASON = "_venv_reason"
 
 
 def find_project_root(start: Path) -> Path:
-    """The nearest folder at or above ``start`` holding ``.git`` or ``pyproject.toml``."""
-    start = start.resolve()
-    for folder in (start, *start.parents):
-        if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
-            return folder
-    return start
+    """The project folder around ``start`` (:func:`j2c_server.defaults.project_root`)."""
+    return project_root(start)
 
 
 # --------------------------------------------------------------------------- config file
@@ -115,6 +118,8 @@ def _job_layer(raw: Mapping[str, Any], *, source: str, base_dir: Path | None) ->
         for key in _PATH_KEYS:
             if isinstance(out.get(key), str):
                 out[key] = absolute_path(out[key], base_dir)
+        if isinstance(out.get("call_path"), str):
+            out[CALL_FROM] = str(base_dir)
     return out
 
 
@@ -230,7 +235,8 @@ def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> di
         if params.get(key):
             out[key] = absolute_path(str(params[key]), cwd)
     if entry or call_path:
-        out["call_path"] = absolute_path(str(entry or call_path), cwd)
+        out["call_path"] = str(entry or call_path)
+        out[CALL_FROM] = str(cwd)
     if params.get("no_venv"):
         if params.get("venv_path"):
             raise InvalidInput("--no-venv and --venv-path contradict", field="venv_path")
@@ -279,12 +285,19 @@ def build_request(*layers: Mapping[str, Any]) -> JobRequest:
     merged: dict[str, Any] = {}
     for layer in layers:
         merged = merge_job(merged, layer)
+    typed_from = merged.pop(CALL_FROM, None)
+    merged.pop(VENV_REASON, None)
     for key, flag in (("code_path", "--code-path"), ("call_path", "an entry point")):
         if not merged.get(key):
             raise InvalidInput(
                 f"{key} is missing: give {flag}, or set job.{key} in the config file",
                 field=key,
             )
+    merged["call_path"] = resolve_call_path(
+        str(merged["call_path"]),
+        Path(str(merged["code_path"])),
+        Path(typed_from) if typed_from else None,
+    )
     try:
         return JobRequest.model_validate(merged)
     except ValidationError as exc:
@@ -294,8 +307,19 @@ def build_request(*layers: Mapping[str, Any]) -> JobRequest:
 
 
 def cli_defaults(cwd: Path, environ: Mapping[str, str]) -> dict[str, Any]:
-    """What a plain ``j2c submit`` ships: the current project and the active venv, if any."""
-    defaults: dict[str, Any] = {"code_path": str(find_project_root(cwd))}
-    if environ.get("VIRTUAL_ENV"):
-        defaults["venv_path"] = str(Path(environ["VIRTUAL_ENV"]).resolve())
+    """What a plain ``j2c submit`` ships: the project around ``cwd`` and the venv the common
+    rule picks (the active one, else the project's own)."""
+    project = project_root(cwd)
+    venv = choose_venv(project, active_venv=environ_venv(environ))
+    defaults: dict[str, Any] = {"code_path": str(project), VENV_REASON: venv.reason}
+    if venv.path is not None:
+        defaults["venv_path"] = str(venv.path)
     return defaults
+
+
+def default_venv_note(defaults: Mapping[str, Any], *layers: Mapping[str, Any]) -> str | None:
+    """Why the defaults' venv is shipped (or none is), when no later layer names the venv."""
+    if any("venv_path" in layer for layer in layers):
+        return None
+    reason = defaults.get(VENV_REASON)
+    return f"venv: {reason}" if isinstance(reason, str) else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from ..models import Event, EventKind, JobRecord, JobStatus, Stage
+from ..pack.models import ExcludedGroup, ExcludeRule, PackPlan
 
 BAR_WIDTH = 24
 # j2c-unpack's own lines in a job's log start so (see ``unpack/log.py``); they are j2c's status
@@ -24,6 +25,20 @@ PIPELINE_STATUSES = frozenset(
 )
 REDRAW_INTERVAL_S = 0.1
 _SIGNAL_EXIT_BASE = 128
+# What the scan's notes show: paths per exclusion rule, and the largest files over the soft limit
+# (the UI's preflight shows the same).
+LEFT_OUT_SHOWN = 3
+LARGEST_SHOWN = 5
+_RULE_LABELS = {
+    ExcludeRule.secret: "secrets",
+    ExcludeRule.venv: "virtual environments",
+    ExcludeRule.nested_venv: "virtual environments",
+    ExcludeRule.default: "caches and tool folders",
+    ExcludeRule.cache_dir: "caches and tool folders",
+    ExcludeRule.gitignore: "ignored by .gitignore",
+    ExcludeRule.j2cignore: "ignored by .j2cignore",
+    ExcludeRule.exclude: "your excludes",
+}
 
 
 @dataclass
@@ -129,6 +144,52 @@ class StageBoard:
         return [self.stages[stage].line() for stage in Stage if stage in self.stages]
 
 
+def _group_line(group: ExcludedGroup) -> str:
+    label = _RULE_LABELS.get(group.rule, group.rule.value.replace("_", " "))
+    shown = ", ".join(group.paths[:LEFT_OUT_SHOWN])
+    more = " …" if group.count > LEFT_OUT_SHOWN else ""
+    layer = "" if group.layer.value == "code" else f" [{group.layer.value} layer]"
+    return f"  {label}{layer} ({group.count}): {shown}{more}"
+
+
+def plan_notes(plan: PackPlan) -> list[str]:
+    """What the scan left out, by rule with its first paths (secrets first, then the largest
+    groups), and the largest files when the layers are over the soft limit."""
+    lines: list[str] = []
+    if plan.excluded:
+        total = sum(group.count for group in plan.excluded)
+        lines.append(f"left out {total} path{'s' if total != 1 else ''} (ship one with --include):")
+        groups = sorted(
+            plan.excluded, key=lambda g: (g.rule != ExcludeRule.secret, -g.count, g.rule.value)
+        )
+        lines.extend(_group_line(group) for group in groups)
+    if plan.total_bytes > plan.soft_limit_bytes:
+        files = sorted(
+            (
+                (item.bytes, layer.role.value, item.path)
+                for layer in plan.layers
+                for item in layer.largest
+            ),
+            reverse=True,
+        )[:LARGEST_SHOWN]
+        lines.append(
+            f"the layers hold {amount(plan.total_bytes, 'bytes')}, over the soft limit of "
+            f"{amount(plan.soft_limit_bytes, 'bytes')}; the largest files:"
+        )
+        lines.extend(
+            f"  {amount(size, 'bytes'):>9}  {role:<4}  {path}" for size, role, path in files
+        )
+    return lines
+
+
+def scan_notes(event: Event) -> list[str]:
+    """:func:`plan_notes` for the scan stage's "finished" event (which carries the plan)."""
+    if event.kind != EventKind.stage or event.stage != Stage.scan or event.state != "finished":
+        return []
+    raw = event.data.get("plan")
+    return plan_notes(PackPlan.model_validate(raw)) if isinstance(raw, dict) else []
+
+
 def is_stderr_line(event: Event) -> bool:
     """Whether a log line belongs on stderr: the job wrote it there, or j2c-unpack wrote it."""
     return event.stream == "stderr" or (event.text or "").startswith(UNPACK_LINE_PREFIX)
@@ -189,10 +250,13 @@ class TerminalRenderer:
             elif event.status not in PIPELINE_STATUSES:
                 self._say(status_line(self.job_id, event))
         elif event.kind == EventKind.stage:
+            notes = [f"j2c: {line}" for line in scan_notes(event)]
             if self._live:
-                self._draw(force=True)
+                self._draw(force=True, above=notes)
             elif event.state in ("finished", "reused", "failed") and event.stage is not None:
                 self._say(f"j2c: {self.board.stages[event.stage].line()}")
+                for line in notes:
+                    self._say(line)
         elif event.kind == EventKind.progress and self._live:
             self._draw(force=False)
         elif event.kind == EventKind.result and event.data.get("output_uri"):
@@ -210,11 +274,17 @@ class TerminalRenderer:
             self._draw(force=True)
             self._live = False
 
-    def _draw(self, *, force: bool) -> None:
+    def _draw(self, *, force: bool, above: list[str] | None = None) -> None:
+        """Redraw the board in place; ``above`` are lines that stay put above it."""
         now = time.monotonic()
         if not force and now - self._last_draw < REDRAW_INTERVAL_S:
             return
         self._last_draw = now
+        if above:
+            # Overwrite the old board with the lines, then draw the board anew below them.
+            text = f"\x1b[{self._drawn}F" if self._drawn else ""
+            self.err.write(text + "".join(f"\x1b[2K{line}\n" for line in above))
+            self._drawn = 0
         lines = self.board.lines()
         if self.board.status is not None:
             lines.append(f"status    {self.board.status.value}")

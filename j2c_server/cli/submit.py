@@ -22,6 +22,7 @@ from .options import (
     SubmitCommand,
     build_request,
     cli_defaults,
+    default_venv_note,
     flags_layer,
     load_cli_config,
     script_args,
@@ -50,9 +51,12 @@ def _make_command(name: str, help_text: str) -> click.Command:
     def command(ctx: click.Context, /, **params: Any) -> None:
         config = load_cli_config(params["config_file"])
         cwd = Path.cwd()
-        request = build_request(
-            cli_defaults(cwd, os.environ), config.job, flags_layer(params, script_args(ctx), cwd)
-        )
+        defaults = cli_defaults(cwd, os.environ)
+        flags = flags_layer(params, script_args(ctx), cwd)
+        request = build_request(defaults, config.job, flags)
+        note = default_venv_note(defaults, config.job, flags)
+        if note and not params["as_json"]:
+            say(f"j2c: {note}")
         if params["dry_run"]:
             print_json(asyncio.run(_dry_run(config.settings, request)))
             return

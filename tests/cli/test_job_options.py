@@ -10,6 +10,7 @@ import pytest
 from j2c_server.cli.options import (
     build_request,
     cli_defaults,
+    default_venv_note,
     find_project_root,
     flags_layer,
     load_cli_config,
@@ -63,10 +64,11 @@ def test_resources_may_be_nested_or_flat_in_the_file(project: Path) -> None:
 def test_relative_paths_in_the_file_are_relative_to_the_file(project: Path, tmp_path: Path) -> None:
     config = tmp_path / "elsewhere" / "j2c.yaml"
     config.parent.mkdir()
-    config.write_text("job:\n  code_path: ../proj\n  call_path: ../proj/train.py\n")
+    config.write_text("job:\n  code_path: ../proj\n  call_path: train.py\n")
     job = load_cli_config(config, environ={}).job
     assert job["code_path"] == str(project.resolve())
-    assert job["call_path"] == str((project / "train.py").resolve())
+    # The entry point, like the seed's --call-path, is taken inside the project.
+    assert build_request(job).call_path == str((project / "train.py").resolve())
 
 
 def test_entry_flag_is_made_absolute_against_the_current_folder(project: Path) -> None:
@@ -143,9 +145,70 @@ def test_active_venv_is_shipped_by_default(project: Path, tmp_path: Path) -> Non
     assert cli_defaults(project, {"VIRTUAL_ENV": str(tmp_path)})["venv_path"] == str(tmp_path)
 
 
+def test_without_an_active_venv_the_projects_own_venv_is_shipped(project: Path) -> None:
+    (project / ".venv").mkdir()
+    (project / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    defaults = cli_defaults(project / "src", {})
+    assert defaults["venv_path"] == str(project.resolve() / ".venv")
+    assert default_venv_note(defaults, {}) == "venv: the project's venv " + str(
+        project.resolve() / ".venv"
+    )
+
+
+# ------------------------------------------------------------- the seed's --call-path form
+
+
+def test_call_path_is_taken_inside_the_code_path_from_any_folder(
+    project: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    params, args = parse("--code-path", str(project), "--call-path", "train.py")
+    request = build_request(cli_defaults(elsewhere, {}), flags_layer(params, args, elsewhere))
+    assert request.code_path == str(project)
+    assert request.call_path == str(project.resolve() / "train.py")
+
+
+def test_call_path_typed_inside_the_project_is_the_file_seen_there(project: Path) -> None:
+    (project / "src" / "run.py").write_text("")
+    params, args = parse("run.py")
+    request = build_request(
+        cli_defaults(project / "src", {}), flags_layer(params, args, project / "src")
+    )
+    assert request.call_path == str(project.resolve() / "src" / "run.py")
+
+
+def test_call_path_missing_where_typed_falls_back_to_the_project(project: Path) -> None:
+    params, args = parse("train.py")
+    request = build_request(
+        cli_defaults(project / "src", {}), flags_layer(params, args, project / "src")
+    )
+    assert request.call_path == str(project.resolve() / "train.py")
+
+
+def test_environment_call_path_follows_the_same_rule(project: Path, tmp_path: Path) -> None:
+    env = {"J2C_JOB__CODE_PATH": str(project), "J2C_JOB__CALL_PATH": "train.py"}
+    job = load_cli_config(None, environ=env).job
+    assert build_request(job).call_path == str(project.resolve() / "train.py")
+
+
 def test_project_root_is_the_nearest_marked_ancestor(project: Path) -> None:
     assert find_project_root(project / "src") == project.resolve()
 
 
 def test_project_root_without_marker_is_the_folder_itself(tmp_path: Path) -> None:
     assert find_project_root(tmp_path) == tmp_path.resolve()
+
+
+def test_a_folder_the_repository_ignores_is_a_project_of_its_own(tmp_path: Path) -> None:
+    # make lab's copy of the example: repo/.lab/digits, with repo/.gitignore listing .lab/.
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".gitignore").write_text("*.log\n.lab/\n")
+    digits = repo / ".lab" / "digits"
+    (digits / "data").mkdir(parents=True)
+    assert find_project_root(digits) == digits.resolve()
+    assert find_project_root(digits / "data") == digits.resolve()
+    assert find_project_root(repo / ".lab") == (repo / ".lab").resolve()
+    (repo / "src").mkdir()
+    assert find_project_root(repo / "src") == repo.resolve()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import runpy
-import sys
 from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
 
+from j2c_server.cli.options import default_venv_note
 from j2c_server.cli.submit import submit
 from j2c_server.errors import InvalidInput
 from j2c_server.magic import notebook_defaults, notebook_path, parse, write_cell
@@ -44,10 +44,58 @@ def test_defaults_ship_the_project_around_the_notebook(project: Path) -> None:
     assert defaults["call_path"] == str(project / "notebooks" / "explore.ipynb")
 
 
-def test_defaults_ship_the_kernels_venv_when_it_runs_in_one(project: Path) -> None:
-    in_venv = sys.prefix != sys.base_prefix
-    expected = str(Path(sys.prefix).resolve()) if in_venv else None
-    assert notebook_defaults(project, {}, {}).get("venv_path") == expected
+def make_venv(path: Path, *, system_site: bool) -> Path:
+    path.mkdir(parents=True)
+    flag = "true" if system_site else "false"
+    (path / "pyvenv.cfg").write_text(f"home = /usr/bin\ninclude-system-site-packages = {flag}\n")
+    return path
+
+
+def test_defaults_ship_the_kernels_venv_when_it_lies_in_the_project(project: Path) -> None:
+    venv = make_venv(project / "envs" / "py", system_site=False)
+    defaults = notebook_defaults(project / "notebooks", {}, {}, kernel_prefix=venv)
+    assert defaults["venv_path"] == str(venv.resolve())
+
+
+def test_a_hub_venv_outside_the_project_is_not_shipped_and_the_reason_says_so(
+    project: Path, tmp_path: Path
+) -> None:
+    # Behind JupyterHub the kernel's sys.prefix is the hub's own venv (not --system-site-packages).
+    hub = make_venv(tmp_path / "hub-venv", system_site=False)
+    defaults = notebook_defaults(project / "notebooks", {}, {}, kernel_prefix=hub)
+    assert "venv_path" not in defaults
+    note = default_venv_note(defaults, {})
+    assert note is not None and str(hub.resolve()) in note and "system-site-packages" in note
+
+
+def test_the_projects_venv_beats_a_kernel_venv_outside_it(project: Path, tmp_path: Path) -> None:
+    own = make_venv(project / ".venv", system_site=True)
+    hub = make_venv(tmp_path / "hub-venv", system_site=False)
+    defaults = notebook_defaults(project / "notebooks", {}, {}, kernel_prefix=hub)
+    assert defaults["venv_path"] == str(own.resolve())
+
+
+def test_a_system_site_packages_kernel_venv_outside_the_project_is_shipped(
+    project: Path, tmp_path: Path
+) -> None:
+    thin = make_venv(tmp_path / "thin", system_site=True)
+    defaults = notebook_defaults(project / "notebooks", {}, {}, kernel_prefix=thin)
+    assert defaults["venv_path"] == str(thin.resolve())
+
+
+def test_the_magic_and_the_ui_route_share_one_rule(project: Path, tmp_path: Path) -> None:
+    from j2c_server.defaults import send_defaults
+
+    notebook = project / "notebooks" / "explore.ipynb"
+    hub = make_venv(tmp_path / "hub-venv", system_site=False)
+    for root in (tmp_path, project):  # the hub's venv inside, then outside the server's root
+        env = {"J2C_SERVER_ROOT": str(root)}
+        magic = notebook_defaults(notebook.parent, {"__session__": notebook.name}, env, hub)
+        ui = send_defaults(notebook, root=root, kernel_prefix=hub)
+        assert magic["code_path"] == str(ui.code_path)
+        assert magic.get("venv_path") == (str(ui.venv.path) if ui.venv.path else None)
+        assert magic["_venv_reason"] == ui.venv.reason
+    assert magic.get("venv_path") is None
 
 
 def test_cell_file_lives_in_the_project_and_is_named_by_content(project: Path) -> None:
@@ -83,3 +131,27 @@ def test_magic_options_are_the_clis(project: Path) -> None:
 def test_bad_magic_option_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--gpus"):
         parse(submit, "%j2c submit", ["--gpus", "many"])
+
+
+def test_the_cell_lists_what_the_scan_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from j2c_server.magic import CellView
+    from j2c_server.models import Event, EventKind, Stage
+    from tests.cli.test_left_out import plan
+
+    view = CellView("j1")
+    view.handle(
+        Event(
+            job_id="j1",
+            seq=1,
+            time=time.time(),
+            kind=EventKind.stage,
+            stage=Stage.scan,
+            state="finished",
+            data={"plan": plan().model_dump(mode="json")},
+        )
+    )
+    err = capsys.readouterr().err
+    assert "j2c:   secrets (1): .env" in err
+    assert "data/big.bin" in err

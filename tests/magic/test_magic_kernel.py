@@ -219,3 +219,17 @@ def test_a_job_running_when_the_kernel_exits_is_watched_to_its_end(
             break
         time.sleep(0.5)
     assert record.status.value == "succeeded"
+
+
+def test_seed_form_from_another_folder_ships_the_code_paths_entry_point(
+    kernel: Kernel, cli_project: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    kernel.run(f"import os; os.chdir({str(elsewhere)!r})")
+    out = kernel.run(
+        f"job = %j2c submit --code-path {cli_project} --call-path train.py "
+        f"--venv-path {kernel.venv} -- --lines 1"
+    )
+    assert out.error is None, (out.error, out.stderr)
+    assert out.stdout.splitlines() == ["args ['--lines', '1']", "line 0", "oops"]

@@ -568,6 +568,8 @@ def kube_by_environment(
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", fake_kube)
     monkeypatch.setenv("J2C_SCHEDULER__KUBERNETES__KUBECONFIG", str(kubeconfig))
     monkeypatch.setenv("J2C_SCHEDULER__KUBERNETES__POLL_INTERVAL_S", "0.05")
+    # The fake cluster's pods run nothing: the embedded file:// store counts as shared.
+    monkeypatch.setenv("J2C_STORAGE__SHARED", "true")
     return fake_kube
 
 

@@ -458,6 +458,7 @@ def test_cli_submit_runs_on_slurm_streams_and_mirrors_the_exit_code(
     config.write_text(
         yaml.safe_dump(
             {
+                "storage": {"shared": True},  # the node is this machine
                 "scheduler": {
                     "default": "slurm",
                     "slurm": {
@@ -468,7 +469,7 @@ def test_cli_submit_runs_on_slurm_streams_and_mirrors_the_exit_code(
                         # The job runs on this machine: j2c-unpack comes from this venv.
                         "env": {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
                     },
-                }
+                },
             }
         )
     )

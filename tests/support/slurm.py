@@ -1,7 +1,9 @@
 """A real Slurm for the tests marked ``slurm``.
 
-When ``J2C_SLURM_URL`` is exported (CI runs ``eval "$(scripts/slurm-up.sh DIR)"`` before pytest)
-that cluster is used; otherwise ``scripts/slurm-up.sh`` starts a throw-away one for the session
+When ``scripts/slurm-up.sh``'s settings are exported (``eval "$(scripts/slurm-up.sh DIR)"``, so
+``J2C_SCHEDULER__SLURM__URL`` is set) or only ``J2C_SLURM_DIR`` is (CI: the tests then read
+``DIR/env``, and pytest's own environment stays free of j2c settings), that cluster is used;
+otherwise ``scripts/slurm-up.sh`` starts a throw-away one for the session
 (installing Slurm from Debian packages if needed) and ``scripts/slurm-down.sh`` stops it at the
 end. The tests are skipped, with the script's reason, only when Slurm cannot be installed here.
 """
@@ -38,7 +40,7 @@ class SlurmCluster:
 
     def settings(self, **slurm: Any) -> J2CSettings:
         """Settings that point the ``slurm`` backend at this cluster; keywords override
-        ``scheduler.slurm`` keys."""
+        ``scheduler.slurm`` keys. Its node is this machine: a file:// store is shared."""
         values: dict[str, Any] = {
             "url": self.url,
             "user": self.user,
@@ -47,7 +49,9 @@ class SlurmCluster:
             "cancel_grace_s": 1.0,
         }
         values.update(slurm)
-        return J2CSettings.model_validate({"scheduler": {"slurm": values}})
+        return J2CSettings.model_validate(
+            {"storage": {"shared": True}, "scheduler": {"slurm": values}}
+        )
 
     def stop_restd(self) -> None:
         """Stop only slurmrestd (slurmctld, slurmd and the jobs keep running)."""
@@ -78,16 +82,19 @@ class SlurmCluster:
         return self.dir
 
 
+SETTING = "J2C_SCHEDULER__SLURM__"
+
+
 def _from_exports(values: dict[str, str]) -> SlurmCluster:
-    token = values.get("J2C_SLURM_TOKEN")
+    token = values.get(f"{SETTING}TOKEN")
     if not token:
-        token = Path(values["J2C_SLURM_TOKEN_FILE"]).read_text().strip()
+        token = Path(values[f"{SETTING}TOKEN_FILE"]).read_text().strip()
     directory = values.get("J2C_SLURM_DIR")
     return SlurmCluster(
-        url=values["J2C_SLURM_URL"],
-        user=values.get("J2C_SLURM_USER", "root"),
+        url=values[f"{SETTING}URL"],
+        user=values.get(f"{SETTING}USER", "root"),
         token=token,
-        job_dir=Path(values["J2C_SLURM_JOB_DIR"]),
+        job_dir=Path(values[f"{SETTING}JOB_DIR"]),
         dir=Path(directory) if directory else None,
         conf=values.get("SLURM_CONF"),
     )
@@ -104,8 +111,12 @@ def _parse_exports(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    if os.environ.get("J2C_SLURM_URL"):
+    if os.environ.get(f"{SETTING}URL"):
         yield _from_exports(dict(os.environ))
+        return
+    exported = Path(os.environ.get("J2C_SLURM_DIR") or "/nonexistent") / "env"
+    if exported.is_file():
+        yield _from_exports(_parse_exports(exported.read_text()))
         return
     # Not under pytest's tmp folder: slurmrestd runs as user slurm and must read the config,
     # and pytest's folders are private to root.
