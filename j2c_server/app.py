@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
@@ -48,6 +49,9 @@ class J2CApp(ExtensionApp):
     def _start_services(self, settings: J2CSettings) -> dict[str, Any]:
         """The job service (pipeline + registry) as a tornado setting for the handlers."""
         root_dir = self.serverapp.root_dir if self.serverapp is not None else None
+        if root_dir:
+            # Kernels inherit it: %j2c applies the same defaults rule as the Send form.
+            os.environ.setdefault("J2C_SERVER_ROOT", os.path.abspath(root_dir))
         service = JobService(settings, root_dir=root_dir, log=self.log)
         return {"j2c_service": service}
 
