@@ -270,7 +270,7 @@ class _Walker:
         packaged = self.packaged
         skip = (lambda: packaged.has_file(path, st.st_mtime_ns)) if packaged else None
         try:
-            reason = self.verdicts.check(path, st, skip)
+            reason = self.verdicts.check(path, rel.rpartition("/")[2], st, skip)
         except OSError:
             self.layer.unreadable.append(rel)
             return
