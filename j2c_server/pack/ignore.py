@@ -201,11 +201,13 @@ class _Includes:
 
     def forced(self, rel: str) -> bool:
         """The user named this path (or a folder above it) in ``includes``."""
+        if not self._includes:
+            return False
         return rel in self._includes or any(rel.startswith(inc + "/") for inc in self._includes)
 
     def leads_to_include(self, rel: str) -> bool:
         """Some included path lies below this excluded folder: walk into it for that path."""
-        return any(inc.startswith(rel + "/") for inc in self._includes)
+        return bool(self._includes) and any(inc.startswith(rel + "/") for inc in self._includes)
 
 
 class VenvRules(_Includes):

@@ -236,7 +236,7 @@ class _Walker:
                 child.path, rel, frame.levels, frame.include_only or descend_for_include
             )
         else:
-            self._add_file(child.path, rel, st, forced)
+            self._add_file(child.path, rel, name, st, forced)
         return None
 
     def _packaged(self, path: str, is_dir: bool, st: os.stat_result) -> bool:
@@ -263,14 +263,16 @@ class _Walker:
             return None  # a package's own file (e.g. a test key in tornado): not the user's
         return rule
 
-    def _add_file(self, path: str, rel: str, st: os.stat_result, forced: bool) -> None:
+    def _add_file(self, path: str, rel: str, name: str, st: os.stat_result, forced: bool) -> None:
         if not os.access(path, os.R_OK):
             self.layer.unreadable.append(rel)
             return
         packaged = self.packaged
-        skip = (lambda: packaged.has_file(path, st.st_mtime_ns)) if packaged else None
+        skip = None
+        if packaged is not None:
+            skip = lambda: packaged.has_file(path, st.st_mtime_ns)  # noqa: E731 - called lazily
         try:
-            reason = self.verdicts.check(path, rel.rpartition("/")[2], st, skip)
+            reason = self.verdicts.check(path, name, st, skip)
         except OSError:
             self.layer.unreadable.append(rel)
             return

@@ -23,6 +23,7 @@ from tests.support.jobs import TRAIN_PY, job_body
 from tests.support.projects import backdate, make_venv, site_packages, write
 
 from .archives import names, open_layer
+from .test_cli_build import run_build
 
 DEPTH = 1_100
 
@@ -66,6 +67,13 @@ def test_a_tree_1100_levels_deep_is_a_clean_pack_error(
         assert caught.value.field == "code_path"
         assert "more than 256 folders deep" in caught.value.message
         assert caught.value.message.startswith("nested/d/d/")
+
+
+def test_cli_says_the_tree_is_too_deep(deep_project: Path, venv: Path, tmp_path: Path) -> None:
+    args = ["--code-path", str(deep_project), "--call-path", "train.py", "--venv-path", str(venv)]
+    done = run_build(tmp_path / "data", *args)
+    assert done.returncode == 2, done.stderr
+    assert "more than 256 folders deep" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_deep_tree_excluded_by_an_ignore_file_packs(
