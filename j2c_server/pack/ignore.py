@@ -44,8 +44,11 @@ JUNK_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini", ".directory"})
 JUNK_SUFFIXES = (".swp", ".swo", "~")
 VENV_JUNK_FILES = JUNK_FILES
 
-# Key and certificate files by suffix: the code layer only (a venv ships CA bundles).
-KEY_FILE_PATTERNS = ("*.key", "*.pem", "*.der", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk")
+# Key or certificate files by suffix: the code layer only (a venv ships CA bundles; a private
+# key in PEM form is found there by its content).
+KEY_FILE_PATTERNS = ("*.key", "*.pem", "*.der")
+# Name patterns without a trailing '/' match files only, except these (cookiecutter's '.envs/').
+DIR_TOO = frozenset({".env*"})
 # '**/' keeps a pattern with an inner '/' matching at any depth (gitignore anchors it otherwise).
 SECRET_PATTERNS = (
     ".env*",
@@ -68,6 +71,11 @@ SECRET_PATTERNS = (
     ".pypirc",
     ".npmrc",
     ".htpasswd",
+    "*.p12",
+    "*.pfx",
+    "*.jks",
+    "*.keystore",
+    "*.ppk",
     "application_default_credentials.json",
     "credentials.json",
     "client_secret*.json",
@@ -137,33 +145,57 @@ class _SecretNames:
 
     def __init__(self, patterns: tuple[str, ...]) -> None:
         self.patterns = patterns
-        self.spec = _spec(patterns)
         files: list[str] = []
         dirs: list[str] = []
-        self.tails: set[str] = set()
+        self.tails: dict[str, list[tuple[str, GitIgnoreSpec]]] = {}
         for pattern in patterns:
             body = pattern.rstrip("/")
             if "/" in body:
-                self.tails.add(body.rsplit("/", 1)[1])
-            else:
-                (dirs if pattern.endswith("/") else files).append(body)
+                tail = body.rsplit("/", 1)[1]
+                self.tails.setdefault(tail, []).append((pattern, _spec([pattern])))
+                continue
+            if not pattern.endswith("/"):
+                files.append(body)
+            if pattern.endswith("/") or pattern in DIR_TOO:
+                dirs.append(body)
         self.file_re = re.compile("|".join(_glob(g) for g in files))
-        self.dir_re = re.compile("|".join(_glob(g) for g in files + dirs))
+        self.dir_re = re.compile("|".join(_glob(g) for g in dirs))
+        # (pattern, regex over the name, applies to files, applies to folders)
+        self.single: list[tuple[str, re.Pattern[str], bool, bool]] = []
+        for pattern in patterns:
+            if "/" not in pattern.rstrip("/"):
+                to_dirs = pattern.endswith("/") or pattern in DIR_TOO
+                regex = re.compile(_glob(pattern.rstrip("/")))
+                self.single.append((pattern, regex, not pattern.endswith("/"), to_dirs))
 
     def matches(self, rel: str, name: str, is_dir: bool) -> bool:
-        """``rel`` (whose parent folders are not secrets themselves) matches a pattern."""
+        """``rel`` itself (its parent folders are judged on their own) matches a pattern."""
         if (self.dir_re if is_dir else self.file_re).fullmatch(name):
             return True
-        return name in self.tails and bool(
-            self.spec.check_file(rel + "/" if is_dir else rel).include
-        )
+        return self._tail(rel, name, is_dir) is not None
+
+    def _tail(self, rel: str, name: str, is_dir: bool) -> str | None:
+        key = rel + "/" if is_dir else rel
+        for pattern, spec in self.tails.get(name, ()):
+            if spec.check_file(key).include and (is_dir or not pattern.endswith("/")):
+                return pattern
+        return None
+
+    def _which(self, rel: str, name: str, is_dir: bool) -> str | None:
+        for pattern, regex, on_files, on_dirs in self.single:
+            if (on_dirs if is_dir else on_files) and regex.fullmatch(name):
+                return pattern
+        return self._tail(rel, name, is_dir)
 
     def pattern(self, rel: str, is_dir: bool) -> str | None:
         """The pattern matching ``rel`` or a folder above it (slower: for reports)."""
-        result = self.spec.check_file(rel + "/" if is_dir else rel)
-        if not result.include or result.index is None:
-            return None
-        return self.patterns[result.index]
+        parts = rel.split("/")
+        for index, name in enumerate(parts):
+            last = index == len(parts) - 1
+            found = self._which("/".join(parts[: index + 1]), name, is_dir if last else True)
+            if found is not None:
+                return found
+        return None
 
 
 _CODE_SECRETS = _SecretNames((*SECRET_PATTERNS, *KEY_FILE_PATTERNS))

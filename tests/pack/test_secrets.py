@@ -365,3 +365,14 @@ def test_file_swapped_for_another_file_after_the_scan_is_not_read(
     with pytest.raises(PackError) as caught:
         pack(spec, cache)
     assert "mypkg/model.py" in caught.value.message and "replaced" in caught.value.message
+
+
+def test_a_package_folder_named_like_a_secret_file_ships(
+    spec: PackSpec, project: Path, cache: Path
+) -> None:
+    write(project / "nlp" / "token" / "__init__.py", "def split(text):\n    return text.split()\n")
+    write(project / ".envs" / ".production" / ".django", "SECRET_KEY=x\n")  # cookiecutter layout
+    plan = preflight(spec)
+    left_out = excluded(plan, ExcludeRule.secret, LayerRole.code)
+    assert "nlp/token/" not in left_out and ".envs/" in left_out
+    assert "nlp/token/__init__.py" in shipped(spec, cache, LayerRole.code)
