@@ -26,7 +26,7 @@ from .models import (
     PathSize,
 )
 from .scan import ScannedLayer, scan_code, scan_venv
-from .secrets import VerdictCache
+from .secrets import READ_BUDGET, VerdictCache
 from .venv import Venv, open_venv, path_entries, shadowed_packages
 
 MAX_LISTED = 100
@@ -195,6 +195,15 @@ def _scan_warnings(layers: list[ScannedLayer]) -> list[PackWarning]:
                 warnings.append(
                     PackWarning(code=code, message=f"{layer.role.value}: {text}{shown}")
                 )
+        if layer.unchecked:
+            warnings.append(
+                PackWarning(
+                    code="secret_scan_incomplete",
+                    message=f"{layer.role.value}: {layer.unchecked} small files were not looked "
+                    f"into for secrets (over the {READ_BUDGET // 2**20} MiB one scan reads; the "
+                    "next scan goes on from there); name rules still apply",
+                )
+            )
         included = sorted(layer.included_secrets)
         if included:
             warnings.append(
@@ -226,9 +235,10 @@ def _check_entry_ships(entry: ResolvedEntry, code: ScannedLayer) -> None:
         for path in paths:
             stem = path.split(" -> ")[0]
             if stem == entry.code_file or entry.code_file.startswith(stem.rstrip("/") + "/"):
+                why = f": {code.reasons[path]}" if path in code.reasons else ""
                 raise PackError(
                     f"the entry point {entry.code_file} is excluded by rule '{rule.value}' "
-                    f"({path})",
+                    f"({path}{why})",
                     field="call_path",
                     hint="add it to includes, or change the ignore rule",
                 )

@@ -57,6 +57,7 @@ class ScannedLayer:
     reasons: dict[str, str] = field(default_factory=dict)
     # shipped because includes name them, although they look like secrets: path -> why
     included_secrets: dict[str, str] = field(default_factory=dict)
+    unchecked: int = 0  # small files not looked into for secrets: over the scan's read budget
 
     @property
     def files(self) -> list[Entry]:
@@ -143,6 +144,7 @@ class _Walker:
                     )
                 stack.append(below)
         self.verdicts.save()
+        self.layer.unchecked = self.verdicts.unchecked
         return self.layer
 
     def _exclude(self, rule: ExcludeRule, rel: str, reason: str | None = None) -> None:

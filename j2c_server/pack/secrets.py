@@ -29,6 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 SIZE_CAP = 256 * 1024
+# Bytes one scan of one layer reads at most (a dataset of 100k small JSON files must not turn a
+# send into minutes). Files past it are not judged and not cached: the next scan, whose cache
+# holds the first ones, goes further. The plan warns about them.
+READ_BUDGET = 32 * 1024 * 1024
 RACY_WINDOW_NS = 2_000_000_000
 DETECTOR_VERSION = 1  # bump when the patterns change: cached verdicts are then ignored
 _BINARY_PROBE = 1024
@@ -163,6 +167,8 @@ class VerdictCache:
         self._old: dict[str, str] = {}
         self._new: dict[str, str] = {}
         self.reads = 0  # files actually read by this scan (for measurements and tests)
+        self.bytes_read = 0
+        self.unchecked = 0  # files not judged: over READ_BUDGET
         if self.path is not None:
             with contextlib.suppress(OSError, ValueError, TypeError):
                 data = json.loads(self.path.read_text())
@@ -181,8 +187,12 @@ class VerdictCache:
         if cached is None:
             if skip is not None and skip():
                 cached = ""
+            elif self.bytes_read + st.st_size > READ_BUDGET:
+                self.unchecked += 1
+                return None
             else:
                 self.reads += 1
+                self.bytes_read += st.st_size
                 data = read_small(path, st)
                 cached = (detect(data) or "") if data is not None else ""
         if st.st_ctime_ns < self.started_ns - RACY_WINDOW_NS:

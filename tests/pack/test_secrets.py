@@ -376,3 +376,28 @@ def test_a_package_folder_named_like_a_secret_file_ships(
     left_out = excluded(plan, ExcludeRule.secret, LayerRole.code)
     assert "nlp/token/" not in left_out and ".envs/" in left_out
     assert "nlp/token/__init__.py" in shipped(spec, cache, LayerRole.code)
+
+
+def test_one_scan_reads_a_bounded_amount_and_the_next_goes_on(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(secrets_module, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(secrets_module, "READ_BUDGET", 40_000)
+    for index in range(10):
+        write(project / "labels" / f"{index:02}.json", "{}" + " " * 9_998)  # 10 kB each
+    write(project / "labels" / "99.json", json.dumps({"token": GITHUB, "pad": " " * 9_900}))
+    spec = PackSpec(code_path=project, call_path="train.py", secret_scan_cache=tmp_path / "layers")
+    first = preflight(spec)
+    assert "labels/99.json" not in excluded(first, ExcludeRule.secret, LayerRole.code)
+    assert any(w.code == "secret_scan_incomplete" for w in first.warnings)
+    for _ in range(5):  # each scan judges ~40 kB more, the cache keeps what was judged
+        plan = preflight(spec)
+    assert reasons(plan, LayerRole.code)["labels/99.json"] == "GitHub token"
+    assert not any(w.code == "secret_scan_incomplete" for w in plan.warnings)
+
+
+def test_entry_point_holding_a_token_is_refused_with_the_reason(project: Path, venv: Path) -> None:
+    write(project / "train.py", f'TOKEN = "{SLACK}"\n')
+    with pytest.raises(PackError) as caught:
+        preflight(PackSpec(code_path=project, call_path="train.py", venv_path=venv))
+    assert caught.value.field == "call_path" and "Slack token" in caught.value.message
