@@ -92,6 +92,8 @@ def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:
         includes=request.includes,
         compression_level=request.compression_level,
         source_image=job_image(settings, record),
+        never_pack=[settings.data_path()],
+        secret_scan_cache=layer_cache_dir(settings),
     )
 
 

@@ -54,7 +54,8 @@ export type ExcludeRule =
   | 'cache_dir'
   | 'symlink_escape'
   | 'special_file'
-  | 'bad_name';
+  | 'bad_name'
+  | 'j2c_data';
 
 /** The paths one rule left out of one layer (directories count once, not their contents). */
 export interface ExcludedGroup {
@@ -63,6 +64,8 @@ export interface ExcludedGroup {
   count: number;
   /** The first paths, sorted; at most 100. */
   paths: string[];
+  /** Why a listed path matched, where the rule has several reasons (secrets: "name '.env*'", "private key block", "GitHub token", ...). */
+  reasons?: { [key: string]: string };
 }
 
 /** One path that differs between a send and the job it was compared with. */

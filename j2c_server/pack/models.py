@@ -49,6 +49,15 @@ class PackSpec(_Model):
     hard_limit_bytes: int = Field(20480 * MIB, ge=1, description="Refuse above this total size.")
     args: list[str] = Field(default_factory=list, description="Arguments for the entry point.")
     source_image: str | None = None
+    never_pack: list[Path] = Field(
+        default_factory=list,
+        description="Folders or files never packed, whatever includes say (j2c's own data dir).",
+    )
+    secret_scan_cache: Path | None = Field(
+        None,
+        description="Folder where content-scan verdicts are kept between scans, so an "
+        "unchanged venv is not re-read (None: read every scan).",
+    )
 
     @classmethod
     def from_settings(cls, settings: PackSettings, **fields: Any) -> PackSpec:
@@ -68,7 +77,7 @@ class ExcludeRule(str, Enum):
     """Why a path was left out of a layer."""
 
     default = "default"  # built-in junk: .git, __pycache__, .ipynb_checkpoints, .DS_Store, ...
-    secret = "secret"  # noqa: S105 - .env*, private keys, cloud credentials (opt back in with includes)
+    secret = "secret"  # noqa: S105 - by name or content (opt back in with includes)
     gitignore = ".gitignore"
     j2cignore = ".j2cignore"
     exclude = "exclude"  # the caller's own excludes patterns
@@ -78,6 +87,7 @@ class ExcludeRule(str, Enum):
     symlink_escape = "symlink_escape"  # a symlink pointing outside its layer (not followed)
     special_file = "special_file"  # socket, FIFO or device
     bad_name = "bad_name"  # a file name that is not valid UTF-8
+    j2c_data = "j2c_data"  # j2c's own data directory (registry, store, layer cache, runs)
 
 
 class ExcludedGroup(_Model):
@@ -87,6 +97,11 @@ class ExcludedGroup(_Model):
     rule: ExcludeRule
     count: int
     paths: list[str] = Field(..., description="The first paths, sorted; at most 100.")
+    reasons: dict[str, str] = Field(
+        default_factory=dict,
+        description="Why a listed path matched, where the rule has several reasons (secrets: "
+        '"name \'.env*\'", "private key block", "GitHub token", ...).',
+    )
 
 
 class PackWarning(_Model):

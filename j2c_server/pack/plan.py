@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import PackError
 from ..models import LayerRole
 from .entry import ResolvedEntry, resolve_entry
-from .ignore import CodeRules
+from .ignore import CodeRules, VenvRules
 from .models import (
     ExcludedGroup,
     ExcludeRule,
@@ -27,6 +27,7 @@ from .models import (
     PathSize,
 )
 from .scan import ScannedLayer, scan_code, scan_venv
+from .secrets import READ_BUDGET, VerdictCache
 from .venv import Venv, open_venv, path_entries, shadowed_packages
 
 MAX_LISTED = 100
@@ -58,18 +59,47 @@ def _code_root(spec: PackSpec) -> Path:
     return root
 
 
-def _includes(spec: PackSpec, root: Path) -> list[str]:
-    """Project-relative, '/'-separated include paths; each must exist inside the project."""
-    out: list[str] = []
+def _includes(spec: PackSpec, root: Path, venv_root: Path | None) -> tuple[list[str], list[str]]:
+    """Include paths relative to the code layer and to the venv layer ('/'-separated). Each
+    must exist inside the project (relative paths are taken there) or inside the venv."""
+    code: list[str] = []
+    venv: list[str] = []
     for item in spec.includes:
         given = Path(item).expanduser()
         path = Path(os.path.normpath(given if given.is_absolute() else root / given))
-        if not _inside(str(path), str(root)) or path == root:
-            raise PackError(f"include {item} is not a path inside {root}", field="includes")
+        in_venv = venv_root is not None and _inside(str(path), str(venv_root))
+        if in_venv and venv_root is not None and path != venv_root:
+            target, base = venv, venv_root
+        elif _inside(str(path), str(root)) and path != root:
+            target, base = code, root
+        else:
+            raise PackError(
+                f"include {item} is not a path inside {root}"
+                + (f" or {venv_root}" if venv_root is not None else ""),
+                field="includes",
+            )
         if not os.path.lexists(path):
-            raise PackError(f"include {item} does not exist in {root}", field="includes")
-        out.append(path.relative_to(root).as_posix())
-    return out
+            raise PackError(f"include {item} does not exist in {base}", field="includes")
+        target.append(path.relative_to(base).as_posix())
+    return code, venv
+
+
+def _editable_metadata(roots: list[Path], code_root: Path) -> list[str]:
+    """The ``*.egg-info`` folders of legacy editable installs (``setup.py develop``: an
+    ``.egg-link``/``.pth`` puts a project folder on ``sys.path``, its metadata lies there).
+    They ship even when ``.gitignore`` lists them: ``importlib.metadata`` needs them."""
+    real_code = os.path.realpath(code_root)
+    kept: list[str] = []
+    for root in dict.fromkeys(roots):
+        try:
+            names = sorted(os.listdir(root))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            if name.endswith(".egg-info") and os.path.isdir(path):
+                kept.append(Path(os.path.relpath(path, real_code)).as_posix())
+    return kept
 
 
 def _check_path_entries(venv: Venv, code_root: Path) -> tuple[list[Path], list[PackWarning]]:
@@ -142,6 +172,12 @@ def _venv_warnings(venv: Venv) -> list[PackWarning]:
     return warnings
 
 
+def _shown(paths: list[str], reasons: dict[str, str]) -> str:
+    """The first ten paths, each with its reason when it has one."""
+    items = [f"{p} ({reasons[p]})" if p in reasons else p for p in paths[:10]]
+    return ", ".join(items) + (" ..." if len(paths) > 10 else "")
+
+
 def _scan_warnings(layers: list[ScannedLayer]) -> list[PackWarning]:
     messages = {
         ExcludeRule.secret: (
@@ -157,10 +193,29 @@ def _scan_warnings(layers: list[ScannedLayer]) -> list[PackWarning]:
         for rule, (code, text) in messages.items():
             paths = sorted(layer.excluded.get(rule, []))
             if paths:
-                shown = ", ".join(paths[:10]) + (" ..." if len(paths) > 10 else "")
+                shown = _shown(paths, layer.reasons)
                 warnings.append(
                     PackWarning(code=code, message=f"{layer.role.value}: {text}{shown}")
                 )
+        if layer.unchecked:
+            warnings.append(
+                PackWarning(
+                    code="secret_scan_incomplete",
+                    message=f"{layer.role.value}: {layer.unchecked} small files were not looked "
+                    f"into for secrets (over the {READ_BUDGET // 2**20} MiB one scan reads; the "
+                    "next scan goes on from there); name rules still apply",
+                )
+            )
+        included = sorted(layer.included_secrets)
+        if included:
+            warnings.append(
+                PackWarning(
+                    code="secret_included",
+                    message=f"{layer.role.value}: shipped because includes name them, although "
+                    f"they look like secrets: {_shown(included, layer.included_secrets)}",
+                    path=included[0],
+                )
+            )
     return warnings
 
 
@@ -182,9 +237,10 @@ def _check_entry_ships(entry: ResolvedEntry, code: ScannedLayer) -> None:
         for path in paths:
             stem = path.split(" -> ")[0]
             if stem == entry.code_file or entry.code_file.startswith(stem.rstrip("/") + "/"):
+                why = f": {code.reasons[path]}" if path in code.reasons else ""
                 raise PackError(
                     f"the entry point {entry.code_file} is excluded by rule '{rule.value}' "
-                    f"({path})",
+                    f"({path}{why})",
                     field="call_path",
                     hint="add it to includes, or change the ignore rule",
                 )
@@ -210,9 +266,15 @@ def _excluded_groups(layers: list[ScannedLayer]) -> list[ExcludedGroup]:
         for rule in ExcludeRule:
             paths = sorted(layer.excluded.get(rule, []))
             if paths:
+                listed = paths[:MAX_LISTED]
+                reasons = {p: layer.reasons[p] for p in listed if p in layer.reasons}
                 groups.append(
                     ExcludedGroup(
-                        layer=layer.role, rule=rule, count=len(paths), paths=paths[:MAX_LISTED]
+                        layer=layer.role,
+                        rule=rule,
+                        count=len(paths),
+                        paths=listed,
+                        reasons=reasons,
                     )
                 )
     return groups
@@ -223,9 +285,10 @@ def prepare(spec: PackSpec) -> Prepared:
     scanned_ns = time.time_ns()
     code_root = _code_root(spec)
     venv = open_venv(spec.venv_path.expanduser()) if spec.venv_path is not None else None
-    includes = _includes(spec, code_root)
+    includes, venv_includes = _includes(spec, code_root, venv.root if venv else None)
     warnings: list[PackWarning] = []
     module_roots: list[Path] = []
+    project_roots: list[Path] = []
     if venv is not None:
         project_roots, pth_warnings = _check_path_entries(venv, code_root)
         warnings += pth_warnings
@@ -235,8 +298,24 @@ def prepare(spec: PackSpec) -> Prepared:
         module_roots += [Path(p) for p in venv.base.paths] if venv.base else []
     entry = resolve_entry(spec.call_path, code_root, module_roots)
 
-    code = scan_code(code_root, CodeRules(spec.excludes, includes), venv.root if venv else None)
-    layers = [code] + ([scan_venv(venv.root)] if venv is not None else [])
+    cache_dir = spec.secret_scan_cache / "secret-scan" if spec.secret_scan_cache else None
+    code = scan_code(
+        code_root,
+        CodeRules(spec.excludes, includes + _editable_metadata(project_roots, code_root)),
+        venv.root if venv else None,
+        never_pack=spec.never_pack,
+        verdicts=VerdictCache(cache_dir, code_root),
+    )
+    layers = [code]
+    if venv is not None:
+        layers.append(
+            scan_venv(
+                venv.root,
+                VenvRules(venv_includes),
+                never_pack=spec.never_pack,
+                verdicts=VerdictCache(cache_dir, venv.root),
+            )
+        )
     _check_unreadable(layers)
     _check_entry_ships(entry, code)
 

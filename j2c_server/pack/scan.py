@@ -1,9 +1,11 @@
-"""The stat walk: what goes into a layer, in archive order, and what stays out and why.
+"""The walk: what goes into a layer, in archive order, and what stays out and why.
 
-One ``lstat`` per entry and no file contents: the result feeds the preflight plan, the
-fingerprint (an unchanged layer is recognised from it) and the tar writer. Symlinks are never
-followed; entries are sorted by name within each folder (depth first), so the same tree always
-gives the same order.
+One ``lstat`` per entry; symlinks are never followed; entries are sorted by name within each
+folder (depth first), so the same tree always gives the same order. The walk is iterative (an
+explicit stack) and refuses trees deeper than :data:`MAX_DEPTH` with a ``PackError``.
+
+Besides names, small files are looked into for secrets (:mod:`.secrets`); those verdicts are
+cached by stat, so an unchanged tree is a stat walk again on the next scan.
 """
 
 from __future__ import annotations
@@ -15,15 +17,21 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import PackError
 from ..models import LayerRole
-from .ignore import VENV_JUNK_FILES, CodeRules, IgnoreLevel
+from .ignore import CodeRules, IgnoreLevel, VenvRules, secret_name
 from .models import ExcludeRule
+from .secrets import PackagedFiles, VerdictCache
 
 FILE, DIR, SYMLINK = "file", "dir", "symlink"
 _CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 # The venv's own interpreter links point at the base interpreter on purpose; j2c-unpack
 # re-points them at the container's interpreter.
 _VENV_INTERPRETER_LINK = re.compile(r"^bin/python[0-9.]*$")
+# Folders below the layer root. Real projects stay far below; j2c-unpack must accept at least
+# this many (and refuses deeper archives itself).
+MAX_DEPTH = 256
+_FIELD = {LayerRole.code: "code_path", LayerRole.venv: "venv_path"}
 
 
 @dataclass(slots=True)
@@ -34,6 +42,8 @@ class Entry:
     size: int
     mtime_ns: int
     link: str = ""  # symlink target
+    dev: int = 0  # device and inode seen by the scan: the tar writer reads only that file
+    ino: int = 0
 
 
 @dataclass
@@ -43,6 +53,11 @@ class ScannedLayer:
     entries: list[Entry] = field(default_factory=list)
     excluded: dict[ExcludeRule, list[str]] = field(default_factory=lambda: defaultdict(list))
     unreadable: list[str] = field(default_factory=list)
+    # excluded path -> why, where the rule has several reasons (secrets: name or content)
+    reasons: dict[str, str] = field(default_factory=dict)
+    # shipped because includes name them, although they look like secrets: path -> why
+    included_secrets: dict[str, str] = field(default_factory=dict)
+    unchecked: int = 0  # small files not looked into for secrets: over the scan's read budget
 
     @property
     def files(self) -> list[Entry]:
@@ -75,29 +90,72 @@ def _is_cache_dir(path: str) -> bool:
         return False
 
 
+@dataclass
+class _Frame:
+    """One folder being walked: its sorted children and how far the walk got."""
+
+    path: str
+    rel: str
+    levels: list[IgnoreLevel]
+    include_only: bool
+    children: list[os.DirEntry[str]]
+    next: int = 0
+
+
 class _Walker:
     def __init__(
         self,
         layer: ScannedLayer,
-        rules: CodeRules | None,
+        rules: CodeRules | VenvRules,
         skip_dir_ids: set[tuple[int, int]],
+        never_ids: set[tuple[int, int]],
+        verdicts: VerdictCache,
     ) -> None:
         self.layer = layer
-        self.rules = rules  # None for the venv layer
+        self.rules = rules
+        self.code_rules = rules if isinstance(rules, CodeRules) else None
         self.skip_dir_ids = skip_dir_ids
+        self.never_ids = never_ids
+        self.verdicts = verdicts
+        self.packaged = PackagedFiles(layer.root) if self.code_rules is None else None
         self.real_root = os.path.realpath(layer.root)
 
     def walk(self) -> ScannedLayer:
-        self._visit(str(self.layer.root), "", [], include_only=False)
+        stack: list[_Frame] = []
+        root = self._open(str(self.layer.root), "", [], include_only=False)
+        if root is not None:
+            stack.append(root)
+        while stack:
+            frame = stack[-1]
+            if frame.next == len(frame.children):
+                stack.pop()
+                continue
+            child = frame.children[frame.next]
+            frame.next += 1
+            below = self._child(frame, child)
+            if below is not None:
+                if len(stack) >= MAX_DEPTH:
+                    shown = below.rel if len(below.rel) <= 80 else below.rel[:80] + "..."
+                    raise PackError(
+                        f"{shown} in {self.layer.root} is more than {MAX_DEPTH} folders deep: "
+                        f"j2c packs at most {MAX_DEPTH} levels",
+                        field=_FIELD[self.layer.role],
+                        hint="exclude that folder (excludes or .j2cignore)",
+                    )
+                stack.append(below)
+        self.verdicts.save()
+        self.layer.unchecked = self.verdicts.unchecked
         return self.layer
 
-    def _exclude(self, rule: ExcludeRule, rel: str) -> None:
+    def _exclude(self, rule: ExcludeRule, rel: str, reason: str | None = None) -> None:
         self.layer.excluded[rule].append(rel)
+        if reason is not None:
+            self.layer.reasons[rel] = reason
 
     def _directory_rule(self, path: str, st: os.stat_result) -> ExcludeRule | None:
         if (st.st_dev, st.st_ino) in self.skip_dir_ids:
             return ExcludeRule.venv
-        if self.rules is None:
+        if self.code_rules is None:
             return None
         if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
             return ExcludeRule.nested_venv
@@ -105,17 +163,16 @@ class _Walker:
             return ExcludeRule.cache_dir
         return None
 
-    def _visit(
+    def _open(
         self, path: str, rel_dir: str, levels: list[IgnoreLevel], include_only: bool
-    ) -> None:
+    ) -> _Frame | None:
         try:
             with os.scandir(path) as iterator:
                 children = sorted(iterator, key=lambda child: child.name)
         except OSError:
             self.layer.unreadable.append(rel_dir or ".")
-            return
-        rules = self.rules
-        if rules is not None:
+            return None
+        if self.code_rules is not None:
             try:
                 level = CodeRules.read_level(
                     Path(path), rel_dir + "/" if rel_dir else "", {c.name for c in children}
@@ -125,62 +182,110 @@ class _Walker:
                 level = None
             if level is not None:
                 levels = [*levels, level]
-        for child in children:
-            name = child.name
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            try:
-                name.encode()
-            except UnicodeEncodeError:
-                self._exclude(ExcludeRule.bad_name, rel.encode(errors="replace").decode())
-                continue
-            try:
-                st = child.stat(follow_symlinks=False)
-            except OSError:
-                self.layer.unreadable.append(rel)
-                continue
-            mode = st.st_mode
-            is_dir = stat.S_ISDIR(mode)
-            forced = rules is not None and rules.forced(rel)
-            if (
-                include_only
-                and not forced
-                and not (is_dir and rules and rules.leads_to_include(rel))
-            ):
-                continue
-            if is_dir:
-                structural = self._directory_rule(child.path, st)
-                if structural is not None:
-                    self._exclude(structural, rel + "/")
-                    continue
-            elif not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-                self._exclude(ExcludeRule.special_file, rel)
-                continue
-            rule = self._rule(rel, name, is_dir, levels)
-            descend_for_include = False
-            if rule is not None:
-                self._exclude(rule, rel + "/" if is_dir else rel)
-                if not (is_dir and rules is not None and rules.leads_to_include(rel)):
-                    continue
-                descend_for_include = True  # only for what ``includes`` names inside it
-            if stat.S_ISLNK(mode):
-                self._add_symlink(child.path, rel, st)
-            elif is_dir:
-                self.layer.entries.append(Entry(rel, DIR, stat.S_IMODE(mode), 0, st.st_mtime_ns))
-                self._visit(child.path, rel, levels, include_only or descend_for_include)
-            else:
-                if not os.access(child.path, os.R_OK):
-                    self.layer.unreadable.append(rel)
-                    continue
-                self.layer.entries.append(
-                    Entry(rel, FILE, stat.S_IMODE(mode), st.st_size, st.st_mtime_ns)
-                )
+        return _Frame(path, rel_dir, levels, include_only, children)
+
+    def _child(self, frame: _Frame, child: os.DirEntry[str]) -> _Frame | None:
+        """Judge one child; returns the frame to walk next when it is a folder to descend."""
+        rules = self.rules
+        name = child.name
+        rel = f"{frame.rel}/{name}" if frame.rel else name
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            self._exclude(ExcludeRule.bad_name, rel.encode(errors="replace").decode())
+            return None
+        try:
+            st = child.stat(follow_symlinks=False)
+        except OSError:
+            self.layer.unreadable.append(rel)
+            return None
+        mode = st.st_mode
+        is_dir = stat.S_ISDIR(mode)
+        if (st.st_dev, st.st_ino) in self.never_ids:
+            self._exclude(ExcludeRule.j2c_data, rel + "/" if is_dir else rel)
+            return None
+        forced = rules.forced(rel)
+        if frame.include_only and not forced and not (is_dir and rules.leads_to_include(rel)):
+            return None
+        if is_dir:
+            structural = self._directory_rule(child.path, st)
+            if structural is not None:
+                self._exclude(structural, rel + "/")
+                return None
+        elif not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            self._exclude(ExcludeRule.special_file, rel)
+            return None
+        rule = self._rule(child.path, rel, name, is_dir, st, frame.levels)
+        descend_for_include = False
+        if rule is not None:
+            key = rel + "/" if is_dir else rel
+            reason = None
+            if rule is ExcludeRule.secret:
+                reason = f"name '{secret_name(rel, is_dir, venv=self.code_rules is None)}'"
+            self._exclude(rule, key, reason)
+            if not (is_dir and rules.leads_to_include(rel)):
+                return None
+            descend_for_include = True  # only for what ``includes`` names inside it
+        elif forced:
+            pattern = secret_name(rel, is_dir, venv=self.code_rules is None)
+            if pattern is not None and not self._packaged(child.path, is_dir, st):
+                self.layer.included_secrets.setdefault(rel, f"name '{pattern}'")
+        if stat.S_ISLNK(mode):
+            self._add_symlink(child.path, rel, st)
+        elif is_dir:
+            self.layer.entries.append(Entry(rel, DIR, stat.S_IMODE(mode), 0, st.st_mtime_ns))
+            return self._open(
+                child.path, rel, frame.levels, frame.include_only or descend_for_include
+            )
+        else:
+            self._add_file(child.path, rel, name, st, forced)
+        return None
+
+    def _packaged(self, path: str, is_dir: bool, st: os.stat_result) -> bool:
+        if self.packaged is None:
+            return False
+        if is_dir:
+            return self.packaged.has_dir(path)
+        return self.packaged.has_file(path, st.st_mtime_ns)
 
     def _rule(
-        self, rel: str, name: str, is_dir: bool, levels: list[IgnoreLevel]
+        self,
+        path: str,
+        rel: str,
+        name: str,
+        is_dir: bool,
+        st: os.stat_result,
+        levels: list[IgnoreLevel],
     ) -> ExcludeRule | None:
-        if self.rules is not None:
-            return self.rules.rule_for(rel, name, is_dir, levels)
-        return ExcludeRule.default if not is_dir and name in VENV_JUNK_FILES else None
+        if self.code_rules is not None:
+            return self.code_rules.rule_for(rel, name, is_dir, levels)
+        assert isinstance(self.rules, VenvRules)
+        rule = self.rules.rule_for(rel, name, is_dir)
+        if rule is ExcludeRule.secret and self._packaged(path, is_dir, st):
+            return None  # a package's own file (e.g. a test key in tornado): not the user's
+        return rule
+
+    def _add_file(self, path: str, rel: str, name: str, st: os.stat_result, forced: bool) -> None:
+        if not os.access(path, os.R_OK):
+            self.layer.unreadable.append(rel)
+            return
+        packaged = self.packaged
+        skip = None
+        if packaged is not None:
+            skip = lambda: packaged.has_file(path, st.st_mtime_ns)  # noqa: E731 - called lazily
+        try:
+            reason = self.verdicts.check(path, name, st, skip)
+        except OSError:
+            self.layer.unreadable.append(rel)
+            return
+        if reason is not None:
+            if not forced:
+                self._exclude(ExcludeRule.secret, rel, reason)
+                return
+            self.layer.included_secrets.setdefault(rel, reason)
+        mode = stat.S_IMODE(st.st_mode)
+        entry = Entry(rel, FILE, mode, st.st_size, st.st_mtime_ns, dev=st.st_dev, ino=st.st_ino)
+        self.layer.entries.append(entry)
 
     def _add_symlink(self, path: str, rel: str, st: os.stat_result) -> None:
         try:
@@ -188,7 +293,7 @@ class _Walker:
         except OSError:
             self.layer.unreadable.append(rel)
             return
-        allowed = self.rules is None and _VENV_INTERPRETER_LINK.match(rel)
+        allowed = self.code_rules is None and _VENV_INTERPRETER_LINK.match(rel)
         if not allowed and _link_escapes(path, rel, target, self.real_root):
             self._exclude(ExcludeRule.symlink_escape, f"{rel} -> {target}")
             return
@@ -197,14 +302,39 @@ class _Walker:
         )
 
 
-def scan_code(root: Path, rules: CodeRules, venv_root: Path | None) -> ScannedLayer:
+def _ids(paths: list[Path]) -> set[tuple[int, int]]:
+    ids: set[tuple[int, int]] = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # not there (yet): nothing to leave out
+        ids.add((st.st_dev, st.st_ino))
+    return ids
+
+
+def scan_code(
+    root: Path,
+    rules: CodeRules,
+    venv_root: Path | None,
+    *,
+    never_pack: list[Path] | None = None,
+    verdicts: VerdictCache | None = None,
+) -> ScannedLayer:
     """Walk the project; the shipped venv, when nested, is left to the venv layer."""
-    skip: set[tuple[int, int]] = set()
-    if venv_root is not None:
-        venv_stat = os.stat(venv_root)
-        skip.add((venv_stat.st_dev, venv_stat.st_ino))
-    return _Walker(ScannedLayer(LayerRole.code, root), rules, skip).walk()
+    skip = _ids([venv_root]) if venv_root is not None else set()
+    layer = ScannedLayer(LayerRole.code, root)
+    cache = verdicts or VerdictCache(None, root)
+    return _Walker(layer, rules, skip, _ids(never_pack or []), cache).walk()
 
 
-def scan_venv(root: Path) -> ScannedLayer:
-    return _Walker(ScannedLayer(LayerRole.venv, root), None, set()).walk()
+def scan_venv(
+    root: Path,
+    rules: VenvRules | None = None,
+    *,
+    never_pack: list[Path] | None = None,
+    verdicts: VerdictCache | None = None,
+) -> ScannedLayer:
+    layer = ScannedLayer(LayerRole.venv, root)
+    cache = verdicts or VerdictCache(None, root)
+    return _Walker(layer, rules or VenvRules([]), set(), _ids(never_pack or []), cache).walk()

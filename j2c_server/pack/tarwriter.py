@@ -7,6 +7,10 @@ chunks) and the calling thread feeds them to zstd, whose worker threads compress
 pieces are read. The compressed bytes are hashed as they are written, so the digest costs no
 second pass. Memory stays bounded: a few pieces in flight plus zstd's own job buffers.
 
+Files are opened with ``O_NOFOLLOW`` and checked with ``fstat`` against the scan's device and
+inode: a file swapped for a symlink (or anything else) between scan and read fails the pack
+with the path named; it is never followed.
+
 Archives are reproducible: entries in scan order, owner 0:0 without names, permission bits
 only (no setuid/setgid/sticky), mtimes in whole seconds, and zstd always in multi-threaded mode
 (whose output does not depend on the number of workers).
@@ -15,9 +19,11 @@ only (no setuid/setgid/sticky), mtimes in whole seconds, and zstd always in mult
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -143,12 +149,39 @@ def _zeros(count: int) -> Iterator[bytes]:
         count -= PIECE
 
 
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_scanned(path: str, entry: Entry) -> BinaryIO | None:
+    """Open the file the scan saw, never following a symlink nor waiting on a FIFO; None when
+    it is gone. A path that now names a symlink, a non-regular file or another inode raises
+    OSError (with the filename): packing something the scan did not judge is never right."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, "replaced by a symlink since the scan (not followed); pack again", path
+            ) from None
+        raise
+    now = os.fstat(fd)
+    swapped = not stat.S_ISREG(now.st_mode) or (
+        entry.ino != 0 and (now.st_dev, now.st_ino) != (entry.dev, entry.ino)
+    )
+    if swapped:
+        os.close(fd)
+        raise OSError(errno.ESTALE, "replaced by another file since the scan; pack again", path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb", buffering=0)
+
+
 def _read_file(path: str, entry: Entry, stats: WriteStats) -> Iterator[bytes]:
     """The entry's contents, exactly ``entry.size`` bytes (a file that changed size while
     being packed is cut or zero-padded and reported, so the archive stays well-formed)."""
-    try:
-        handle = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in the finally below
-    except FileNotFoundError:
+    handle = _open_scanned(path, entry)
+    if handle is None:
         stats.changed.append(entry.rel)
         yield from _zeros(entry.size)
         return
