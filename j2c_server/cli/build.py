@@ -96,6 +96,9 @@ def build(
         includes=list(includes),
         compression_level=compression_level,
         source_image=settings.lab_image(),
+        # As the pipeline's pack_spec(): j2c's own data never ships; secret verdicts are cached.
+        never_pack=[settings.data_path()],
+        secret_scan_cache=layer_cache_dir(settings),
     )
     cache = layer_cache_dir(settings)
     try:
