@@ -16,6 +16,7 @@ import {
   JobRecord,
   JobRequest,
   PackPlan,
+  SendDefaults,
   ServerConfig
 } from './models';
 import { downloadUrl, requestAPI } from './request';
@@ -38,6 +39,20 @@ export const jobsApi = {
     requestAPI<PackPlan>('preflight', jsonPost(request)),
   submit: (request: JobRequest): Promise<JobRecord> =>
     requestAPI<JobRecord>('jobs', jsonPost(request)),
+  /**
+   * The server's one rule for what sending `path` (a file or folder relative to the root)
+   * ships: project, entry point and venv (as `%j2c submit`), given the kernel's sys.prefix.
+   */
+  defaults: (
+    path: string,
+    kernelPrefix?: string | null
+  ): Promise<SendDefaults> => {
+    const query = new URLSearchParams({ path });
+    if (kernelPrefix) {
+      query.set('kernel_prefix', kernelPrefix);
+    }
+    return requestAPI<SendDefaults>(`defaults?${query.toString()}`);
+  },
   list: (): Promise<JobRecord[]> => requestAPI<JobRecord[]>('jobs'),
   get: (id: string): Promise<JobRecord> => requestAPI<JobRecord>(job(id)),
   cancel: (id: string): Promise<JobRecord> =>

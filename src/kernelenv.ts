@@ -1,6 +1,7 @@
 /**
  * The virtual environment a notebook's running kernel uses, asked of the kernel itself with a
- * silent user expression (no output, no history), as a path relative to the server root.
+ * silent user expression (no output, no history): its absolute prefix for the server's
+ * defaults route, or (for an older server) a path relative to the server root.
  */
 import { PathExt } from '@jupyterlab/coreutils';
 import { Kernel } from '@jupyterlab/services';
@@ -64,15 +65,10 @@ function trimSlash(path: string): string {
   return path.length > 1 ? path.replace(/\/+$/, '') : path;
 }
 
-/**
- * The venv of `kernel`, running the notebook at `path` (relative to the server root), relative
- * to the server root; null when it is no venv, lies outside the root, or the kernel does not
- * answer in time.
- */
-export async function kernelVenv(
-  kernel: Kernel.IKernelConnection,
-  path: string
-): Promise<string | null> {
+/** `[sys.prefix, sys.base_prefix, os.getcwd()]` of `kernel`, or null when it does not answer. */
+async function askKernel(
+  kernel: Kernel.IKernelConnection
+): Promise<string[] | null> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     const future = kernel.requestExecute({
@@ -91,29 +87,53 @@ export async function kernelVenv(
     }
     const content = reply.content as { user_expressions?: { j2c?: unknown } };
     const answer = parseReply(content.user_expressions?.j2c);
-    if (answer === null) {
-      return null;
-    }
-    const [prefix, basePrefix, cwd] = answer.map(trimSlash);
-    if (prefix === basePrefix) {
-      return null;
-    }
-    // The kernel starts in the notebook's folder: the root is its cwd less that folder.
-    const dir = PathExt.dirname(path);
-    let root = cwd;
-    if (dir !== '') {
-      if (!cwd.endsWith(`/${dir}`)) {
-        return null;
-      }
-      root = cwd.slice(0, -(dir.length + 1)) || '/';
-    }
-    const base = root === '/' ? '/' : `${root}/`;
-    return prefix.startsWith(base) && prefix.length > base.length
-      ? prefix.slice(base.length)
-      : null;
+    return answer === null ? null : answer.map(trimSlash);
   } catch {
     return null;
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * The absolute `sys.prefix` of `kernel`, for the server to judge with its one rule (a venv
+ * inside the root, or not); null when the kernel does not answer in time.
+ */
+export async function kernelPrefix(
+  kernel: Kernel.IKernelConnection
+): Promise<string | null> {
+  const answer = await askKernel(kernel);
+  return answer === null ? null : answer[0];
+}
+
+/**
+ * The venv of `kernel`, running the notebook at `path` (relative to the server root), relative
+ * to the server root; null when it is no venv, lies outside the root, or the kernel does not
+ * answer in time. Only for a server without the defaults route.
+ */
+export async function kernelVenv(
+  kernel: Kernel.IKernelConnection,
+  path: string
+): Promise<string | null> {
+  const answer = await askKernel(kernel);
+  if (answer === null) {
+    return null;
+  }
+  const [prefix, basePrefix, cwd] = answer;
+  if (prefix === basePrefix) {
+    return null;
+  }
+  // The kernel starts in the notebook's folder: the root is its cwd less that folder.
+  const dir = PathExt.dirname(path);
+  let root = cwd;
+  if (dir !== '') {
+    if (!cwd.endsWith(`/${dir}`)) {
+      return null;
+    }
+    root = cwd.slice(0, -(dir.length + 1)) || '/';
+  }
+  const base = root === '/' ? '/' : `${root}/`;
+  return prefix.startsWith(base) && prefix.length > base.length
+    ? prefix.slice(base.length)
+    : null;
 }

@@ -1,7 +1,8 @@
 /**
  * Where a file's project is, found through the contents API: the file's folder or its
  * nearest ancestor holding `.git` or `pyproject.toml`, the entry point relative to it, and
- * the project's virtual environment.
+ * the project's virtual environment. Only for a server without the defaults route (which
+ * applies the server's own rule): it never proposes a venv it could not see.
  */
 import { PathExt } from '@jupyterlab/coreutils';
 import { Contents } from '@jupyterlab/services';
@@ -16,14 +17,11 @@ export interface IProjectGuess {
   project: string;
   /** The entry point relative to the project. */
   entry: string;
-  /** The venv relative to the server root, or '' for none. */
-  venv: string;
   /**
-   * False when the venv could not be seen: the server hides dot-folders from the contents
-   * API unless `ContentsManager.allow_hidden` is set, so `.venv` is then a guess that the
-   * preflight confirms or drops.
+   * The venv relative to the server root, or '' for none. The contents API hides dot-folders
+   * unless `ContentsManager.allow_hidden` is set, so a `.venv` it cannot see is not proposed.
    */
-  venvVerified: boolean;
+  venv: string;
 }
 
 async function listNames(
@@ -88,14 +86,8 @@ export async function guessProject(
       names?.has(name) &&
       (await exists(contents, PathExt.join(venv, 'pyvenv.cfg')))
     ) {
-      return { project, entry, venv, venvVerified: true };
+      return { project, entry, venv };
     }
   }
-  // A hidden .venv is invisible here: propose it, and let the preflight decide.
-  return {
-    project,
-    entry,
-    venv: PathExt.join(project, VENV_NAMES[0]),
-    venvVerified: false
-  };
+  return { project, entry, venv: '' };
 }

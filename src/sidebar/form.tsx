@@ -244,7 +244,10 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
         form={form}
         field="venv"
         label={trans.__('Virtual environment')}
-        hint={trans.__('Relative to the server root; empty: none')}
+        hint={
+          form.venvReason ||
+          trans.__('Relative to the server root; empty: none')
+        }
       >
         {input(trans.__('(none)'))}
       </Field>

@@ -3,14 +3,13 @@
  * context menu) can fill and send it too: values, defaults from the server config and the
  * user's settings, inline field errors, the debounced preflight, and sending.
  */
-import { PathExt } from '@jupyterlab/coreutils';
 import { Contents, Kernel } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Debouncer } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { JobsModel, jobsApi } from '../jobs';
-import { kernelVenv } from '../kernelenv';
+import { kernelPrefix, kernelVenv } from '../kernelenv';
 import { JobRecord, JobRequest, PackPlan, ServerConfig } from '../models';
 import { guessProject } from '../project';
 import { J2CRequestError } from '../request';
@@ -83,6 +82,11 @@ export class ComputeForm {
     return this._settings.current;
   }
 
+  /** Why the venv field holds what it holds (the server's words), until the user edits it. */
+  get venvReason(): string {
+    return this._venvReason;
+  }
+
   /** Whether the user typed a project, entry point or venv (then they stay put). */
   get pathsEdited(): boolean {
     return ['project', 'entry', 'venv'].some(f =>
@@ -104,12 +108,9 @@ export class ComputeForm {
     this._edited.add(field);
     const change: Partial<IFormValues> = { [field]: value };
     if (field === 'venv') {
-      this._venvGuessed = false;
-    } else if (field === 'project' && !this._edited.has('venv')) {
-      // Propose the new project's .venv; the preflight keeps it only if it exists.
-      change.venv = PathExt.join(value.trim(), '.venv');
-      this._venvGuessed = true;
+      this._venvReason = '';
     }
+    // A new project gets the server's venv for it at the next preflight or send.
     this._update(change, field);
   }
 
@@ -119,34 +120,45 @@ export class ComputeForm {
   }
 
   /**
-   * Describe the project of `path` (a .py or .ipynb file): folder, entry point, venv (the
-   * venv of `kernel`, the notebook's running kernel, when it has one inside the root); then
-   * start a preflight (not awaited: sending need not wait for it).
+   * Describe the project of `path` (a .py or .ipynb file): folder, entry point and venv, by
+   * the server's one rule (given the sys.prefix of `kernel`, the notebook's running kernel),
+   * and why that venv; then start a preflight (not awaited: sending need not wait for it).
    */
   async fillFor(
     path: string,
     kernel?: Kernel.IKernelConnection | null
   ): Promise<void> {
     const ticket = ++this._fillTicket;
-    const [guess, venv] = await Promise.all([
-      guessProject(this._contents, path),
-      kernel ? kernelVenv(kernel, path) : Promise.resolve(null)
-    ]);
+    const prefix = kernel ? await kernelPrefix(kernel) : null;
+    let fill: { project: string; entry: string; venv: string; reason: string };
+    try {
+      const defaults = await jobsApi.defaults(path, prefix);
+      fill = {
+        project: fromRoot(defaults.code_path),
+        entry: defaults.call_path ?? '',
+        venv: fromRoot(defaults.venv_path ?? ''),
+        reason: defaults.venv_reason
+      };
+    } catch {
+      // A server without the defaults route: look from here, proposing only what is seen.
+      const [guess, venv] = await Promise.all([
+        guessProject(this._contents, path),
+        kernel ? kernelVenv(kernel, path) : Promise.resolve(null)
+      ]);
+      fill = { ...guess, venv: venv ?? guess.venv, reason: '' };
+    }
     if (ticket !== this._fillTicket) {
       return; // a later call describes a newer file or kernel
-    }
-    if (venv !== null) {
-      guess.venv = venv;
-      guess.venvVerified = true;
     }
     for (const field of ['project', 'entry', 'venv'] as FormField[]) {
       this._edited.delete(field);
     }
-    this._venvGuessed = !guess.venvVerified;
+    this._venvFor = fill.project;
+    this._venvReason = fill.reason;
     this._errors = {};
     this._formError = null;
     this._update(
-      { project: guess.project, entry: guess.entry, venv: guess.venv },
+      { project: fill.project, entry: fill.entry, venv: fill.venv },
       null
     );
     void this.check(true);
@@ -157,6 +169,7 @@ export class ComputeForm {
    * typing) skips an incomplete form instead of flagging its fields.
    */
   async check(quiet = false): Promise<void> {
+    await this._followProject();
     const request = this._build(quiet);
     if (!request) {
       this._setPreflight({ plan: null, running: false, error: null });
@@ -165,7 +178,7 @@ export class ComputeForm {
     const ticket = ++this._preflightTicket;
     this._setPreflight({ ...this._preflight, running: true, error: null });
     try {
-      const plan = await this._withoutBadGuess(request, jobsApi.preflight);
+      const plan = await jobsApi.preflight(request);
       if (ticket === this._preflightTicket) {
         this._setPreflight({ plan, running: false, error: null });
       }
@@ -183,15 +196,19 @@ export class ComputeForm {
 
   /** Send the form as a job; the record, or null when something is wrong (shown inline). */
   async submit(): Promise<JobRecord | null> {
-    const request = this._build();
-    if (!request || this._sending) {
+    if (this._sending) {
       return null;
     }
     this._sending = true;
     this._formError = null;
     this._changed.emit();
     try {
-      return await this._withoutBadGuess(request, r => this._jobs.submit(r));
+      await this._followProject();
+      const request = this._build();
+      if (!request) {
+        return null;
+      }
+      return await this._jobs.submit(request);
     } catch (error) {
       this._showError(error);
       return null;
@@ -202,27 +219,28 @@ export class ComputeForm {
   }
 
   /**
-   * Call `action`; when it fails on a venv that was only guessed (a `.venv` the contents API
-   * could not see), drop that venv and call it once more without one.
+   * When the project changed and nobody typed a venv, take the server's venv for it (its one
+   * rule, as for a file: never a `.venv` that does not exist).
    */
-  private async _withoutBadGuess<T>(
-    request: JobRequest,
-    action: (request: JobRequest) => Promise<T>
-  ): Promise<T> {
-    const guessed = this._venvGuessed && request.venv_path;
+  private async _followProject(): Promise<void> {
+    const project = this._values.project.trim();
+    if (this._edited.has('venv') || project === this._venvFor) {
+      return;
+    }
+    this._venvFor = project;
+    let venv = '';
+    let reason = '';
     try {
-      return await action(request);
-    } catch (error) {
-      const field =
-        error instanceof J2CRequestError ? formFieldOf(error.field) : null;
-      if (!guessed || field !== 'venv') {
-        throw error;
-      }
-      if (this._values.venv.trim() === request.venv_path) {
-        this._venvGuessed = false;
-        this._update({ venv: '' }, null);
-      }
-      return action({ ...request, venv_path: null });
+      // The route takes a folder too: the venv its rule picks for that project.
+      const defaults = await jobsApi.defaults(project);
+      venv = fromRoot(defaults.venv_path ?? '');
+      reason = defaults.venv_reason;
+    } catch {
+      // No defaults route (an older server), or no such folder yet: no venv is proposed.
+    }
+    if (!this._edited.has('venv') && this._values.project.trim() === project) {
+      this._venvReason = reason;
+      this._update({ venv }, null);
     }
   }
 
@@ -321,7 +339,9 @@ export class ComputeForm {
   private _preflightTicket = 0;
   private _fillTicket = 0;
   private _sending = false;
-  private _venvGuessed = false;
+  /** The project the venv field was last defaulted for. */
+  private _venvFor = '';
+  private _venvReason = '';
   private readonly _edited = new Set<FormField>();
   private readonly _changed = new Signal<this, void>(this);
 }
@@ -333,6 +353,11 @@ export namespace ComputeForm {
     settings: J2CSettings;
     trans: TranslationBundle;
   }
+}
+
+/** A server path relative to the root as the form writes it ('' is the root itself). */
+function fromRoot(path: string): string {
+  return path === '.' ? '' : path.replace(/^\.\//, '');
 }
 
 function messageOf(error: unknown): string {

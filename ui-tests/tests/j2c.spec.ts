@@ -63,19 +63,108 @@ test.describe('j2c extension', () => {
     await expect(preflight.locator('[data-layer="venv"]')).toBeVisible();
   });
 
-  test("a notebook's kernel in a venv inside the root is the form's venv", async ({
+  test("the project's venv comes before a notebook kernel's venv elsewhere in the root", async ({
     page
   }) => {
     await page.goto();
     // The served explore.ipynb asks for the kernel `digits-env` (see the server config).
     await page.notebook.openByPath(`${PROJECT}/explore.ipynb`);
+    await expect(
+      page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    ).toBeVisible({ timeout: 60000 });
+    const panel = await openComputePanel(page);
+    await expect(panel.getByLabel('Entry point', { exact: true })).toHaveValue(
+      'explore.ipynb'
+    );
+    await expect(
+      panel.getByLabel('Virtual environment', { exact: true })
+    ).toHaveValue(`${PROJECT}/.venv`);
+    await expect(
+      panel.locator('[data-field="venv"] .j2c-Field-hint')
+    ).toHaveText(`the project's venv ${PROJECT}/.venv`);
+  });
+
+  test("a notebook's kernel in a venv inside the root is the venv of a project without one", async ({
+    page
+  }) => {
+    const notebook = `kernel-project/analysis.ipynb`;
+    await page.contents.uploadContent(
+      JSON.stringify({
+        cells: [],
+        metadata: {
+          kernelspec: {
+            display_name: 'digits-env',
+            language: 'python',
+            name: 'digits-env'
+          }
+        },
+        nbformat: 4,
+        nbformat_minor: 5
+      }),
+      'text',
+      notebook
+    );
+    await page.goto();
+    await page.notebook.openByPath(notebook);
     const panel = await openComputePanel(page);
     await expect(
       panel.getByLabel('Virtual environment', { exact: true })
     ).toHaveValue('envs/digits-env', { timeout: 60000 });
     await expect(panel.getByLabel('Entry point', { exact: true })).toHaveValue(
-      'explore.ipynb'
+      'analysis.ipynb'
     );
+    await expect(
+      panel.locator('[data-field="venv"] .j2c-Field-hint')
+    ).toHaveText("the notebook kernel's venv envs/digits-env");
+    await page.contents.deleteDirectory('kernel-project');
+  });
+
+  test('a project without a venv proposes none, and says so', async ({
+    page
+  }) => {
+    const refused: string[] = [];
+    page.on('response', response => {
+      if (/\/j2c\/api\/(preflight|jobs)$/.test(response.url())) {
+        if (response.status() >= 400) {
+          refused.push(`${response.status()} ${response.url()}`);
+        }
+      }
+    });
+    await page.contents.uploadContent(
+      'print("no venv here")\n',
+      'text',
+      'plain-project/run.py'
+    );
+    await page.goto();
+    await page.filebrowser.open('plain-project/run.py');
+    const panel = await openComputePanel(page);
+    const venv = panel.getByLabel('Virtual environment', { exact: true });
+    const hint = panel.locator('[data-field="venv"] .j2c-Field-hint');
+    await expect(
+      panel.getByLabel('Project folder', { exact: true })
+    ).toHaveValue('plain-project');
+    await expect(hint).toContainText('no venv');
+    await expect(venv).toHaveValue('');
+    await expect(
+      panel.locator('.j2c-Preflight [data-layer="code"]')
+    ).toBeVisible({ timeout: 30000 });
+
+    // Typing another project takes that project's venv by the same rule.
+    await panel.getByLabel('Project folder', { exact: true }).fill(PROJECT);
+    await panel.getByLabel('Entry point', { exact: true }).fill('train.py');
+    await expect(venv).toHaveValue(`${PROJECT}/.venv`, { timeout: 10000 });
+    await panel
+      .getByLabel('Project folder', { exact: true })
+      .fill('plain-project');
+    await panel.getByLabel('Entry point', { exact: true }).fill('run.py');
+    await panel.getByRole('button', { name: 'Send to Compute' }).click();
+    const { panel: log, jobId } = await lastLogPanel(page);
+    await expectStatus(log, 'succeeded');
+    expect(await logText(page, jobId)).toContain('no venv here');
+    await expect(venv).toHaveValue('');
+    // No request went out with a venv that does not exist.
+    expect(refused).toEqual([]);
+    await page.contents.deleteDirectory('plain-project');
   });
 
   test("a notebook's kernel outside the root leaves the project's .venv", async ({
