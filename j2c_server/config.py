@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
 from .models import ImageChoice
+from .schedulers.container_settings import ContainerSettings
 
 ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
@@ -117,6 +118,7 @@ class SchedulerSettings(_Section):
     local: LocalSchedulerSettings = Field(default_factory=LocalSchedulerSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    container: ContainerSettings = Field(default_factory=ContainerSettings)
 
 
 class J2CSettings(_Section):
