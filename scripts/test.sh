@@ -26,9 +26,17 @@ jlpm lint:check
 
 step "pytest"
 slurm_dir=$(mktemp -d -t j2c-slurm-XXXXXX)
-cleanup() { bash scripts/slurm-down.sh "$slurm_dir" || true; }
+podman_dir=$(mktemp -d -t j2c-podman-XXXXXX)
+cleanup() {
+  bash scripts/slurm-down.sh "$slurm_dir" || true
+  bash scripts/platform-image.sh "$podman_dir" --stop || true
+}
 trap cleanup EXIT
 eval "$(bash scripts/slurm-up.sh "$slurm_dir")"
+# The platform image (cached by its recipe) and podman's Docker Engine API, for the container
+# scheduler's tests; without podman here (exit 2) those tests run the script themselves and skip.
+podman_exports=$(bash scripts/platform-image.sh "$podman_dir") || [[ $? -eq 2 ]]
+eval "$podman_exports"
 python -m pytest -q -p no:cacheprovider
 
 step "UI tests (Galata, Chromium)"
