@@ -93,7 +93,10 @@ def test_every_line_arrives_once_and_the_exit_code_is_mirrored(
 def test_runs_as_a_non_root_uid_with_a_writable_home_and_outputs(
     podman: Podman, scheduler: ContainerScheduler
 ) -> None:
-    script = 'id -u; id -g; echo "$HOME"; echo hi > "$HOME/.cfg" && echo home-ok; echo out > "$J2C_OUTPUT_DIR/result.txt"'
+    script = (
+        'id -u; id -g; echo "$HOME"; echo hi > "$HOME/.cfg" && echo home-ok; '
+        'echo out > "$J2C_OUTPUT_DIR/result.txt"'
+    )
 
     async def go() -> None:
         handle = await scheduler.submit(spec_for(podman, script))
@@ -288,7 +291,7 @@ def test_the_log_reader_skips_what_the_cursor_covers_and_joins_split_entries() -
         + frame(1, "2026-01-01T00:00:02Z line\n")
     )
     everything = LogReader(LogCursor()).feed(chunk)
-    assert [(l.text, l.stream) for l in everything] == [
+    assert [(line.text, line.stream) for line in everything] == [
         ("a", "stdout"),
         ("b", "stdout"),
         ("c", "stderr"),
@@ -297,6 +300,6 @@ def test_the_log_reader_skips_what_the_cursor_covers_and_joins_split_entries() -
     after_a = LogReader(LogCursor.parse(everything[0].cursor))
     # Fed byte by byte: frames split anywhere still parse.
     resumed = [line for byte in chunk for line in after_a.feed(bytes([byte]))]
-    assert [l.text for l in resumed] == ["b", "c", "long line"]
+    assert [line.text for line in resumed] == ["b", "c", "long line"]
     with pytest.raises(InvalidInput):
         LogCursor.parse("12")
