@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
 from .models import ImageChoice
+from .schedulers.container_settings import ContainerSettings
 
 ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
@@ -28,6 +29,8 @@ _ENV_NOT_SETTINGS.add("J2C_SERVER_ROOT")
 _ENV_NOT_SETTINGS |= {
     f"J2C_SLURM_{name}" for name in ("DIR", "URL", "USER", "TOKEN", "TOKEN_FILE", "JOB_DIR")
 }
+# Where scripts/platform-image.sh keeps the test engine's exports (the container tests).
+_ENV_NOT_SETTINGS.add("J2C_PODMAN_DIR")
 # Turns on the UI benchmark (ui-tests/tests/bench-logpanel.spec.ts); the server inherits it.
 _ENV_NOT_SETTINGS.add("J2C_BENCH")
 # The CLI's and magic's job defaults (``job:`` in the file, ``J2C_JOB__*`` in the environment)
@@ -124,6 +127,7 @@ class SchedulerSettings(_Section):
     local: LocalSchedulerSettings = Field(default_factory=LocalSchedulerSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    container: ContainerSettings = Field(default_factory=ContainerSettings)
 
 
 class J2CSettings(_Section):

@@ -46,7 +46,10 @@ STREAM_BATCH = 500
 WATCH_RETRY_S = 1.0
 # Backends whose own job document is what a dry run shows: name -> "module:function(spec,
 # settings)", imported only when asked for.
-NATIVE_SPECS = {"kubernetes": "j2c_server.schedulers.kube_spec:render_job"}
+NATIVE_SPECS = {
+    "kubernetes": "j2c_server.schedulers.kube_spec:render_job",
+    "container": "j2c_server.schedulers.container:render_dry_run",
+}
 
 
 class ServiceStopping(J2CError):

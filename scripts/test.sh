@@ -26,12 +26,21 @@ jlpm lint:check
 
 step "pytest"
 slurm_dir=$(mktemp -d -t j2c-slurm-XXXXXX)
-cleanup() { bash scripts/slurm-down.sh "$slurm_dir" || true; }
+podman_dir=$(mktemp -d -t j2c-podman-XXXXXX)
+cleanup() {
+  bash scripts/slurm-down.sh "$slurm_dir" || true
+  bash scripts/platform-image.sh "$podman_dir" --stop || true
+}
 trap cleanup EXIT
 # The tests read the cluster's settings from $J2C_SLURM_DIR/env: pytest's own environment
 # stays free of j2c settings (they would change every test's defaults).
 bash scripts/slurm-up.sh "$slurm_dir" >/dev/null
 export J2C_SLURM_DIR=$slurm_dir SLURM_CONF=$slurm_dir/etc/slurm.conf
+# The platform image (cached by its recipe) and podman's Docker Engine API, for the container
+# scheduler's tests, read from $J2C_PODMAN_DIR/env like Slurm's; without podman here (exit 2)
+# those tests run the script themselves and skip.
+bash scripts/platform-image.sh "$podman_dir" >/dev/null || [[ $? -eq 2 ]]
+export J2C_PODMAN_DIR=$podman_dir
 python -m pytest -q -p no:cacheprovider
 
 step "UI tests (Galata, Chromium)"

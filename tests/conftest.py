@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.support.frontends",
     "tests.support.jobs",
     "tests.support.slurm",
+    "tests.support.podman",
 ]
 
 

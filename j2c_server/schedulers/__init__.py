@@ -16,6 +16,7 @@ BACKENDS: dict[str, str] = {
     "local": ".local:LocalScheduler",
     "kubernetes": ".kubernetes:KubernetesScheduler",
     "slurm": ".slurm:SlurmScheduler",
+    "container": ".container:ContainerScheduler",
 }
 
 

@@ -1,0 +1,321 @@
+"""The ``container`` backend: one container per job on this machine's engine (podman or Docker).
+
+Through the Docker Engine API on a unix socket (:mod:`.container_api`), never a CLI:
+
+- submit: ``POST /containers/create?name=j2c-<key hash>`` with :func:`render_create`, then start
+  it. A 409 adopts the existing container when its ``j2c.io/key`` label is this request's key (a
+  retried submit, or one that died between create and start), and refuses otherwise. A job that
+  asks for GPUs waits for them in the machine-wide ledger first (:mod:`.container_gpus`).
+- status: the container's state; a container the engine no longer has is ``lost`` (or
+  ``cancelled``, after a cancel). Everything it needs is in the handle and on the engine, so a
+  restarted server re-attaches by name.
+- logs: ``/logs?follow=1&timestamps=1`` from a timestamp cursor, re-opened when the stream drops
+  and drained with one plain read once the container has exited.
+- cancel: a marker in the job's folder, then ``POST /stop?t=<grace>`` (the engine sends SIGTERM,
+  then SIGKILL after the grace).
+- results: the exit code, and the files of the job's ``$J2C_OUTPUT_DIR`` (a host folder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..config import J2CSettings
+from ..errors import Conflict, InvalidInput, SchedulerError
+from ..models import Artifact, JobHandle, JobResults, JobStatus
+from .base import JobSpec, LogLine, SchedulerState
+from .container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
+from .container_gpus import GpuWaiter
+from .container_spec import (
+    LABEL_KEY,
+    job_folder,
+    output_upload_dir,
+    parse_user,
+    render_create,
+    runs_root,
+)
+
+__all__ = ["ContainerScheduler", "render_create"]
+
+_MAX_ARTIFACTS = 1000
+_CANCELLED = "cancelled"
+
+
+class ContainerScheduler:
+    """See the module docstring."""
+
+    name = "container"
+
+    def __init__(self, settings: J2CSettings) -> None:
+        self._settings = settings
+        self._cfg = settings.scheduler.container
+        self._engine: EngineClient | None = None
+        self._gpus = GpuWaiter(settings)
+
+    def _api(self) -> EngineClient:
+        if self._engine is None:
+            self._engine = EngineClient(self._cfg.socket, self._cfg.api_version)
+        return self._engine
+
+    # ------------------------------------------------------------------ protocol
+
+    async def submit(self, spec: JobSpec) -> JobHandle:
+        request = render_create(spec, self._settings, gpu_devices=[])
+        name = request["name"]
+        folder = job_folder(self._settings, spec.key)
+        await asyncio.to_thread(self._prepare_folders, spec, folder)
+        handle = JobHandle(scheduler=self.name, id=name, data={"folder": str(folder)})
+        existing = await self._api().inspect(name)
+        if existing is not None:
+            self._check_owner(existing, spec, name)
+        elif spec.resources.gpus:
+            # The GPU waiter creates and starts the container once the ledger grants GPUs.
+            await asyncio.to_thread(self._gpus.start, spec, folder)
+            return handle
+        else:
+            existing = await self._create(spec, request)
+        handle.data["id"] = existing.get("Id")
+        if _state(existing) in ("created", "configured"):
+            await self._api().request("POST", f"/containers/{name}/start", allow=(304,))
+        return handle
+
+    async def status(self, handle: JobHandle) -> SchedulerState:
+        folder = self._folder(handle)
+        info = await self._api().inspect(handle.id)
+        cancelled = await asyncio.to_thread((folder / _CANCELLED).exists)
+        if info is None:
+            waiting = await asyncio.to_thread(self._gpus.waiting, folder)
+            if waiting is not None:
+                return SchedulerState(status=JobStatus.queued, message=waiting)
+            if cancelled:
+                return SchedulerState(status=JobStatus.cancelled, message="cancelled")
+            reason = await asyncio.to_thread(self._gpus.failure, folder)
+            return SchedulerState(
+                status=JobStatus.lost,
+                message=reason
+                or f"container {handle.id} no longer exists (removed outside j2c, or the "
+                "engine's storage was reset)",
+            )
+        return _container_state(info, cancelled=cancelled)
+
+    async def follow_logs(
+        self, handle: JobHandle, cursor: str | None = None
+    ) -> AsyncIterator[LogLine]:
+        position = LogCursor.parse(cursor)
+        folder = self._folder(handle)
+        while True:
+            info = await self._api().inspect(handle.id)
+            if info is None:
+                if await asyncio.to_thread(self._gpus.waiting, folder) is None:
+                    return
+                await asyncio.sleep(self._cfg.poll_interval_s)
+                continue
+            state = _state(info)
+            if state in ("created", "configured"):
+                await asyncio.sleep(self._cfg.poll_interval_s)
+                continue
+            finished = state in ("exited", "stopped", "dead")
+            reader = LogReader(position)
+            received = False
+            async for line in self._read_log(handle.id, reader, follow=not finished):
+                received = True
+                yield line
+            position = reader.cursor
+            if finished:
+                for line in reader.finish():
+                    yield line
+                return
+            if not received:
+                await asyncio.sleep(self._cfg.poll_interval_s)
+
+    async def cancel(self, handle: JobHandle) -> None:
+        folder = self._folder(handle)
+        await asyncio.to_thread(_mark_cancelled, folder)
+        await asyncio.to_thread(self._gpus.cancel, folder)
+        info = await self._api().inspect(handle.id)
+        if info is None:
+            return
+        state = _state(info)
+        if state in ("created", "configured"):
+            await self._api().request(
+                "DELETE", f"/containers/{handle.id}", params={"force": "1"}, allow=(404,)
+            )
+        elif state not in ("exited", "stopped", "dead"):
+            grace = self._cfg.cancel_grace_s
+            # The engine sends SIGTERM and SIGKILL after t seconds; it answers once it stopped.
+            await self._api().request(
+                "POST",
+                f"/containers/{handle.id}/stop",
+                params={"t": str(int(grace))},
+                allow=(304, 404),
+                timeout=httpx.Timeout(grace + 60.0, connect=10.0),
+            )
+
+    async def results(self, handle: JobHandle) -> JobResults:
+        folder = self._folder(handle)
+        info = await self._api().inspect(handle.id)
+        code = (info or {}).get("State", {}).get("ExitCode") if info else None
+        if info is not None and _state(info) not in ("exited", "stopped", "dead"):
+            code = None
+        return await asyncio.to_thread(_collect_results, folder / "outputs", code)
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            await self._engine.aclose()
+            self._engine = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _folder(self, handle: JobHandle) -> Path:
+        if handle.scheduler != self.name:
+            raise InvalidInput(f"not a container job: {handle.scheduler!r}", field="handle")
+        if not handle.id.startswith("j2c-") or not handle.id[4:].isalnum():
+            raise InvalidInput(f"not a container job name: {handle.id!r}", field="handle")
+        folder = handle.data.get("folder")
+        return Path(folder) if isinstance(folder, str) else runs_root(self._settings) / handle.id
+
+    def _prepare_folders(self, spec: JobSpec, folder: Path) -> None:
+        """The job's HOME and outputs (and its store upload folder), writable by its uid."""
+        uid, gid = parse_user(self._cfg.user)
+        folders = [folder / "home", folder / "outputs"]
+        upload = output_upload_dir(spec, self._settings)
+        if upload is not None:
+            folders.append(upload)
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in folders:
+            path.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                os.chown(path, uid, gid)
+            elif os.geteuid() != uid:
+                # A rootless engine maps the job's uid to one of ours we cannot chown to.
+                path.chmod(0o777)
+
+    async def _create(self, spec: JobSpec, request: dict[str, Any]) -> dict[str, Any]:
+        name = request["name"]
+        response = await self._api().request(
+            "POST",
+            "/containers/create",
+            params={"name": name},
+            json=request["body"],
+            allow=(404, 409),
+        )
+        if response.status_code == 404:
+            image = request["body"]["Image"]
+            raise InvalidInput(
+                f"image: the container engine has no image {image!r}",
+                field="image",
+                hint="build or pull it on this machine (podman images lists what it has)",
+            )
+        info = await self._api().inspect(name)
+        if info is None:
+            raise SchedulerError(f"container {name} vanished right after it was created")
+        if response.status_code == 409:
+            self._check_owner(info, spec, name)
+        return info
+
+    @staticmethod
+    def _check_owner(info: dict[str, Any], spec: JobSpec, name: str) -> None:
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        if labels.get(LABEL_KEY) != spec.key:
+            raise Conflict(
+                f"a container named {name} already exists and was not created for this request",
+                field="key",
+                hint=f"remove it (podman rm {name}), or submit with a different request",
+            )
+
+    async def _read_log(
+        self, name: str, reader: LogReader, *, follow: bool
+    ) -> AsyncIterator[LogLine]:
+        params = {
+            "stdout": "1",
+            "stderr": "1",
+            "timestamps": "1",
+            "follow": "1" if follow else "0",
+            "since": reader.cursor.since(),
+        }
+        timeout = httpx.Timeout(30.0, connect=10.0, read=FOLLOW_IDLE_S if follow else 60.0)
+        try:
+            async with self._api().stream(
+                f"/containers/{name}/logs", params=params, timeout=timeout
+            ) as response:
+                if response.status_code == 404:
+                    return
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise SchedulerError(
+                        f"reading the logs of {name} failed ({response.status_code}): "
+                        f"{response.text[:500]}"
+                    )
+                async for chunk in response.aiter_bytes():
+                    for line in reader.feed(chunk):
+                        yield line
+        except httpx.ConnectError:
+            raise
+        except httpx.TransportError:
+            return  # dropped mid-stream: the caller re-opens from the cursor
+
+
+def _state(info: dict[str, Any]) -> str:
+    return str((info.get("State") or {}).get("Status") or "").lower()
+
+
+def _container_state(info: dict[str, Any], *, cancelled: bool) -> SchedulerState:
+    state = info.get("State") or {}
+    status = _state(info)
+    if status in ("created", "configured"):
+        return SchedulerState(status=JobStatus.submitted, message="starting")
+    if status not in ("exited", "stopped", "dead"):
+        if cancelled:
+            return SchedulerState(status=JobStatus.cancelling, message="stopping the container")
+        return SchedulerState(status=JobStatus.running)
+    code = state.get("ExitCode")
+    if cancelled:
+        return SchedulerState(status=JobStatus.cancelled, message="cancelled", exit_code=code)
+    if code == 0:
+        return SchedulerState(status=JobStatus.succeeded, exit_code=0)
+    message = f"exit code {code}"
+    if state.get("OOMKilled"):
+        message = f"out of memory (the container's memory limit): {message}"
+    elif state.get("Error"):
+        message = f"{state['Error']}: {message}"
+    return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
+
+
+def _mark_cancelled(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / _CANCELLED).touch()
+
+
+def _collect_results(outputs: Path, code: int | None) -> JobResults:
+    files = (
+        sorted(path for path in outputs.rglob("*") if path.is_file()) if outputs.is_dir() else []
+    )
+    artifacts = [
+        Artifact(name=p.relative_to(outputs).as_posix(), size=p.stat().st_size, url=p.as_uri())
+        for p in files[:_MAX_ARTIFACTS]
+    ]
+    notebooks = [p for p in files if p.parent == outputs and p.suffix == ".ipynb"]
+    notebook = max(notebooks, key=lambda p: p.stat().st_mtime, default=None)
+    return JobResults(
+        exit_code=code,
+        artifacts=artifacts,
+        executed_notebook=notebook.as_uri() if notebook else None,
+        output_uri=outputs.as_uri(),
+    )
+
+
+def render_dry_run(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
+    """What ``--dry-run`` prints: the create request, its name and path."""
+    request = render_create(spec, settings)
+    return {
+        "method": "POST",
+        "path": f"/{settings.scheduler.container.api_version}/containers/create"
+        f"?name={request['name']}",
+        "body": request["body"],
+    }

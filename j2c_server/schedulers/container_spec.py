@@ -1,0 +1,209 @@
+"""The Docker Engine ``POST /containers/create`` request for one :class:`JobSpec` (pure: no I/O).
+
+``render_create`` is what the container backend sends and what ``j2c submit --scheduler
+container --dry-run`` prints. The container's name derives from the request's idempotency key
+(the key itself is a label), so a retried create finds its own container.
+
+What the job sees:
+
+- the ``file://`` store bind-mounted read-only at its own path, and the store folder its outputs
+  are uploaded to (``--output-uri``) mounted writable on top;
+- ``HOME`` (``/j2c/home``) and ``$J2C_OUTPUT_DIR`` (``/j2c/outputs``): writable per-job folders
+  of the host (``<runs dir>/<name>/``), so tools that write under HOME work as any uid;
+- the configured uid:gid, CPU and memory limits, GPUs as CDI devices or device requests;
+- S3 locations through the ``J2C_STORAGE__*`` env only: credentials are refused in the env and
+  come from a read-only ``credentials_dir`` mount instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from ..config import J2CSettings
+from ..errors import ConfigError, InvalidInput
+from .base import JobSpec
+from .container_settings import ContainerSettings
+from .kube_spec import CREDENTIAL_ENV
+
+LABEL_MANAGED_BY = "j2c.io/managed-by"
+LABEL_KEY = "j2c.io/key"
+LABEL_JOB_ID = "j2c.io/job-id"
+LABEL_NAME = "j2c.io/name"
+HOME = "/j2c/home"
+OUTPUTS = "/j2c/outputs"
+RUNS_DIR = "containers"
+
+_SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(i?)B?$", re.IGNORECASE)
+_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+
+
+def container_name(key: str) -> str:
+    return "j2c-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def runs_root(settings: J2CSettings) -> Path:
+    configured = settings.scheduler.container.runs_dir
+    root = Path(configured).expanduser() if configured else settings.data_path() / RUNS_DIR
+    return root.absolute()
+
+
+def size_bytes(text: str) -> int | None:
+    """'16Gi', '8G', '8g', '512MB', '1024' → bytes (G and Gi both binary, as engines read
+    them); None when it is not a size."""
+    match = _SIZE_RE.match(text.strip())
+    if match is None:
+        return None
+    number, unit, _ = match.groups()
+    return int(float(number) * 1024 ** _POWERS[unit.upper()])
+
+
+def parse_user(user: str) -> tuple[int, int]:
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)
+
+
+def file_store_root(settings: J2CSettings) -> Path | None:
+    return _file_path(settings.storage_url())
+
+
+def _file_path(uri: str) -> Path | None:
+    parts = urlsplit(uri)
+    return Path(unquote(parts.path)) if parts.scheme == "file" else None
+
+
+def output_upload_dir(spec: JobSpec, settings: J2CSettings) -> Path | None:
+    """The store folder ``--output-uri`` names, when it is in the ``file://`` store."""
+    command = spec.command[: spec.command.index("--")] if "--" in spec.command else spec.command
+    if "--output-uri" not in command[:-1]:
+        return None
+    target = _file_path(command[command.index("--output-uri") + 1])
+    root = file_store_root(settings)
+    if target is None or root is None or not target.is_relative_to(root):
+        return None
+    return target
+
+
+def _image(spec: JobSpec, settings: J2CSettings) -> str:
+    image = spec.image or settings.lab_image()
+    if not image:
+        raise InvalidInput(
+            "image: no container image given and no default is configured",
+            field="image",
+            hint="pass an image, set default_image, or run in a lab with JUPYTER_IMAGE set",
+        )
+    return image
+
+
+def _env(spec: JobSpec, cfg: ContainerSettings) -> list[str]:
+    env = {**cfg.env, **spec.env}
+    leaked = sorted(CREDENTIAL_ENV.intersection(env))
+    if leaked:
+        raise InvalidInput(
+            f"env.{leaked[0]}: storage credentials cannot be passed in a container's env",
+            field=f"env.{leaked[0]}",
+            hint="put them in the folder named by scheduler.container.credentials_dir",
+        )
+    env.update(
+        HOME=HOME,
+        J2C_OUTPUT_DIR=OUTPUTS,
+        J2C_JOB_ID=spec.job_id,
+        PYTHONUNBUFFERED="1",
+    )
+    return [f"{name}={value}" for name, value in sorted(env.items())]
+
+
+def _resources(spec: JobSpec, cfg: ContainerSettings, gpus: list[str]) -> dict[str, Any]:
+    host: dict[str, Any] = {}
+    if spec.resources.cpus is not None:
+        host["NanoCpus"] = int(spec.resources.cpus * 1e9)
+    if spec.resources.memory is not None:
+        memory = size_bytes(spec.resources.memory)
+        if memory is None:
+            raise InvalidInput(
+                f"resources.memory: {spec.resources.memory!r} is not a memory size "
+                "(e.g. '16Gi', '8G', '512Mi')",
+                field="resources.memory",
+            )
+        host["Memory"] = memory
+    if cfg.shm_size:
+        shm = size_bytes(cfg.shm_size)
+        if shm is None:
+            raise ConfigError(
+                f"scheduler.container.shm_size: {cfg.shm_size!r} is not a size (e.g. '8G')",
+                field="scheduler.container.shm_size",
+            )
+        host["ShmSize"] = shm
+    if gpus and cfg.gpu_mode == "cdi":
+        host["Devices"] = [
+            {"PathOnHost": f"{cfg.cdi_kind}={gpu}", "PathInContainer": "", "CgroupPermissions": ""}
+            for gpu in gpus
+        ]
+    elif gpus:
+        host["DeviceRequests"] = [
+            {"Driver": "nvidia", "DeviceIDs": list(gpus), "Capabilities": [["gpu"]]}
+        ]
+    return host
+
+
+def job_folder(settings: J2CSettings, spec_key: str) -> Path:
+    return runs_root(settings) / container_name(spec_key)
+
+
+def _binds(spec: JobSpec, settings: J2CSettings) -> list[str]:
+    folder = job_folder(settings, spec.key)
+    binds = [f"{folder / 'home'}:{HOME}:rw", f"{folder / 'outputs'}:{OUTPUTS}:rw"]
+    store = file_store_root(settings)
+    if store is not None:
+        binds.append(f"{store}:{store}:ro")
+        upload = output_upload_dir(spec, settings)
+        if upload is not None:
+            binds.append(f"{upload}:{upload}:rw")  # on top of the read-only store
+    credentials = settings.scheduler.container.credentials_dir
+    if credentials:
+        binds.append(f"{Path(credentials).expanduser().absolute()}:{HOME}/.aws:ro")
+    return binds
+
+
+def render_create(
+    spec: JobSpec, settings: J2CSettings, *, gpu_devices: list[str] | None = None
+) -> dict[str, Any]:
+    """``{"name": ..., "body": ...}`` of ``POST /containers/create?name=...``. ``gpu_devices``
+    are the GPUs the ledger granted (the dry run shows the first ones)."""
+    cfg = settings.scheduler.container
+    if not spec.command:
+        raise InvalidInput("the job has no command to run", field="command")
+    gpus = gpu_devices
+    if gpus is None:
+        gpus = [str(index) for index in range(spec.resources.gpus)]
+    host: dict[str, Any] = {
+        "Binds": _binds(spec, settings),
+        "Init": True,  # a real PID 1 forwards SIGTERM and reaps what the job leaves behind
+        **_resources(spec, cfg, gpus),
+    }
+    if cfg.network:
+        host["NetworkMode"] = cfg.network
+    body: dict[str, Any] = {
+        "Image": _image(spec, settings),
+        # The whole command replaces the image's entrypoint, as a Kubernetes `command` does.
+        "Entrypoint": spec.command[:1],
+        "Cmd": spec.command[1:],
+        "Env": _env(spec, cfg),
+        "User": cfg.user,
+        "WorkingDir": HOME,
+        "Tty": False,
+        "OpenStdin": False,
+        "StopSignal": "SIGTERM",
+        "StopTimeout": int(cfg.cancel_grace_s),
+        "Labels": {
+            LABEL_MANAGED_BY: "j2c",
+            LABEL_KEY: spec.key,
+            LABEL_JOB_ID: spec.job_id,
+            LABEL_NAME: spec.name,
+        },
+        "HostConfig": host,
+    }
+    return {"name": container_name(spec.key), "body": body}

@@ -1,0 +1,305 @@
+"""The container scheduler against a real podman (Docker Engine API on a unix socket), running
+the platform image that ``scripts/platform-image.sh`` builds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from j2c_server.errors import Conflict, InvalidInput
+from j2c_server.models import JobHandle, JobStatus, Resources
+from j2c_server.schedulers import make_scheduler
+from j2c_server.schedulers.base import JobSpec, LogLine
+from j2c_server.schedulers.container import ContainerScheduler, render_dry_run
+from j2c_server.schedulers.container_api import LogCursor, LogReader
+from tests.support.podman import Podman
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def spec_for(podman: Podman, script: str, *, key: str | None = None, **extra: Any) -> JobSpec:
+    job_id = f"t{time.monotonic_ns()}"
+    return JobSpec(
+        key=key or f"key-{job_id}",
+        job_id=job_id,
+        name="test",
+        image=podman.image,
+        command=["sh", "-c", script],
+        **extra,
+    )
+
+
+async def _engine(podman: Podman, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    transport = httpx.AsyncHTTPTransport(uds=podman.socket)
+    async with httpx.AsyncClient(transport=transport, base_url="http://engine") as client:
+        return await client.request(method, "/v1.41" + path, **kwargs)
+
+
+async def _lines(
+    scheduler: ContainerScheduler, handle: JobHandle, cursor: str | None = None
+) -> list[LogLine]:
+    return [line async for line in scheduler.follow_logs(handle, cursor)]
+
+
+async def _wait_status(
+    scheduler: ContainerScheduler, handle: JobHandle, wanted: set[JobStatus], timeout: float = 60
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = await scheduler.status(handle)
+        if state.status in wanted or time.monotonic() > deadline:
+            return state
+        await asyncio.sleep(0.2)
+
+
+@pytest.fixture
+def scheduler(podman: Podman, tmp_path: Path) -> ContainerScheduler:
+    return ContainerScheduler(podman.settings(tmp_path / "data", cancel_grace_s=2))
+
+
+def test_every_line_arrives_once_and_the_exit_code_is_mirrored(
+    podman: Podman, scheduler: ContainerScheduler
+) -> None:
+    script = "for i in $(seq 1 200); do echo line $i; done; echo oops >&2; exit 3"
+
+    async def go() -> None:
+        handle = await scheduler.submit(spec_for(podman, script))
+        lines = await _lines(scheduler, handle)
+        assert [line.text for line in lines if line.stream == "stdout"] == [
+            f"line {i}" for i in range(1, 201)
+        ]
+        assert [(line.text, line.stream) for line in lines if line.stream == "stderr"] == [
+            ("oops", "stderr")
+        ]
+        state = await scheduler.status(handle)
+        assert state.status == JobStatus.failed and state.exit_code == 3
+        assert (await scheduler.results(handle)).exit_code == 3
+        await scheduler.close()
+
+    run(go())
+
+
+def test_runs_as_a_non_root_uid_with_a_writable_home_and_outputs(
+    podman: Podman, scheduler: ContainerScheduler
+) -> None:
+    script = (
+        'id -u; id -g; echo "$HOME"; echo hi > "$HOME/.cfg" && echo home-ok; '
+        'echo out > "$J2C_OUTPUT_DIR/result.txt"'
+    )
+
+    async def go() -> None:
+        handle = await scheduler.submit(spec_for(podman, script))
+        texts = [line.text for line in await _lines(scheduler, handle)]
+        assert texts == ["1000", "1000", "/j2c/home", "home-ok"]
+        assert (await scheduler.status(handle)).status == JobStatus.succeeded
+        results = await scheduler.results(handle)
+        assert [a.name for a in results.artifacts] == ["result.txt"]
+        await scheduler.close()
+
+    run(go())
+
+
+def test_a_retried_submit_adopts_the_container_and_another_request_is_refused(
+    podman: Podman, scheduler: ContainerScheduler
+) -> None:
+    spec = spec_for(podman, "echo once; sleep 2")
+
+    async def go() -> None:
+        first = await scheduler.submit(spec)
+        second = await scheduler.submit(spec)
+        assert second.id == first.id and second.data["id"] == first.data["id"]
+        listed = await _engine(
+            podman,
+            "GET",
+            "/containers/json",
+            params={"all": "1", "filters": json.dumps({"label": [f"j2c.io/key={spec.key}"]})},
+        )
+        assert len(listed.json()) == 1
+        assert [line.text for line in await _lines(scheduler, first)] == ["once"]
+        # A container of that name made for another key is not adopted.
+        other = await _engine(
+            podman,
+            "POST",
+            "/containers/create",
+            params={"name": "j2c-" + "0" * 20},
+            json={"Image": podman.image, "Cmd": ["true"], "Labels": {"j2c.io/key": "someone"}},
+        )
+        assert other.status_code == 201
+        try:
+            clash = spec.model_copy(update={"key": "x"})
+            from j2c_server.schedulers import container_spec
+
+            original = container_spec.container_name
+            container_spec.container_name = lambda key: "j2c-" + "0" * 20  # type: ignore[assignment]
+            try:
+                with pytest.raises(Conflict):
+                    await scheduler.submit(clash)
+            finally:
+                container_spec.container_name = original
+        finally:
+            await _engine(podman, "DELETE", "/containers/j2c-" + "0" * 20, params={"force": "1"})
+        await scheduler.close()
+
+    run(go())
+
+
+def test_a_restarted_scheduler_reattaches_and_resumes_from_the_cursor(
+    podman: Podman, tmp_path: Path
+) -> None:
+    settings = podman.settings(tmp_path / "data")
+    # Lines over several seconds, several per second: the cursor must count within a second.
+    script = "for i in $(seq 1 30); do echo line $i; sleep 0.1; done"
+
+    async def go() -> None:
+        first = ContainerScheduler(settings)
+        handle = await first.submit(spec_for(podman, script))
+        seen: list[LogLine] = []
+        async for line in first.follow_logs(handle):
+            seen.append(line)
+            if len(seen) == 12:
+                break
+        await first.close()
+        second = make_scheduler("container", settings)
+        rest = await _lines(
+            second, JobHandle.model_validate_json(handle.model_dump_json()), seen[-1].cursor
+        )  # type: ignore[arg-type]
+        assert [line.text for line in seen + rest] == [f"line {i}" for i in range(1, 31)]
+        # Reading again from the middle gives the same tail.
+        again = await _lines(second, handle, seen[5].cursor)  # type: ignore[arg-type]
+        assert [line.text for line in again] == [f"line {i}" for i in range(7, 31)]
+        assert (await second.status(handle)).status == JobStatus.succeeded
+        await second.close()
+
+    run(go())
+
+
+def test_cancel_sends_sigterm_then_sigkill_after_the_grace(
+    podman: Podman, scheduler: ContainerScheduler
+) -> None:
+    polite = "trap 'echo got TERM; exit 143' TERM; echo started; while true; do sleep 0.1; done"
+    stubborn = "trap 'echo ignoring TERM' TERM; echo started; while true; do sleep 0.1; done"
+
+    async def go() -> None:
+        for script, wanted in ((polite, "got TERM"), (stubborn, "ignoring TERM")):
+            handle = await scheduler.submit(spec_for(podman, script))
+            async for line in scheduler.follow_logs(handle):
+                assert line.text == "started"
+                break
+            began = time.monotonic()
+            await scheduler.cancel(handle)
+            took = time.monotonic() - began
+            state = await _wait_status(scheduler, handle, {JobStatus.cancelled})
+            assert state.status == JobStatus.cancelled
+            texts = [line.text for line in await _lines(scheduler, handle)]
+            assert wanted in texts
+            if script is stubborn:
+                assert 1.5 < took < 15  # killed after the 2 s grace
+            else:
+                assert took < 2
+        await scheduler.close()
+
+    run(go())
+
+
+def test_a_container_removed_behind_its_back_is_lost_with_a_reason(
+    podman: Podman, scheduler: ContainerScheduler
+) -> None:
+    async def go() -> None:
+        handle = await scheduler.submit(spec_for(podman, "sleep 60"))
+        await _wait_status(scheduler, handle, {JobStatus.running})
+        removed = await _engine(podman, "DELETE", f"/containers/{handle.id}", params={"force": "1"})
+        assert removed.status_code in (200, 204)
+        state = await scheduler.status(handle)
+        assert state.status == JobStatus.lost
+        assert handle.id in (state.message or "") and "no longer exists" in (state.message or "")
+        assert await _lines(scheduler, handle) == []
+        await scheduler.close()
+
+    run(go())
+
+
+def test_an_image_the_engine_lacks_is_an_error_naming_image(
+    podman: Podman, scheduler: ContainerScheduler
+) -> None:
+    spec = spec_for(podman, "true").model_copy(update={"image": "localhost/no-such-image:1"})
+    with pytest.raises(InvalidInput) as info:
+        run(scheduler.submit(spec))
+    assert info.value.field == "image"
+
+
+def test_the_dry_run_shows_limits_gpus_user_and_mounts(podman: Podman, tmp_path: Path) -> None:
+    settings = podman.settings(tmp_path / "data", user="1234:1234")
+    store = tmp_path / "data" / "store"
+    spec = JobSpec(
+        key="k",
+        job_id="j",
+        name="n",
+        image="img:1",
+        command=[
+            "j2c-unpack",
+            f"{store.as_uri()}/m.json",
+            "--output-uri",
+            f"{store.as_uri()}/jobs/j/outputs",
+            "--",
+        ],
+        env={"J2C_STORAGE__REGION": "r"},
+        resources=Resources(cpus=1.5, memory="2Gi", gpus=2),
+    )
+    request = render_dry_run(spec, settings)
+    body = request["body"]
+    host = body["HostConfig"]
+    assert request["path"].endswith(
+        "/containers/create?name=" + "j2c-" + request["path"].split("j2c-")[1]
+    )
+    assert body["Entrypoint"] == ["j2c-unpack"] and body["User"] == "1234:1234"
+    assert host["NanoCpus"] == 1_500_000_000 and host["Memory"] == 2 * 1024**3
+    assert [d["PathOnHost"] for d in host["Devices"]] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert f"{store}:{store}:ro" in host["Binds"]
+    assert f"{store}/jobs/j/outputs:{store}/jobs/j/outputs:rw" in host["Binds"]
+    assert "J2C_STORAGE__REGION=r" in body["Env"] and "HOME=/j2c/home" in body["Env"]
+    leaky = spec.model_copy(update={"env": {"AWS_SECRET_ACCESS_KEY": "s"}})
+    with pytest.raises(InvalidInput) as info:
+        render_dry_run(leaky, settings)
+    assert info.value.field == "env.AWS_SECRET_ACCESS_KEY"
+    requests = podman.settings(tmp_path / "data", gpu_mode="device_requests")
+    assert render_dry_run(spec, requests)["body"]["HostConfig"]["DeviceRequests"][0][
+        "DeviceIDs"
+    ] == ["0", "1"]
+
+
+def test_the_log_reader_skips_what_the_cursor_covers_and_joins_split_entries() -> None:
+    def frame(stream: int, text: str) -> bytes:
+        data = text.encode()
+        return bytes([stream, 0, 0, 0]) + len(data).to_bytes(4, "big") + data
+
+    chunk = (
+        frame(1, "2026-01-01T00:00:00Z a\n")
+        + frame(1, "2026-01-01T00:00:00Z b\n")
+        + frame(2, "2026-01-01T00:00:01.5+00:00 c\n")
+        + frame(1, "2026-01-01T00:00:01.5Z long ")
+        + frame(1, "2026-01-01T00:00:02Z line\n")
+    )
+    everything = LogReader(LogCursor()).feed(chunk)
+    assert [(line.text, line.stream) for line in everything] == [
+        ("a", "stdout"),
+        ("b", "stdout"),
+        ("c", "stderr"),
+        ("long line", "stdout"),
+    ]
+    after_a = LogReader(LogCursor.parse(everything[0].cursor))
+    # Fed byte by byte: frames split anywhere still parse.
+    resumed = [line for byte in chunk for line in after_a.feed(bytes([byte]))]
+    assert [line.text for line in resumed] == ["b", "c", "long line"]
+    with pytest.raises(InvalidInput):
+        LogCursor.parse("12")

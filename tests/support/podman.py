@@ -1,0 +1,71 @@
+"""A real container engine for the container scheduler's tests: podman's Docker Engine API.
+
+Uses the service that ``scripts/platform-image.sh`` started when its exports are in the
+environment (``scripts/test.sh`` does that); otherwise runs the script once per session (it
+builds the platform image, or reuses it, and starts the service) and stops the service at the end.
+The tests are skipped, with the script's reason, only when podman cannot be installed here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from j2c_server.config import J2CSettings, load_settings
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "platform-image.sh"
+
+
+@dataclass(frozen=True)
+class Podman:
+    socket: str
+    image: str
+
+    def settings(self, data_dir: Path, **container: Any) -> J2CSettings:
+        store = data_dir / "store"
+        return load_settings(
+            environ={},
+            overrides={
+                "data_dir": str(data_dir),
+                "storage": {"url": store.as_uri()},
+                "scheduler": {"container": {"socket": self.socket, **container}},
+            },
+        )
+
+
+def _parse_exports(text: str) -> dict[str, str]:
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            name, _, value = line[len("export ") :].partition("=")
+            values[name] = value
+    return values
+
+
+@pytest.fixture(scope="session")
+def podman() -> Iterator[Podman]:
+    started_by_ci = Path(os.environ.get("J2C_PODMAN_DIR", "/nonexistent")) / "env"
+    if started_by_ci.is_file():
+        values = _parse_exports(started_by_ci.read_text())
+        os.environ["CONTAINERS_CONF"] = values["CONTAINERS_CONF"]
+        yield Podman(values["J2C_SCHEDULER__CONTAINER__SOCKET"], values["PLATFORM_IMAGE"])
+        return
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"j2c-podman-tests-{os.getpid()}"
+    started = subprocess.run(
+        ["bash", str(SCRIPT), str(folder)], capture_output=True, text=True, timeout=900
+    )
+    if started.returncode == 2:
+        pytest.skip(f"no podman here: {started.stderr.strip().splitlines()[-1]}")
+    assert started.returncode == 0, started.stderr[-3000:]
+    values = _parse_exports(started.stdout)
+    os.environ["CONTAINERS_CONF"] = values["CONTAINERS_CONF"]
+    try:
+        yield Podman(values["J2C_SCHEDULER__CONTAINER__SOCKET"], values["PLATFORM_IMAGE"])
+    finally:
+        subprocess.run(["bash", str(SCRIPT), str(folder), "--stop"], check=False)
