@@ -1,7 +1,7 @@
 """A real container engine for the container scheduler's tests: podman's Docker Engine API.
 
-Uses the service that ``scripts/platform-image.sh`` started when its exports are in the
-environment (``scripts/test.sh`` does that); otherwise runs the script once per session (it
+Uses the service that ``scripts/platform-image.sh`` started when ``$J2C_PODMAN_DIR/env`` holds
+its exports (``scripts/test.sh`` does that); otherwise runs the script once per session (it
 builds the platform image, or reuses it, and starts the service) and stops the service at the end.
 The tests are skipped, with the script's reason, only when podman cannot be installed here.
 """
