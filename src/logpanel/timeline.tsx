@@ -266,8 +266,12 @@ export function LogHeader(props: IHeaderProps): JSX.Element {
         ) : null}
         <span className="j2c-LogHeader-message">{progress.message}</span>
         {connection ? (
-          <span className="j2c-LogHeader-connection" role="status">
-            {connection}
+          <span className="j2c-LogHeader-connection">
+            {/* The countdown changes each second: announce the state, not every second. */}
+            <span aria-hidden="true">{connection}</span>
+            <span className="j2c-u-screenReader" role="status">
+              {connectionText(props.stream, 0, 0, trans)}
+            </span>
           </span>
         ) : null}
         {props.stream === 'reconnecting' && props.retryInMs > 0 ? (
