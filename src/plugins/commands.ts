@@ -32,8 +32,6 @@ import { SIDEBAR_ID } from '../sidebar/widget';
 import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
 import { isRunnable, saveBeforeSending } from './documents';
 
-/** Seconds within which an answered job counts as new (else the request attached to it). */
-const NEW_JOB_WINDOW_S = 30;
 /** Changed paths named in the notification; the rest are counted in the server's message. */
 const CHANGES_SHOWN = 3;
 
@@ -111,7 +109,6 @@ export const commandsPlugin: JupyterFrontEndPlugin<void> = {
       ) {
         return;
       }
-      const sentAt = Date.now() / 1000;
       const record = await form.submit();
       if (!record) {
         app.shell.activateById(SIDEBAR_ID);
@@ -120,16 +117,6 @@ export const commandsPlugin: JupyterFrontEndPlugin<void> = {
       const decided = decisionText(record, trans);
       if (decided !== null) {
         Notification.info(decided, { autoClose: 8000 });
-      } else if (record.created_at < sentAt - NEW_JOB_WINDOW_S) {
-        // A server that does not explain its decision: guess from the record's age.
-        Notification.info(
-          trans.__(
-            'An identical job exists (%1, %2): showing it. Use "Run again" in the jobs list for a new run.',
-            record.id,
-            record.status
-          ),
-          { autoClose: 8000 }
-        );
       }
       if (form.values.noWait) {
         Notification.info(
