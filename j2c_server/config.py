@@ -73,6 +73,11 @@ class LocalSchedulerSettings(_Section):
         description="More variables of the server's environment that jobs inherit: names, "
         "or prefixes ending in '*'.",
     )
+    gpu_ledger: str = Field(
+        "/tmp/j2c-gpus",  # = schedulers.local_gpus.DEFAULT_LEDGER_DIR
+        description="Folder of the machine-wide GPU ledger, shared by every user's servers: "
+        "root-owned with mode 1777 (sticky), or the user's own.",
+    )
 
 
 class SlurmSettings(_Section):
@@ -114,6 +119,12 @@ class KubernetesSettings(_Section):
 
 class SchedulerSettings(_Section):
     default: str = "local"
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="Credential-like variables (tokens, keys, passwords) a request's env may "
+        "name, on every backend: the job gets the submitting server's value, never the "
+        "request's; nothing else of the kind is accepted.",
+    )
     local: LocalSchedulerSettings = Field(default_factory=LocalSchedulerSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
