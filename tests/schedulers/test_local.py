@@ -87,6 +87,8 @@ def make_scheduler_with(data_dir: Path, ledger: Path) -> MakeScheduler:
     def make(**local: Any) -> LocalScheduler:
         local.setdefault("cancel_grace_s", 2.0)
         local.setdefault("gpu_ledger", str(ledger))
+        # Supervisors import j2c_server: this checkout's, not whatever else is installed.
+        local.setdefault("pass_env", ["PYTHONPATH"])
         settings = J2CSettings.model_validate(
             {"data_dir": str(data_dir), "scheduler": {"local": local}}
         )
