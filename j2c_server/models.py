@@ -135,8 +135,7 @@ class JobRequest(_Strict):
     env: dict[str, Annotated[str, _capped(MAX_ENV_VALUE_BYTES, "a value")]] = Field(
         default_factory=dict,
         max_length=MAX_ENV_ENTRIES,
-        description="Extra environment variables (credential-like names only where the "
-        "operator's scheduler.pass_env lists them, sent empty).",
+        description="Extra environment variables.",
     )
     image: str | None = Field(None, description="Container image; default: the lab's image.")
     resources: Resources = Field(default_factory=Resources)
