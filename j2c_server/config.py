@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
 from .models import ImageChoice
@@ -128,6 +128,15 @@ class SchedulerSettings(_Section):
     local: LocalSchedulerSettings = Field(default_factory=LocalSchedulerSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+
+    @field_validator("pass_env")
+    @classmethod
+    def _pass_env_names(cls, value: list[str]) -> list[str]:
+        # Exact names only: an allow-list of credentials takes no patterns.
+        for name in value:
+            if not (name.isascii() and name.isidentifier()):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
 
 
 class J2CSettings(_Section):
