@@ -7,11 +7,13 @@ Real supervisors, real files and flocks; the second user is a real one (``nobody
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -135,6 +137,55 @@ async def test_a_killed_supervisors_gpu_goes_to_the_next_user(
     os.killpg(record["child"]["pid"], signal.SIGKILL)
     successor = await bob.submit(gpu_job("next", gates / "next"))
     assert await first_line(bob, successor) == "0"
+
+
+_RACER = """
+import importlib.util, os, sys, time
+spec = importlib.util.spec_from_file_location("lg", sys.argv[1])
+lg = importlib.util.module_from_spec(spec)
+sys.modules["lg"] = lg
+spec.loader.exec_module(lg)
+ledger = lg.GpuLedger(__import__("pathlib").Path(sys.argv[2]))
+while not os.path.exists(sys.argv[4]):
+    pass  # all start together
+for _ in range(ROUNDS):
+    while True:
+        grant = ledger.try_acquire(sys.argv[3], 1, ["0", "1"])
+        if grant.devices:
+            break
+    start = time.monotonic_ns()
+    time.sleep(0.002)
+    end = time.monotonic_ns()
+    ledger.release()
+    print(grant.devices[0], start, end, flush=True)
+"""
+_RACERS, _ROUNDS = 8, 10
+
+
+def test_racing_claimants_never_hold_one_gpu_at_once(ledger: Path, tmp_path: Path) -> None:
+    local_gpus.check_ledger_dir(ledger)
+    go = tmp_path / "go"
+    code = _RACER.replace("ROUNDS", str(_ROUNDS))
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, local_gpus.__file__, str(ledger), f"job-{n}", str(go)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(_RACERS)
+    ]
+    go.touch()
+    held: dict[str, list[tuple[int, int]]] = {"0": [], "1": []}
+    for racer in racers:
+        out, _ = racer.communicate(timeout=120)
+        for line in out.splitlines():
+            device, start, end = line.split()
+            held[device].append((int(start), int(end)))
+    assert sum(len(spans) for spans in held.values()) == _RACERS * _ROUNDS
+    for spans in held.values():
+        spans.sort()
+        assert all(before[1] <= after[0] for before, after in itertools.pairwise(spans))
+    assert claims(ledger) == [] and list(ledger.glob("wait-*")) == []
 
 
 # --------------------------------------------------------------------------- another real user
