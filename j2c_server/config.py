@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
 from .models import ImageChoice
@@ -83,6 +83,11 @@ class LocalSchedulerSettings(_Section):
         description="More variables of the server's environment that jobs inherit: names, "
         "or prefixes ending in '*'.",
     )
+    gpu_ledger: str = Field(
+        "/tmp/j2c-gpus",  # = schedulers.local_gpus.DEFAULT_LEDGER_DIR
+        description="Folder of the machine-wide GPU ledger, shared by every user's servers: "
+        "root-owned with mode 1777 (sticky), or the user's own.",
+    )
 
 
 class SlurmSettings(_Section):
@@ -124,10 +129,25 @@ class KubernetesSettings(_Section):
 
 class SchedulerSettings(_Section):
     default: str = "local"
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="Credential-like variables (tokens, keys, passwords) a request's env may "
+        "name, on every backend: the job gets the submitting server's value, never the "
+        "request's; nothing else of the kind is accepted.",
+    )
     local: LocalSchedulerSettings = Field(default_factory=LocalSchedulerSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     container: ContainerSettings = Field(default_factory=ContainerSettings)
+
+    @field_validator("pass_env")
+    @classmethod
+    def _pass_env_names(cls, value: list[str]) -> list[str]:
+        # Exact names only: an allow-list of credentials takes no patterns.
+        for name in value:
+            if not (name.isascii() and name.isidentifier()):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
 
 
 class J2CSettings(_Section):

@@ -13,15 +13,37 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 MANIFEST_FORMAT_VERSION = 1
 LAYER_MEDIA_TYPE = "application/vnd.j2c.layer.v1.tar+zstd"
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _MEMORY_RE = re.compile(r"^\d+(\.\d+)?([KMGT]i?|[kmgt])?[Bb]?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Caps on what a request puts on the job's command line and in its environment, well inside the
+# kernel's (128 KiB per string, ~2 MiB for argv and environment together).
+MAX_ENV_ENTRIES = 256
+MAX_ENV_NAME = 256
+MAX_ENV_VALUE_BYTES = 32 * 1024
+MAX_ENV_TOTAL_BYTES = 256 * 1024
+MAX_ARGS = 1024
+MAX_ARG_BYTES = 32 * 1024
+MAX_ARGS_TOTAL_BYTES = 256 * 1024
+
+
+def _capped(limit: int, what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if len(value.encode()) > limit:
+            raise ValueError(f"{what} is longer than {limit // 1024} KiB")
+        return value
+
+    return AfterValidator(check)
+
+
+def _total_bytes(parts: list[str]) -> int:
+    return sum(len(part.encode()) for part in parts)
 
 
 class _Strict(BaseModel):
@@ -105,8 +127,16 @@ class JobRequest(_Strict):
         "or '-m package.module'.",
     )
     venv_path: str | None = Field(None, description="Virtual environment to ship.")
-    args: list[str] = Field(default_factory=list, description="Arguments for the entry point.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    args: list[Annotated[str, _capped(MAX_ARG_BYTES, "an argument")]] = Field(
+        default_factory=list,
+        max_length=MAX_ARGS,
+        description="Arguments for the entry point.",
+    )
+    env: dict[str, Annotated[str, _capped(MAX_ENV_VALUE_BYTES, "a value")]] = Field(
+        default_factory=dict,
+        max_length=MAX_ENV_ENTRIES,
+        description="Extra environment variables.",
+    )
     image: str | None = Field(None, description="Container image; default: the lab's image.")
     resources: Resources = Field(default_factory=Resources)
     scheduler: str | None = Field(None, description="Scheduler backend; default from config.")
@@ -124,8 +154,27 @@ class JobRequest(_Strict):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
+            if len(key) > MAX_ENV_NAME:
+                raise ValueError(f"a variable name is longer than {MAX_ENV_NAME} characters")
             if not _ENV_NAME_RE.match(key):
                 raise ValueError(f"environment variable name {key!r} is not valid")
+        total = _total_bytes([*value, *value.values()])
+        if total > MAX_ENV_TOTAL_BYTES:
+            raise ValueError(
+                f"names and values add up to {total} bytes, more than "
+                f"{MAX_ENV_TOTAL_BYTES // 1024} KiB"
+            )
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _args_total(cls, value: list[str]) -> list[str]:
+        total = _total_bytes(value)
+        if total > MAX_ARGS_TOTAL_BYTES:
+            raise ValueError(
+                f"the arguments add up to {total} bytes, more than "
+                f"{MAX_ARGS_TOTAL_BYTES // 1024} KiB"
+            )
         return value
 
 

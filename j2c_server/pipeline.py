@@ -25,6 +25,7 @@ from typing import Any
 from .backends import Backends
 from .config import J2CSettings
 from .errors import ConfigError, PackError
+from .jobenv import job_env, mask_env
 from .journal import Journal, ProgressMeter
 from .models import (
     EventKind,
@@ -128,7 +129,11 @@ def job_spec(
         name=record.name,
         image=job_image(settings, record),
         command=[*unpack_command(record.scheduler), manifest_uri, *outputs, "--", *request.args],
-        env={**request.env, **store_location_env(settings, store), "J2C_JOB_ID": record.id},
+        env={
+            **job_env(request.env, settings.scheduler.pass_env),
+            **store_location_env(settings, store),
+            "J2C_JOB_ID": record.id,
+        },
         resources=request.resources,
     )
 
@@ -438,7 +443,12 @@ class Pipeline:
         job_manifest = await self._presigned_manifest(store, manifest) if presign else manifest_uri
         spec = job_spec(self.settings, record, job_manifest, store)
         state, text = _explain_configure(inputs, previous)
-        shown = spec.model_copy(update={"command": [redact_url(part) for part in spec.command]})
+        shown = spec.model_copy(
+            update={
+                "command": [redact_url(part) for part in spec.command],
+                "env": mask_env(spec.env, self.settings.scheduler.pass_env),
+            }
+        )
         await self._finished(
             Stage.configure,
             inputs,

@@ -1,12 +1,13 @@
 """The job registry: jobs, each job's ordered event log and watcher leases, in one SQLite file.
 
-One file (``<data dir>/registry.sqlite3``) is shared by every process that touches jobs on this
-machine: the Jupyter server, kernels running the magic, the CLI and detached watchers. WAL mode
-lets readers work while one writer writes; every write is one short ``BEGIN IMMEDIATE``
-transaction and ``busy_timeout`` makes a second writer wait for it instead of failing. An event's
-``seq`` is assigned inside the transaction that inserts it, so numbers never collide between
-processes. sqlite calls block, so the async API runs them on a small thread pool, one connection
-per thread: the server's event loop never waits on the disk.
+One file (``<data dir>/registry.sqlite3``, 0600 in a 0700 folder: see :mod:`j2c_server.private`)
+is shared by every process that touches jobs on this machine: the Jupyter server, kernels running
+the magic, the CLI and detached watchers. WAL mode lets readers work while one writer writes;
+every write is one short ``BEGIN IMMEDIATE`` transaction and ``busy_timeout`` makes a second
+writer wait for it instead of failing. An event's ``seq`` is assigned inside the transaction that
+inserts it, so numbers never collide between processes. sqlite calls block, so the async API runs
+them on a small thread pool, one connection per thread: the server's event loop never waits on
+the disk.
 
 The schema is versioned in one place: :data:`MIGRATIONS`, applied in order up to
 ``PRAGMA user_version``.
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 
 from .errors import ConfigError, Conflict, J2CError, NotFound
 from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
+from .private import private_dir, private_file, tighten_file
 
 T = TypeVar("T")
 
@@ -133,7 +135,13 @@ class Registry:
 
     def __init__(self, path: Path, *, threads: int = 2) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # The registry holds requests and every log line: the user's alone (0700 folder, 0600
+        # files). sqlite gives its -wal and -shm files the database file's mode, so creating
+        # that one 0600 first is enough; files from an older j2c are tightened here.
+        private_dir(path.parent)
+        private_file(path)
+        for suffix in ("-wal", "-shm", "-journal"):
+            tighten_file(f"{path}{suffix}")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()

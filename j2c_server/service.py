@@ -28,12 +28,14 @@ from .config import J2CSettings
 from .driver import LEASE_TTL_S, JobDriver, new_owner
 from .errors import Conflict, InvalidInput, J2CError
 from .eventbus import EventBus
+from .jobenv import check_request_env, mask_env
 from .journal import Journal
 from .models import Event, EventKind, JobRecord, JobRequest, JobStatus
 from .pack import PackPlan, make_manifest
 from .paths import resolve_request
 from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
 from .preflight_checks import check_store_for_submit, warn_store_at_preflight
+from .private import private_dir, private_opener
 from .registry import open_registry
 from .schedulers import BACKENDS
 from .sending import job_key, request_key
@@ -143,6 +145,7 @@ class JobService:
     # ------------------------------------------------------------------ jobs
 
     async def _resolve(self, request: JobRequest) -> JobRequest:
+        check_request_env(request.env, self.settings.scheduler.pass_env)
         resolved = await asyncio.to_thread(resolve_request, request, self.root_dir)
         scheduler = resolved.scheduler or self.settings.scheduler.default
         if scheduler not in BACKENDS:
@@ -207,6 +210,7 @@ class JobService:
         manifest = make_manifest(result, source_image=image, created_at=packed_at)
         store = self.backends.store()
         spec = job_spec(self.settings, record, store.uri(manifest_key(manifest.digest())), store)
+        spec = spec.model_copy(update={"env": mask_env(spec.env, self.settings.scheduler.pass_env)})
         renderer = NATIVE_SPECS.get(record.scheduler)
         if renderer is None:
             return spec.model_dump(mode="json")
@@ -339,9 +343,9 @@ class JobService:
         being watched after this process (a CLI, a kernel) exits; returns its PID. It takes the
         lease as soon as it is free, watches to the end and exits."""
         logs = self.settings.data_path() / "watchers"
-        logs.mkdir(parents=True, exist_ok=True)
+        private_dir(logs)
         settings = self.settings.model_copy(update={"data_dir": str(self.settings.data_path())})
-        with open(logs / f"{job_id}.log", "ab") as log_file:
+        with open(logs / f"{job_id}.log", "ab", opener=private_opener) as log_file:
             process = subprocess.Popen(
                 [sys.executable, "-m", "j2c_server.watch", job_id],
                 stdin=subprocess.PIPE,

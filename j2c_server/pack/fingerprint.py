@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..private import private_dir, write_private_text
 from .scan import FILE, ScannedLayer
 
 ARCHIVE_FORMAT = "j2c-tar-zst-1"  # change when the bytes written for the same input change
@@ -65,10 +66,11 @@ class LayerCache:
         self.blobs = root / "blobs"
         self.index = root / "layers"
         for folder in (self.blobs, self.index):
-            folder.mkdir(parents=True, exist_ok=True)
+            private_dir(folder)
+        private_dir(root)
         tag = root / "CACHEDIR.TAG"
         if not tag.exists():
-            tag.write_text(_CACHEDIR_TAG)
+            write_private_text(tag, _CACHEDIR_TAG)
 
     def blob_path(self, digest: str) -> Path:
         return self.blobs / f"{digest.partition(':')[2]}.tar.zst"

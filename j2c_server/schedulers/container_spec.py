@@ -11,8 +11,8 @@ What the job sees:
 - ``HOME`` (``/j2c/home``) and ``$J2C_OUTPUT_DIR`` (``/j2c/outputs``): writable per-job folders
   of the host (``<runs dir>/<name>/``), so tools that write under HOME work as any uid;
 - the configured uid:gid, CPU and memory limits, GPUs as CDI devices or device requests;
-- S3 locations through the ``J2C_STORAGE__*`` env only: credentials are refused in the env and
-  come from a read-only ``credentials_dir`` mount instead.
+- S3 locations through the ``J2C_STORAGE__*`` env only: storage credentials come from a
+  read-only ``credentials_dir`` mount (a request's credential-like env is refused upstream).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
 from .base import JobSpec
 from .container_settings import ContainerSettings
-from .kube_spec import CREDENTIAL_ENV
 
 LABEL_MANAGED_BY = "j2c.io/managed-by"
 LABEL_KEY = "j2c.io/key"
@@ -99,14 +98,9 @@ def _image(spec: JobSpec, settings: J2CSettings) -> str:
 
 
 def _env(spec: JobSpec, cfg: ContainerSettings) -> list[str]:
+    # Credentials in a request were refused for every backend (jobenv); what reaches here is
+    # the operator's own env and pass_env.
     env = {**cfg.env, **spec.env}
-    leaked = sorted(CREDENTIAL_ENV.intersection(env))
-    if leaked:
-        raise InvalidInput(
-            f"env.{leaked[0]}: storage credentials cannot be passed in a container's env",
-            field=f"env.{leaked[0]}",
-            hint="put them in the folder named by scheduler.container.credentials_dir",
-        )
     env.update(
         HOME=HOME,
         J2C_OUTPUT_DIR=OUTPUTS,

@@ -23,12 +23,6 @@ ANNOTATION_KEY = "j2c.io/key"
 ANNOTATION_NAME = "j2c.io/name"
 ANNOTATION_CANCELLED = "j2c.io/cancelled"
 
-# Storage credentials must reach the pod through the operator's Secret (envFrom), never through
-# the Job object: anyone who can read Jobs in the namespace would see them.
-CREDENTIAL_ENV = frozenset(
-    {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"}
-)
-
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 # Lower-case SI suffixes users type ("8g") mean what the upper-case ones mean to Kubernetes,
@@ -102,13 +96,8 @@ def _node_selector(spec: JobSpec, settings: J2CSettings) -> dict[str, str]:
 
 
 def _env(spec: JobSpec) -> list[dict[str, str]]:
-    leaked = sorted(CREDENTIAL_ENV.intersection(spec.env))
-    if leaked:
-        raise InvalidInput(
-            f"env.{leaked[0]}: storage credentials cannot be passed in a Job spec",
-            field=f"env.{leaked[0]}",
-            hint="put them in the Secret named by scheduler.kubernetes.env_from_secret",
-        )
+    # Credentials in a request are refused for every backend alike (j2c_server.jobenv); what
+    # arrives here is plain settings, or what the operator allowed through scheduler.pass_env.
     return [{"name": name, "value": value} for name, value in sorted(spec.env.items())]
 
 

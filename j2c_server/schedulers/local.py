@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import J2CSettings
-from ..errors import Conflict, InvalidInput, SchedulerError
+from ..errors import ConfigError, Conflict, InvalidInput, SchedulerError
+from ..jobenv import is_secret
 from ..models import Artifact, JobHandle, JobResults, JobStatus
+from ..private import private_dir, private_file, private_opener, write_private_text
 from .base import JobSpec, LogLine, SchedulerState
 from .local_files import (
     RUNS_DIR,
@@ -41,7 +43,7 @@ from .local_files import (
     same_process,
     write_json_atomic,
 )
-from .local_gpus import detect_gpu_ids
+from .local_gpus import LedgerError, check_ledger_dir, detect_gpu_ids
 from .logfile import follow_log_file, parse_cursor
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -82,6 +84,8 @@ class LocalScheduler:
 
     def __init__(self, settings: J2CSettings) -> None:
         self._settings = settings.scheduler.local
+        self._pass_env = settings.scheduler.pass_env
+        self._ledger = Path(self._settings.gpu_ledger).expanduser()
         self._runs = (settings.data_path() / RUNS_DIR).absolute()
         self._gpu_devices: list[str] | None = None
         self._detect_lock = threading.Lock()
@@ -133,13 +137,18 @@ class LocalScheduler:
                 field="resources.gpus",
                 hint="ask for fewer, or set scheduler.local.gpus if detection missed some",
             )
-        self._runs.mkdir(parents=True, exist_ok=True)
+        if wanted:
+            try:
+                check_ledger_dir(self._ledger)
+            except LedgerError as exc:
+                raise ConfigError(str(exc), field="scheduler.local.gpu_ledger") from None
+        private_dir(self._runs)
         # One submit at a time on this machine, so two retries of one key never both start.
         with exclusive_lock(self._runs / "submit.lock"):
             run = self._existing_run(spec) or self._start(spec, devices)
             index = self._key_index(spec.key)
-            index.parent.mkdir(exist_ok=True)
-            index.write_text(run.path.name)
+            private_dir(index.parent)
+            write_private_text(index, run.path.name)
         return JobHandle(scheduler=self.name, id=run.path.name, data={"run_dir": str(run.path)})
 
     def _key_index(self, key: str) -> Path:
@@ -167,10 +176,13 @@ class LocalScheduler:
     def _start(self, spec: JobSpec, devices: list[str]) -> RunDir:
         # Prepared under a temporary name and renamed, so a run dir always has its spec.
         staging = RunDir(Path(tempfile.mkdtemp(dir=self._runs, prefix=f".{spec.job_id}.")))
-        staging.outputs.mkdir()
-        staging.work.mkdir()
-        staging.log.touch()
+        private_dir(staging.outputs)
+        private_dir(staging.work)
+        private_file(staging.log)
         limit = spec.resources.time_limit_minutes
+        # Credentials (scheduler.pass_env) reach the job through the supervisor's environment,
+        # never through a file.
+        hidden = {k: v for k, v in spec.env.items() if is_secret(k, self._pass_env)}
         write_json_atomic(
             staging.spec,
             {
@@ -178,9 +190,10 @@ class LocalScheduler:
                 "job_id": spec.job_id,
                 "name": spec.name,
                 "command": spec.command,
-                "env": spec.env,
+                "env": {k: v for k, v in spec.env.items() if k not in hidden},
                 "gpus": spec.resources.gpus,
                 "gpu_devices": devices,
+                "gpu_ledger": str(self._ledger),
                 "cancel_grace_s": self._settings.cancel_grace_s,
                 "time_limit_s": limit * 60 if limit else None,
                 "submitted_at": time.time(),
@@ -189,23 +202,23 @@ class LocalScheduler:
         run = RunDir(self._runs / spec.job_id)
         os.rename(staging.path, run.path)
         try:
-            self._spawn_supervisor(run)
+            self._spawn_supervisor(run, hidden)
         except BaseException:
             shutil.rmtree(run.path, ignore_errors=True)
             raise
         return run
 
-    def _spawn_supervisor(self, run: RunDir) -> None:
+    def _spawn_supervisor(self, run: RunDir, hidden: dict[str, str]) -> None:
         # Take the run's lock before the supervisor exists and hand it over, so the run never
         # looks dead (lost) while the supervisor starts up.
         lock_fd = os.open(run.lock, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            with open(run.supervisor_log, "ab") as diagnostics:
+            with open(run.supervisor_log, "ab", opener=private_opener) as diagnostics:
                 launcher = subprocess.Popen(
                     [sys.executable, "-m", _RUNNER, str(run.path), str(lock_fd)],
                     cwd=run.path,
-                    env=self._job_base_env(),
+                    env={**self._job_base_env(), **hidden},
                     stdin=subprocess.DEVNULL,
                     stdout=diagnostics,
                     stderr=subprocess.STDOUT,
@@ -292,7 +305,7 @@ def _final_state(ended: dict[str, Any]) -> SchedulerState:
 def _cancel(run: RunDir) -> None:
     if run.exit.exists() or not run.path.exists():
         return
-    run.cancel.touch()
+    private_file(run.cancel)
     job = read_json(run.job) or {}
     if is_held(run.lock):
         # The supervisor forwards SIGTERM to the job's group and escalates after the grace.

@@ -1,27 +1,50 @@
 """This machine's GPUs for the local scheduler: which exist, and which job holds which.
 
-The ledger ``<data>/runs/gpus.json`` is read and written only under an exclusive flock on
-``<data>/runs/gpus.lock``, so supervisors started by different servers, kernels and CLIs never
-hand out one GPU twice. Waiting jobs are served first come, first served. A holder or waiter whose
-supervisor is gone (its run lock is free) is dropped at the next look, so a killed job never keeps
-its GPUs.
+One pool for the whole machine, shared by every user's servers, kernels and CLIs: the ledger is
+a folder outside any data dir (``scheduler.local.gpu_ledger``, default
+:data:`DEFAULT_LEDGER_DIR`) that every user can write and none can tamper with, like ``/tmp``:
+root-owned (or the user's own), world-writable only with the sticky bit, so a file in it can be
+removed or replaced by its owner alone.
+
+- A **claim** of device ``D`` is a file ``gpu-<D>.<token>`` that the claiming supervisor creates
+  (``O_EXCL``, so it is owned by the claimant) and holds an exclusive flock on for as long as it
+  lives. A claim whose flock is free is stale (its supervisor is gone): it is ignored, and removed
+  when it is the caller's own. A device is free when it has no live claim. After creating its
+  claim a supervisor looks again, and gives the device up if another live claim exists: of two
+  racing claimants at least the later one sees the other, so a device is never held twice.
+- A **waiter** is a file ``wait-<ns>.<token>``, flock-held the same way while its job waits.
+  Jobs are served first come, first served among those whose devices overlap.
+
+Another user can neither remove a claim (sticky bit) nor make one look like someone else's (a
+claim is its file, owned by its creator); the files hold only the claimant's PID and job id.
 
 The supervisor imports this module, so it stays on the standard library.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
 import shutil
+import stat
 import subprocess
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from .local_files import RunDir, exclusive_lock, is_held, read_json, write_json_atomic
 
 _DETECT_TIMEOUT_S = 10.0
+DEFAULT_LEDGER_DIR = "/tmp/j2c-gpus"
+# Shared by all users: everyone may create entries, the sticky bit keeps them apart.
+LEDGER_DIR_MODE = 0o1777
+_CLAIM_PREFIX = "gpu-"
+_WAIT_PREFIX = "wait-"
+_SAFE_DEVICE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def detect_gpu_ids(configured: int | None, environ: Mapping[str, str]) -> list[str]:
@@ -52,6 +75,100 @@ def detect_gpu_ids(configured: int | None, environ: Mapping[str, str]) -> list[s
     return [str(index) for index in range(count)]
 
 
+class LedgerError(Exception):
+    """The ledger folder cannot be used safely (the message says why and what to do)."""
+
+
+def check_ledger_dir(folder: Path) -> None:
+    """Create the ledger folder (mode 1777) when missing; refuse one others could tamper with:
+    not a real folder, owned by another user than root or us, or writable by others without the
+    sticky bit."""
+    try:
+        os.mkdir(folder, LEDGER_DIR_MODE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LedgerError(f"cannot create the GPU ledger folder {folder}: {exc.strerror}") from None
+    else:
+        os.chmod(folder, LEDGER_DIR_MODE)  # past the umask
+    info = os.lstat(folder)
+    fix = f"an operator creates it once: install -d -m 1777 -o root {folder}"
+    if not stat.S_ISDIR(info.st_mode):
+        raise LedgerError(f"the GPU ledger {folder} is not a folder; {fix}")
+    if info.st_uid not in (0, os.getuid()):
+        raise LedgerError(
+            f"the GPU ledger folder {folder} belongs to another user (uid {info.st_uid}), who "
+            f"could remove any claim in it; {fix}"
+        )
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        raise LedgerError(
+            f"the GPU ledger folder {folder} is writable by others without the sticky bit, so "
+            f"anyone could remove a claim; {fix}"
+        )
+
+
+def _device_part(device: str) -> str:
+    """The device id as it appears in a claim's name (hashed when it has odd characters)."""
+    if _SAFE_DEVICE.match(device):
+        return device
+    return "h" + hashlib.sha256(device.encode()).hexdigest()[:24]
+
+
+def _probe(path: Path) -> bool | None:
+    """True while someone holds ``path``'s flock, False when it is free (stale); None when it
+    is no ledger entry (gone, not a regular file, a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        # A shared probe: two probes never mistake each other for a holder.
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return False
+
+
+def _remove_if_stale_and_mine(path: Path) -> None:
+    """Remove a stale entry of this user (others' stay: the sticky bit keeps them). Removed
+    while holding its flock, so an entry whose creator is about to lock it is never removed
+    after being locked: its creator then finds its name gone and gives it up."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path, follow_symlinks=False).st_ino == info.st_ino:
+            os.unlink(path)
+    except OSError:
+        pass  # held after all, or gone: not ours to remove
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Held:
+    """A ledger entry of ours: its name and the descriptor whose flock keeps it live."""
+
+    path: Path
+    fd: int
+
+    def drop(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self.fd)  # the flock goes with it
+
+
 @dataclass(frozen=True)
 class Grant:
     """The outcome of one try: the devices given, or how many are free while waiting."""
@@ -60,49 +177,124 @@ class Grant:
     free: int
 
 
+@dataclass
 class GpuLedger:
-    def __init__(self, runs_root: Path) -> None:
-        self._lock = runs_root / "gpus.lock"
-        self._ledger = runs_root / "gpus.json"
+    """One supervisor's view of the machine's GPU ledger; it holds its entries' flocks."""
 
-    @contextmanager
-    def _locked(self) -> Iterator[dict[str, Any]]:
-        with exclusive_lock(self._lock):
-            state = read_json(self._ledger) or {}
-            state.setdefault("holders", {})
-            state.setdefault("waiting", [])
-            yield state
-            write_json_atomic(self._ledger, state)
+    folder: Path
+    _waiter: _Held | None = None
+    _claims: list[_Held] = field(default_factory=list)
 
-    @staticmethod
-    def _drop_dead(state: dict[str, Any], me: str) -> None:
-        def alive(entry: dict[str, Any]) -> bool:
-            return entry["job_id"] == me or is_held(RunDir(Path(entry["run_dir"])).lock)
+    def _create(self, name: str, content: dict[str, object]) -> _Held | None:
+        """A new entry of ours, flock-held; None when the name is taken."""
+        path = self.folder / name
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o644)
+        except FileExistsError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.fchmod(fd, 0o644)  # readable for others' probes, whatever the umask
+        os.write(fd, json.dumps(content).encode())
+        held = _Held(path, fd)
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # removed as stale before we held it: not ours any more
+            held.drop()
+            return None
+        return held
 
-        state["holders"] = {gpu: e for gpu, e in state["holders"].items() if alive(e)}
-        state["waiting"] = [e for e in state["waiting"] if alive(e)]
+    def _entries(self, prefix: str) -> list[tuple[str, Path]]:
+        """Live entries with this prefix (sorted by name) other than ours; stale entries of this
+        user are removed on the way."""
+        mine = {held.path.name for held in self._claims}
+        if self._waiter is not None:
+            mine.add(self._waiter.path.name)
+        live = []
+        for name in sorted(os.listdir(self.folder)):
+            if not name.startswith(prefix) or name in mine:
+                continue
+            path = self.folder / name
+            state = _probe(path)
+            if state:
+                live.append((name, path))
+            elif state is False:
+                _remove_if_stale_and_mine(path)
+        return live
 
-    def try_acquire(self, job_id: str, run_dir: Path, count: int, devices: list[str]) -> Grant:
+    def _held_devices(self) -> set[str]:
+        return {
+            name[len(_CLAIM_PREFIX) :].rpartition(".")[0]
+            for name, _ in self._entries(_CLAIM_PREFIX)
+        }
+
+    def _first_in_line(self, devices: list[str]) -> bool:
+        assert self._waiter is not None
+        mine = self._waiter.path.name
+        wanted = set(devices)
+        for name, path in self._entries(_WAIT_PREFIX):
+            if name >= mine:
+                break
+            try:
+                theirs = json.loads(path.read_text()).get("devices", [])
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(theirs, list) and wanted.intersection(map(str, theirs)):
+                return False
+        return True
+
+    def _claim(self, device: str, job_id: str) -> bool:
+        part = _device_part(device)
+        held = self._create(
+            f"{_CLAIM_PREFIX}{part}.{secrets.token_hex(8)}",
+            {"device": device, "pid": os.getpid(), "job_id": job_id},
+        )
+        if held is None:
+            return False
+        self._claims.append(held)
+        # Look again now that ours is visible: a claimant racing us either sees ours or is seen.
+        if part in self._held_devices():
+            self._claims.remove(held)
+            held.drop()
+            return False
+        return True
+
+    def try_acquire(self, job_id: str, count: int, devices: list[str]) -> Grant:
         """Give ``count`` of ``devices`` to the job if it is first in line and they are free;
         otherwise keep (or put) it in line."""
-        with self._locked() as state:
-            self._drop_dead(state, job_id)
-            waiting: list[dict[str, Any]] = state["waiting"]
-            if not any(entry["job_id"] == job_id for entry in waiting):
-                waiting.append({"job_id": job_id, "run_dir": str(run_dir), "gpus": count})
-            free = [device for device in devices if device not in state["holders"]]
-            if waiting[0]["job_id"] != job_id or len(free) < count:
-                return Grant(devices=None, free=len(free))
-            granted = free[:count]
-            for device in granted:
-                state["holders"][device] = {"job_id": job_id, "run_dir": str(run_dir)}
-            state["waiting"] = waiting[1:]
-            return Grant(devices=granted, free=len(free) - count)
+        check_ledger_dir(self.folder)
+        while self._waiter is None:
+            self._waiter = self._create(
+                f"{_WAIT_PREFIX}{time.time_ns():020d}.{secrets.token_hex(8)}",
+                {"devices": devices, "gpus": count, "pid": os.getpid(), "job_id": job_id},
+            )
+        held = self._held_devices()
+        free = [device for device in devices if _device_part(device) not in held]
+        if len(free) < count or not self._first_in_line(devices):
+            return Grant(devices=None, free=len(free))
+        granted: list[str] = []
+        for device in free:
+            if len(granted) == count:
+                break
+            if self._claim(device, job_id):
+                granted.append(device)
+        if len(granted) < count:  # lost a race: give back what we got, keep our place in line
+            self._drop_claims()
+            return Grant(devices=None, free=len(free) - 1)
+        self._waiter.drop()
+        self._waiter = None
+        return Grant(devices=granted, free=len(free) - count)
 
-    def release(self, job_id: str) -> None:
+    def _drop_claims(self) -> None:
+        for held in self._claims:
+            held.drop()
+        self._claims.clear()
+
+    def release(self) -> None:
         """Free the job's GPUs and its place in line."""
-        with self._locked() as state:
-            state["holders"] = {
-                gpu: e for gpu, e in state["holders"].items() if e["job_id"] != job_id
-            }
-            state["waiting"] = [e for e in state["waiting"] if e["job_id"] != job_id]
+        self._drop_claims()
+        if self._waiter is not None:
+            self._waiter.drop()
+            self._waiter = None

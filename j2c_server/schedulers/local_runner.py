@@ -29,8 +29,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ..private import private_opener
 from .local_files import RunDir, process_start_time, read_json, write_json_atomic
-from .local_gpus import GpuLedger
+from .local_gpus import DEFAULT_LEDGER_DIR, GpuLedger, LedgerError
 
 _GPU_POLL_S = 0.2
 # Exit code for a command that could not be started, as a shell reports it.
@@ -45,6 +46,8 @@ class Supervisor:
             raise SystemExit(f"{run.spec} is missing")
         self.spec: dict[str, Any] = spec
         self.job_id: str = spec["job_id"]
+        # The machine's GPU pool, shared with every user's jobs (see local_gpus).
+        self.ledger = GpuLedger(Path(spec.get("gpu_ledger") or DEFAULT_LEDGER_DIR))
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_signal: int | None = None
         self.stop_sent = False
@@ -106,17 +109,16 @@ class Supervisor:
         count = int(self.spec["gpus"])
         if count == 0:
             return []
-        ledger = GpuLedger(self.run.path.parent)
         devices: list[str] = self.spec["gpu_devices"]
         while not self.stopping:
-            grant = ledger.try_acquire(self.job_id, self.run.path, count, devices)
+            grant = self.ledger.try_acquire(self.job_id, count, devices)
             if grant.devices is not None:
                 return grant.devices
             message = f"waiting for {count} GPU(s): {grant.free} free"
             if self.record["state"] != "queued" or self.record["message"] != message:
                 self.save(state="queued", message=message)
             time.sleep(_GPU_POLL_S)
-        ledger.release(self.job_id)
+        self.ledger.release()
         return None
 
     def child_env(self, gpus: list[str]) -> dict[str, str]:
@@ -131,7 +133,7 @@ class Supervisor:
 
     def start_child(self, gpus: list[str]) -> subprocess.Popen[bytes] | None:
         """Start the job, or say in its log why it cannot start and return None."""
-        with open(self.run.log, "ab", buffering=0) as log:
+        with open(self.run.log, "ab", buffering=0, opener=private_opener) as log:
             try:
                 self.child = child = subprocess.Popen(
                     self.spec["command"],
@@ -190,7 +192,11 @@ class Supervisor:
     def main(self) -> None:
         self.install_signal_handlers()
         self.save()
-        gpus = self.wait_for_gpus()
+        try:
+            gpus = self.wait_for_gpus()
+        except LedgerError as exc:
+            self.finish(_CANNOT_START, error=str(exc))
+            return
         try:
             if gpus is None or self.stopping:
                 self.finish(None)  # cancelled before it started
@@ -201,8 +207,7 @@ class Supervisor:
             else:
                 self.finish(self.wait_child(child))
         finally:
-            if gpus:
-                GpuLedger(self.run.path.parent).release(self.job_id)
+            self.ledger.release()
 
 
 def _detach() -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput, J2CError, SchedulerError
 from ..models import JobHandle, JobResults, JobStatus
+from ..private import private_dir
 from .base import JobSpec, LogLine, SchedulerState
 from .logfile import follow_log_file, parse_cursor
 from .slurm_job import (
@@ -49,6 +50,13 @@ _NOT_ALTERABLE = 2020
 _REQUEST_UNSATISFIABLE = {2014, 2015}
 _INVALID_PARTITION = 2000
 log = logging.getLogger("j2c")
+
+
+def _make_job_folder(run_dir: Path) -> None:
+    """The job's own folder, 0700 (its script output and logs are the user's alone), in the
+    shared ``job_dir`` (made with ordinary modes when missing: other users share it)."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(run_dir)
 
 
 def _job_dir(settings: J2CSettings) -> Path:
@@ -119,7 +127,7 @@ class SlurmScheduler:
             existing = await self._find(spec.key)
             if existing is not None:
                 return self._handle(existing)
-            await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
+            await asyncio.to_thread(_make_job_folder, run_dir)
             try:
                 answer = await self._rest.request(
                     "POST", "/job/submit", json_body={"job": job, "script": script}

@@ -1,8 +1,9 @@
 """The embedded ``file://`` object store: a local folder (by default in the Jupyter data dir).
 
-Keys map to paths under the root and cannot leave it. Writes go to a temp file beside the target
-and are renamed into place, so readers and concurrent writers of one key never see a partial
-object. All file I/O runs in worker threads, never on the event loop.
+Keys map to paths under the root and cannot leave it. Folders are 0700 and objects 0600
+(:mod:`j2c_server.private`): the store holds the user's code, so it is theirs alone. Writes go to
+a temp file beside the target and are renamed into place, so readers and concurrent writers of
+one key never see a partial object. All file I/O runs in worker threads, never on the event loop.
 
 A content-addressed file (a layer blob) is hard-linked into the store instead of copied when both
 are on one filesystem: no bytes move. That is safe because such files are never modified in
@@ -19,6 +20,7 @@ import os
 import secrets
 from pathlib import Path
 
+from ..private import private_dir, tighten_file
 from .base import ObjectStore, ProgressFn, check_key, is_content_addressed
 from .errors import ObjectNotFound
 from .sink import TEMP_SUFFIX, PartialFile, copy_file_atomic
@@ -33,6 +35,13 @@ class FileStore(ObjectStore):
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._checked = False
+
+    async def _private_root(self) -> None:
+        # Once per store object, before its first write: a root an older j2c made may be 0755.
+        if not self._checked:
+            await asyncio.to_thread(private_dir, self.root)
+            self._checked = True
 
     @property
     def kind(self) -> str:
@@ -56,6 +65,7 @@ class FileStore(ObjectStore):
         self, key: str, path: Path, size: int, progress: ProgressFn | None
     ) -> None:
         target = self._path(key)
+        await self._private_root()
         if is_content_addressed(key) and await asyncio.to_thread(_link_atomic, path, target):
             if progress is not None:
                 progress(size)
@@ -63,6 +73,7 @@ class FileStore(ObjectStore):
         await copy_file_atomic(path, target, progress=progress, what=self.uri(key))
 
     async def put_bytes(self, key: str, data: bytes) -> None:
+        await self._private_root()
         await asyncio.to_thread(self._write_bytes, self._path(key), data)
 
     @staticmethod
@@ -111,7 +122,7 @@ class FileStore(ObjectStore):
 def _link_atomic(source: Path, target: Path) -> bool:
     """Hard-link ``source`` at ``target`` through a temp name renamed into place; False when this
     filesystem cannot link it there (the caller copies instead)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(target.parent)
     # Named like a PartialFile, so that listings skip it while it exists.
     temp = target.with_name(f".{target.name}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
     try:
@@ -121,9 +132,8 @@ def _link_atomic(source: Path, target: Path) -> bool:
             return False
         raise
     try:
-        # As readable as a copied object. This opens up the source too (same inode; the
-        # cache's blobs are 0600): its content is the object's anyway.
-        os.chmod(temp, 0o644)
+        # Same inode as the cache's blob (0600; an older j2c made some 0644): private as a copy.
+        tighten_file(temp)
         fd = os.open(temp, os.O_RDONLY)
         try:
             os.fsync(fd)  # as durable as a copy: the packer does not sync its blobs

@@ -1,7 +1,8 @@
 """Receiving a file atomically: a hidden temp file beside the destination, moved into place only
 when it is complete and (when a digest is given) verified.
 
-Readers of the destination see the old file or the whole new one, never a part; a failed or
+Readers of the destination see the old file or the whole new one, never a part; the file is
+0600 and folders made for it 0700 (:mod:`j2c_server.private`), whatever the umask; a failed or
 corrupt transfer leaves no partial file behind. Concurrent writers of one destination each use
 their own temp file, and the last rename wins with complete content. The methods are blocking:
 async callers run them in a worker thread.
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import IntegrityError, InvalidInput
+from ..private import private_dir
 from .base import ProgressFn
 
 TEMP_SUFFIX = ".j2c-part"
@@ -46,7 +48,8 @@ class PartialFile:
         self.dest = dest
         self.what = what or str(dest)
         self._expected = expected_sha256(sha256)
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(dest.parent)
+        # mkstemp makes the file 0600, and it keeps that mode at its destination.
         fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TEMP_SUFFIX, dir=dest.parent)
         self.path = Path(name)
         self._file: BinaryIO = os.fdopen(fd, "wb")
@@ -80,7 +83,6 @@ class PartialFile:
                 hint="the stored object is corrupt or was replaced; upload it again "
                 "(a resubmit re-uploads missing or damaged layers)",
             )
-        os.chmod(self.path, 0o644)
         os.replace(self.path, self.dest)
 
     def discard(self) -> None:

@@ -75,11 +75,20 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def make_scheduler_with(data_dir: Path) -> MakeScheduler:
+def ledger(tmp_path: Path) -> Path:
+    """The test's own machine-wide GPU ledger (the default one is shared by every test run)."""
+    return tmp_path / "gpu-ledger"
+
+
+@pytest.fixture
+def make_scheduler_with(data_dir: Path, ledger: Path) -> MakeScheduler:
     """A LocalScheduler on the test's data dir; keywords are ``scheduler.local`` settings."""
 
     def make(**local: Any) -> LocalScheduler:
         local.setdefault("cancel_grace_s", 2.0)
+        local.setdefault("gpu_ledger", str(ledger))
+        # Supervisors import j2c_server: this checkout's, not whatever else is installed.
+        local.setdefault("pass_env", ["PYTHONPATH"])
         settings = J2CSettings.model_validate(
             {"data_dir": str(data_dir), "scheduler": {"local": local}}
         )

@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import secrets
 import shutil
+import stat
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
@@ -122,6 +124,24 @@ async def test_job_runs_to_success_with_exit_code_zero(
         state = await wait_for_status(scheduler, handle, JobStatus.succeeded, JobStatus.failed)
         assert (state.status, state.exit_code) == (JobStatus.succeeded, 0)
         assert (await scheduler.results(handle)).exit_code == 0
+
+
+async def test_the_jobs_folder_in_the_shared_job_dir_is_private(
+    slurm_cluster: SlurmCluster, submitted: list[str]
+) -> None:
+    old = os.umask(0o022)
+    try:
+        async with open_scheduler(slurm_cluster) as scheduler:
+            spec = job_spec("print('private')")
+            handle = await submit(scheduler, spec, submitted)
+            state = await wait_for_status(scheduler, handle, JobStatus.succeeded, JobStatus.failed)
+            lines = [line.text for line in await read_lines(scheduler, handle)]
+    finally:
+        os.umask(old)
+    folder = slurm_cluster.job_dir / spec.job_id
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert folder.stat().st_uid == os.getuid()  # the job's user: the token's, this server's
+    assert (state.status, lines) == (JobStatus.succeeded, ["private"])  # the job wrote into it
 
 
 async def test_output_streams_while_the_job_runs(
