@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import inspect
 import os
 import subprocess
 import sys
@@ -37,27 +36,13 @@ _LOCK = "job.lock"
 _POLL_S = 0.5
 
 
-def _ledger(request: dict[str, Any]) -> Any:
-    # The ledger's API is changing to one machine-wide folder; both shapes are served.
+def _ledger(request: dict[str, Any]) -> GpuLedger:
     return GpuLedger(Path(request["ledger"]))
 
 
-def _try_acquire(ledger: Any, request: dict[str, Any], folder: Path) -> list[str] | None:
-    params = inspect.signature(ledger.try_acquire).parameters
-    args: list[Any] = [request["job_id"]]
-    if "run_dir" in params:
-        args.append(folder)
-    grant = ledger.try_acquire(*args, request["count"], request["devices"])
-    if grant.devices is None:
-        return None
-    return list(grant.devices)
-
-
-def _release(ledger: Any, job_id: str) -> None:
-    if inspect.signature(ledger.release).parameters:
-        ledger.release(job_id)
-    else:
-        ledger.release()
+def _try_acquire(ledger: GpuLedger, request: dict[str, Any]) -> list[str] | None:
+    grant = ledger.try_acquire(request["job_id"], request["count"], request["devices"])
+    return None if grant.devices is None else list(grant.devices)
 
 
 class GpuWaiter:
@@ -81,8 +66,7 @@ class GpuWaiter:
                 hint="ask for fewer, or set scheduler.container.gpus if detection missed some",
             )
         local = self._settings.scheduler.local
-        ledger = getattr(local, "gpu_ledger", None) or str(self._settings.data_path() / "runs")
-        Path(ledger).mkdir(parents=True, exist_ok=True)
+        ledger = local.gpu_ledger  # the machine-wide pool the local scheduler shares
         request = render_create(spec, self._settings, gpu_devices=[])
         write_json_atomic(
             folder / _REQUEST,
@@ -163,7 +147,7 @@ def _run(folder: Path) -> None:
             if (folder / "cancelled").exists():
                 write_json_atomic(folder / _STATE, {"state": "cancelled"})
                 return
-            granted = _try_acquire(ledger, request, folder)
+            granted = _try_acquire(ledger, request)
             if granted is None:
                 message = f"waiting for {count} GPU(s) on this machine: all are in use"
                 write_json_atomic(folder / _STATE, {"state": "queued", "message": message})
@@ -189,7 +173,7 @@ def _run(folder: Path) -> None:
                 time.sleep(_POLL_S)
     finally:
         if granted is not None or request:
-            _release(ledger, request.get("job_id", ""))
+            ledger.release()
 
 
 def main(argv: list[str] | None = None) -> None:
