@@ -16,14 +16,16 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from .errors import SchedulerUnavailable
-from .journal import Journal
+from .journal import Journal, status_change
 from .models import EventKind, JobHandle, JobRecord, JobStatus
-from .registry import EventDraft
+from .registry import EventDraft, RecordChange
 from .schedulers.base import LogLine, Scheduler, SchedulerState
 
 MAX_BATCH = 1000
 QUEUE_LINES = 10_000  # bounded: a job printing faster than we persist waits for us
 STATUS_INTERVAL_S = 1.0
+RUNNING_TEXT = "running"
+_NOT_YET_RUNNING = (JobStatus.submitted, JobStatus.queued)
 RETRY_MAX_S = 30.0
 T = TypeVar("T")
 Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
@@ -44,6 +46,7 @@ class Watcher:
         self.handle = handle
         self.current = current
         self.log = log
+        self._output_seen = False
 
     async def run(self) -> SchedulerState:
         """Follow the job to its end; return the scheduler's final state."""
@@ -97,9 +100,29 @@ class Watcher:
             drafts: list[EventDraft] = [
                 {"kind": EventKind.log, "stream": line.stream, "text": line.text} for line in batch
             ]
-            await self.journal.write(drafts, log_cursor=batch[-1].cursor)
+            change = None
+            if not self._output_seen:
+                self._output_seen = True
+                drafts, change = await self._running_before(drafts)
+            await self.journal.write(drafts, change=change, log_cursor=batch[-1].cursor)
             if ended:
                 return
+
+    async def _running_before(
+        self, drafts: list[EventDraft]
+    ) -> tuple[list[EventDraft], RecordChange | None]:
+        """Output means the job runs: a job still recorded as submitted or queued gets its
+        ``running`` status in the same write as its first lines, numbered before them (the
+        status poll may see it up to a second later)."""
+        if (await self.current()).status not in _NOT_YET_RUNNING:
+            return drafts, None
+
+        def apply(record: JobRecord) -> None:
+            if record.status in _NOT_YET_RUNNING:  # never over a cancel asked meanwhile
+                status_change(JobStatus.running, RUNNING_TEXT)(record)
+
+        status: EventDraft = {"kind": EventKind.status, "status": JobStatus.running}
+        return [{**status, "text": RUNNING_TEXT}, *drafts], apply
 
     async def _poll_status(self) -> None:
         """Turn the scheduler's non-terminal states (queued, running, ...) into status events;
