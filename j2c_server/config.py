@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from .errors import ConfigError
 from .models import ImageChoice
-from .schedulers.container_settings import ContainerSettings
 
 ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
@@ -41,6 +40,9 @@ JOB_SECTION = "job"
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 
 class StorageSettings(_Section):
@@ -75,59 +77,11 @@ class PackSettings(_Section):
     max_concurrent_packs: int = Field(1, ge=1)
 
 
-class LocalSchedulerSettings(_Section):
-    gpus: int | None = Field(None, ge=0, description="GPUs to hand out; default: detected.")
-    cancel_grace_s: float = Field(10.0, ge=0)
-    pass_env: list[str] = Field(
-        default_factory=list,
-        description="More variables of the server's environment that jobs inherit: names, "
-        "or prefixes ending in '*'.",
-    )
-    gpu_ledger: str = Field(
-        "/tmp/j2c-gpus",  # = schedulers.local_gpus.DEFAULT_LEDGER_DIR
-        description="Folder of the machine-wide GPU ledger, shared by every user's servers: "
-        "root-owned with mode 1777 (sticky), or the user's own.",
-    )
+class _SchedulerSettingsBase(_Section):
+    """``scheduler.*``: the default backend and the credential allow-list; each backend's own
+    section (``scheduler.<name>``) is a field added from the backend table
+    (:func:`j2c_server.schedulers.known_backends`), typed by that backend's settings model."""
 
-
-class SlurmSettings(_Section):
-    url: str | None = Field(None, description="slurmrestd base URL.")
-    api_version: str = "v0.0.38"
-    user: str | None = None
-    token: str | None = Field(None, description="JWT; prefer token_file or SLURM_JWT.")
-    token_file: str | None = None
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    job_dir: str | None = Field(None, description="Shared folder for job scripts and logs.")
-    container_runtime: Literal["none", "pyxis"] = "none"
-    cancel_grace_s: float = Field(10.0, ge=0)
-    env: dict[str, str] = Field(
-        default_factory=dict,
-        description="Environment every job starts with (jobs inherit nothing through "
-        "slurmrestd), e.g. a PATH that finds j2c-unpack on the compute nodes.",
-    )
-
-
-class KubernetesSettings(_Section):
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None
-    service_account: str | None = None
-    env_from_secret: str | None = Field(None, description="Secret with storage credentials.")
-    gpu_resource: str = "nvidia.com/gpu"
-    gpu_type_label: str = "nvidia.com/gpu.product"
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    ttl_seconds_after_finished: int | None = 3600
-    active_deadline_seconds: int | None = None
-    shm_size: str | None = "8Gi"
-    poll_interval_s: float = Field(
-        2.0, gt=0, description="How often to re-read a Job's pod while waiting for it to start."
-    )
-
-
-class SchedulerSettings(_Section):
     default: str = "local"
     pass_env: list[str] = Field(
         default_factory=list,
@@ -135,10 +89,6 @@ class SchedulerSettings(_Section):
         "name, on every backend: the job gets the submitting server's value, never the "
         "request's; nothing else of the kind is accepted.",
     )
-    local: LocalSchedulerSettings = Field(default_factory=LocalSchedulerSettings)
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
-    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
-    container: ContainerSettings = Field(default_factory=ContainerSettings)
 
     @field_validator("pass_env")
     @classmethod
@@ -148,6 +98,30 @@ class SchedulerSettings(_Section):
             if not (name.isascii() and name.isidentifier()):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return value
+
+    def section(self, name: str, model: type[SectionT]) -> SectionT:
+        """The validated ``scheduler.<name>`` section, typed (what a backend reads)."""
+        value = getattr(self, name)
+        if not isinstance(value, model):
+            raise TypeError(f"scheduler.{name} is a {type(value).__name__}, not {model.__name__}")
+        return value
+
+
+def _scheduler_settings_model() -> type[_SchedulerSettingsBase]:
+    from . import schedulers
+
+    sections: dict[str, Any] = {
+        name: (model, Field(default_factory=model))
+        for name in schedulers.known_backends()
+        for model in [schedulers.settings_model(name)]
+    }
+    return create_model("SchedulerSettings", __base__=_SchedulerSettingsBase, **sections)
+
+
+if TYPE_CHECKING:  # typed as the base: backends read their section through section()
+    SchedulerSettings = _SchedulerSettingsBase
+else:
+    SchedulerSettings = _scheduler_settings_model()
 
 
 class J2CSettings(_Section):

@@ -39,6 +39,7 @@ from .config import J2CSettings
 from .defaults import defaults_for_browser
 from .errors import InvalidInput, J2CError
 from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
+from .schedulers import capabilities, known_backends
 from .service import JobService
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -258,6 +259,7 @@ class ConfigHandler(J2CHandler):
                 version=self.settings["j2c_version"],
                 storage_kind=settings.storage_url().split("://", 1)[0],
                 scheduler_kinds=available_schedulers(),
+                capabilities={name: capabilities(name) for name in available_schedulers()},
                 default_scheduler=settings.scheduler.default,
                 default_image=default_image,
                 images=images,
@@ -426,9 +428,7 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
 
 
 def available_schedulers() -> list[str]:
-    from .schedulers import BACKENDS
-
-    return sorted(BACKENDS)
+    return sorted(known_backends())
 
 
 _JOB_ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"

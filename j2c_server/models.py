@@ -390,12 +390,25 @@ class ImageChoice(_Strict):
     description: str | None = None
 
 
+class Capabilities(_Strict):
+    """What a scheduler backend can do with a request (requests asking more are refused)."""
+
+    gpus: bool = Field(False, description="Hands out GPUs.")
+    gpu_types: bool = Field(False, description="Can pick a GPU model (resources.gpu_type).")
+    queues: bool = Field(False, description="Has queues/partitions to choose from.")
+    multi_node: bool = Field(False, description="Runs one job on several nodes.")
+    artifacts: bool = Field(True, description="Returns the job's outputs as artifacts.")
+
+
 class ServerConfig(_Strict):
     """GET /j2c/api/config: what the UI may know about the server's set-up; never credentials."""
 
     version: str
     storage_kind: str
     scheduler_kinds: list[str]
+    capabilities: dict[str, Capabilities] = Field(
+        default_factory=dict, description="What each scheduler backend supports."
+    )
     default_scheduler: str
     default_image: str | None
     images: list[ImageChoice]

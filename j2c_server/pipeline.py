@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,12 +45,12 @@ from .pack import (
     make_manifest,
     publish,
 )
+from .schedulers import scheduler_class
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
 from .watching import Log, Watcher, until_available
 
-UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
 LAST_LINES = 20
 
 
@@ -115,6 +114,7 @@ def job_spec(
     credential). With presigned URLs the job has no way to write to the store, so its outputs
     stay where the scheduler keeps them."""
     request = record.request
+    unpack = scheduler_class(record.scheduler).unpack_command(settings)
     outputs = (
         []
         if settings.storage.presign_for_jobs
@@ -128,7 +128,7 @@ def job_spec(
         job_id=record.id,
         name=record.name,
         image=job_image(settings, record),
-        command=[*unpack_command(record.scheduler), manifest_uri, *outputs, "--", *request.args],
+        command=[*unpack, manifest_uri, *outputs, "--", *request.args],
         env={
             **job_env(request.env, settings.scheduler.pass_env),
             **store_location_env(settings, store),
@@ -162,14 +162,6 @@ def refuse_if_over_limit(plan: PackPlan) -> None:
             field=field,
             hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
         )
-
-
-def unpack_command(scheduler: str) -> list[str]:
-    """How the job starts ``j2c-unpack``: the local scheduler runs it with this interpreter
-    (same machine, same install); a cluster image has the console script on its PATH."""
-    if scheduler == "local":
-        return [sys.executable, "-m", "j2c_server.unpack"]
-    return [UNPACK_CONSOLE_SCRIPT]
 
 
 def _count(number: int, noun: str) -> str:

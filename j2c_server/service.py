@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import secrets
@@ -26,7 +25,7 @@ from .artifacts import ArtifactFile, copy_into_project, open_artifact
 from .backends import Backends
 from .config import J2CSettings
 from .driver import LEASE_TTL_S, JobDriver, new_owner
-from .errors import Conflict, InvalidInput, J2CError
+from .errors import Conflict, J2CError
 from .eventbus import EventBus
 from .jobenv import check_request_env, mask_env
 from .journal import Journal
@@ -37,7 +36,7 @@ from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if
 from .preflight_checks import check_store_for_submit, warn_store_at_preflight
 from .private import private_dir, private_opener
 from .registry import open_registry
-from .schedulers import BACKENDS
+from .schedulers import check_resources, scheduler_class
 from .sending import job_key, request_key
 from .storage.base import manifest_key
 from .watching import Log
@@ -46,12 +45,6 @@ POLL_S = 0.05  # other processes' events reach a follower within this
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 STREAM_BATCH = 500
 WATCH_RETRY_S = 1.0
-# Backends whose own job document is what a dry run shows: name -> "module:function(spec,
-# settings)", imported only when asked for.
-NATIVE_SPECS = {
-    "kubernetes": "j2c_server.schedulers.kube_spec:render_job",
-    "container": "j2c_server.schedulers.container:render_dry_run",
-}
 
 
 class ServiceStopping(J2CError):
@@ -148,11 +141,7 @@ class JobService:
         check_request_env(request.env, self.settings.scheduler.pass_env)
         resolved = await asyncio.to_thread(resolve_request, request, self.root_dir)
         scheduler = resolved.scheduler or self.settings.scheduler.default
-        if scheduler not in BACKENDS:
-            known = ", ".join(sorted(BACKENDS))
-            raise InvalidInput(
-                f"scheduler: unknown scheduler {scheduler!r} (known: {known})", field="scheduler"
-            )
+        check_resources(scheduler, resolved.resources)
         return resolved.model_copy(update={"scheduler": scheduler})
 
     async def submit(self, request: JobRequest) -> JobRecord:
@@ -200,7 +189,8 @@ class JobService:
     async def dry_run(self, request: JobRequest) -> dict[str, Any]:
         """The job spec the scheduler would get, from a real pack (layers land in the local
         cache); nothing is uploaded, submitted or recorded. A backend with a native job
-        document shows that instead (:data:`NATIVE_SPECS`, e.g. a Kubernetes batch/v1 Job)."""
+        document (``native_spec``: a Kubernetes batch/v1 Job, a container create request)
+        shows that instead."""
         record = self._draft(await self._resolve(request))
         async with self.backends.pack_slots:
             result, packed_at = await self.backends.packers.pack(
@@ -211,14 +201,8 @@ class JobService:
         store = self.backends.store()
         spec = job_spec(self.settings, record, store.uri(manifest_key(manifest.digest())), store)
         spec = spec.model_copy(update={"env": mask_env(spec.env, self.settings.scheduler.pass_env)})
-        renderer = NATIVE_SPECS.get(record.scheduler)
-        if renderer is None:
-            return spec.model_dump(mode="json")
-        module, _, function = renderer.partition(":")
-        rendered: dict[str, Any] = getattr(importlib.import_module(module), function)(
-            spec, self.settings
-        )
-        return rendered
+        native = scheduler_class(record.scheduler).native_spec(spec, self.settings)
+        return native if native is not None else spec.model_dump(mode="json")
 
     def _draft(self, resolved: JobRequest) -> JobRecord:
         """The record of a request before it has an id (preflight and dry runs stop here)."""

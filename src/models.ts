@@ -13,6 +13,20 @@ export interface ArtifactCopy {
   path: string;
 }
 
+/** What a scheduler backend can do with a request (requests asking more are refused). */
+export interface Capabilities {
+  /** Hands out GPUs. */
+  gpus?: boolean;
+  /** Can pick a GPU model (resources.gpu_type). */
+  gpu_types?: boolean;
+  /** Has queues/partitions to choose from. */
+  queues?: boolean;
+  /** Runs one job on several nodes. */
+  multi_node?: boolean;
+  /** Returns the job's outputs as artifacts. */
+  artifacts?: boolean;
+}
+
 /** What to run, relative to the code layer's root. */
 export interface EntryPoint {
   kind: 'script' | 'module' | 'notebook';
@@ -263,6 +277,8 @@ export interface ServerConfig {
   version: string;
   storage_kind: string;
   scheduler_kinds: string[];
+  /** What each scheduler backend supports. */
+  capabilities?: { [key: string]: Capabilities };
   default_scheduler: string;
   default_image: string | null;
   images: ImageChoice[];

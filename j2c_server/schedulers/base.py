@@ -1,4 +1,6 @@
-"""The Scheduler interface every backend (local, slurm, kubernetes) implements.
+"""The Scheduler interface every backend implements, and :class:`SchedulerBase`: what differs
+per backend besides running jobs (its settings, what it supports, how its jobs start
+``j2c-unpack``, its own document for ``--dry-run``), with the common defaults.
 
 A backend turns a :class:`JobSpec` into a running job and reports on it in the common
 :class:`~j2c_server.models.JobStatus` vocabulary. ``submit`` is idempotent on ``spec.key``: a
@@ -10,11 +12,16 @@ last persisted cursor points, so no line is lost or doubled.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..models import JobHandle, JobResults, JobStatus, Resources
+from ..models import Capabilities, JobHandle, JobResults, JobStatus, Resources
+
+if TYPE_CHECKING:
+    from ..config import J2CSettings
+
+UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
 
 
 class JobSpec(BaseModel):
@@ -69,3 +76,24 @@ class Scheduler(Protocol):
     async def results(self, handle: JobHandle) -> JobResults: ...
 
     async def close(self) -> None: ...
+
+
+class SchedulerBase:
+    """What a backend declares about itself; subclasses implement :class:`Scheduler` too."""
+
+    name: ClassVar[str]
+    settings_model: ClassVar[type[BaseModel]]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, settings: J2CSettings) -> None:
+        """Made with the whole settings; each backend keeps what it needs of them."""
+
+    @classmethod
+    def unpack_command(cls, settings: J2CSettings) -> list[str]:
+        """How a job starts ``j2c-unpack``: by default the console script on the image's PATH."""
+        return [UNPACK_CONSOLE_SCRIPT]
+
+    @classmethod
+    def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
+        """The backend's own job document for ``--dry-run`` (None: the JobSpec is shown)."""
+        return None

@@ -28,10 +28,11 @@ import httpx
 
 from ..config import J2CSettings
 from ..errors import Conflict, InvalidInput, SchedulerError
-from ..models import Artifact, JobHandle, JobResults, JobStatus
-from .base import JobSpec, LogLine, SchedulerState
+from ..models import Artifact, Capabilities, JobHandle, JobResults, JobStatus
+from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from .container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
 from .container_gpus import GpuWaiter
+from .container_settings import ContainerSettings
 from .container_spec import (
     LABEL_KEY,
     job_folder,
@@ -47,14 +48,21 @@ _MAX_ARTIFACTS = 1000
 _CANCELLED = "cancelled"
 
 
-class ContainerScheduler:
+class ContainerScheduler(SchedulerBase):
     """See the module docstring."""
 
     name = "container"
+    settings_model = ContainerSettings
+    capabilities = Capabilities(gpus=True)
+
+    @classmethod
+    def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
+        """The engine's create request for ``spec``."""
+        return render_dry_run(spec, settings)
 
     def __init__(self, settings: J2CSettings) -> None:
         self._settings = settings
-        self._cfg = settings.scheduler.container
+        self._cfg = settings.scheduler.section("container", ContainerSettings)
         self._engine: EngineClient | None = None
         self._gpus = GpuWaiter(settings)
 
@@ -315,7 +323,8 @@ def render_dry_run(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
     request = render_create(spec, settings)
     return {
         "method": "POST",
-        "path": f"/{settings.scheduler.container.api_version}/containers/create"
+        "path": f"/{settings.scheduler.section('container', ContainerSettings).api_version}"
+        "/containers/create"
         f"?name={request['name']}",
         "body": request["body"],
     }

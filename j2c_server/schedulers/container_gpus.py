@@ -26,9 +26,11 @@ import httpx
 from ..config import J2CSettings
 from ..errors import SchedulerError
 from .base import JobSpec
+from .container_settings import ContainerSettings
 from .container_spec import render_create
 from .local_files import is_held, read_json, write_json_atomic
 from .local_gpus import GpuLedger, detect_gpu_ids
+from .local_settings import LocalSchedulerSettings
 
 _REQUEST = "gpu-request.json"
 _STATE = "gpus.json"
@@ -52,7 +54,7 @@ class GpuWaiter:
         self._settings = settings
 
     def start(self, spec: JobSpec, folder: Path) -> None:
-        cfg = self._settings.scheduler.container
+        cfg = self._settings.scheduler.section("container", ContainerSettings)
         if is_held(folder / _LOCK) or (folder / _STATE).exists():
             return  # a retried submit: the first one's waiter is on it
         devices = detect_gpu_ids(cfg.gpus, os.environ)
@@ -65,7 +67,7 @@ class GpuWaiter:
                 field="resources.gpus",
                 hint="ask for fewer, or set scheduler.container.gpus if detection missed some",
             )
-        local = self._settings.scheduler.local
+        local = self._settings.scheduler.section("local", LocalSchedulerSettings)
         ledger = local.gpu_ledger  # the machine-wide pool the local scheduler shares
         request = render_create(spec, self._settings, gpu_devices=[])
         write_json_atomic(

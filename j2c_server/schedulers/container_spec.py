@@ -45,7 +45,7 @@ def container_name(key: str) -> str:
 
 
 def runs_root(settings: J2CSettings) -> Path:
-    configured = settings.scheduler.container.runs_dir
+    configured = settings.scheduler.section("container", ContainerSettings).runs_dir
     root = Path(configured).expanduser() if configured else settings.data_path() / RUNS_DIR
     return root.absolute()
 
@@ -156,7 +156,7 @@ def _binds(spec: JobSpec, settings: J2CSettings) -> list[str]:
         upload = output_upload_dir(spec, settings)
         if upload is not None:
             binds.append(f"{upload}:{upload}:rw")  # on top of the read-only store
-    credentials = settings.scheduler.container.credentials_dir
+    credentials = settings.scheduler.section("container", ContainerSettings).credentials_dir
     if credentials:
         binds.append(f"{Path(credentials).expanduser().absolute()}:{HOME}/.aws:ro")
     return binds
@@ -167,7 +167,7 @@ def render_create(
 ) -> dict[str, Any]:
     """``{"name": ..., "body": ...}`` of ``POST /containers/create?name=...``. ``gpu_devices``
     are the GPUs the ledger granted (the dry run shows the first ones)."""
-    cfg = settings.scheduler.container
+    cfg = settings.scheduler.section("container", ContainerSettings)
     if not spec.command:
         raise InvalidInput("the job has no command to run", field="command")
     gpus = gpu_devices

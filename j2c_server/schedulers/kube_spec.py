@@ -14,6 +14,7 @@ from typing import Any
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
 from .base import JobSpec
+from .kube_settings import KubernetesSettings
 
 CONTAINER_NAME = "j2c"
 LABEL_JOB_ID = "j2c.io/job-id"
@@ -60,7 +61,7 @@ def cpu_quantity(cpus: float) -> str:
 
 
 def _resources(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
-    kube = settings.scheduler.kubernetes
+    kube = settings.scheduler.section("kubernetes", KubernetesSettings)
     limits: dict[str, str] = {}
     if spec.resources.cpus is not None:
         limits["cpu"] = cpu_quantity(spec.resources.cpus)
@@ -81,7 +82,7 @@ def _resources(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
 
 
 def _node_selector(spec: JobSpec, settings: J2CSettings) -> dict[str, str]:
-    kube = settings.scheduler.kubernetes
+    kube = settings.scheduler.section("kubernetes", KubernetesSettings)
     selector = dict(kube.node_selector)
     gpu_type = spec.resources.gpu_type
     if gpu_type:
@@ -103,7 +104,7 @@ def _env(spec: JobSpec) -> list[dict[str, str]]:
 
 def _deadline(spec: JobSpec, settings: J2CSettings) -> int | None:
     """The request's time limit, capped by the operator's ``active_deadline_seconds``."""
-    cap = settings.scheduler.kubernetes.active_deadline_seconds
+    cap = settings.scheduler.section("kubernetes", KubernetesSettings).active_deadline_seconds
     minutes = spec.resources.time_limit_minutes
     wanted = minutes * 60 if minutes is not None else None
     candidates = [v for v in (wanted, cap) if v is not None]
@@ -136,7 +137,7 @@ def render_job(
     spec: JobSpec, settings: J2CSettings, *, namespace: str | None = None
 ) -> dict[str, Any]:
     """The Job manifest (batch/v1, as JSON-ready dicts) that submitting ``spec`` creates."""
-    kube = settings.scheduler.kubernetes
+    kube = settings.scheduler.section("kubernetes", KubernetesSettings)
     labels = _labels(spec)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,

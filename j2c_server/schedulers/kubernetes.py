@@ -27,10 +27,11 @@ import httpx
 
 from ..config import J2CSettings
 from ..errors import Conflict, InvalidInput, SchedulerError, SchedulerUnavailable
-from ..models import JobHandle, JobResults, JobStatus
-from .base import JobSpec, LogLine, SchedulerState
+from ..models import Capabilities, JobHandle, JobResults, JobStatus
+from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from .kube_auth import SERVICE_ACCOUNT_DIR, KubeConnection, load_connection
 from .kube_logs import LogCursor, LogReader
+from .kube_settings import KubernetesSettings
 from .kube_spec import ANNOTATION_CANCELLED, ANNOTATION_KEY, CONTAINER_NAME, render_job
 from .kube_status import (
     container_started,
@@ -47,8 +48,15 @@ _FOLLOW_IDLE_S = 300.0
 _JSON_MERGE_PATCH = "application/merge-patch+json"
 
 
-class KubernetesScheduler:
+class KubernetesScheduler(SchedulerBase):
     name = "kubernetes"
+    settings_model = KubernetesSettings
+    capabilities = Capabilities(gpus=True, gpu_types=True)
+
+    @classmethod
+    def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
+        """The batch/v1 Job that submitting ``spec`` creates."""
+        return render_job(spec, settings)
 
     def __init__(
         self,
@@ -58,7 +66,7 @@ class KubernetesScheduler:
         service_account_dir: Path = SERVICE_ACCOUNT_DIR,
     ) -> None:
         self._settings = settings
-        self._kube = settings.scheduler.kubernetes
+        self._kube = settings.scheduler.section("kubernetes", KubernetesSettings)
         self._environ = dict(os.environ if environ is None else environ)
         self._sa_dir = service_account_dir
         self._conn: KubeConnection | None = None

@@ -31,9 +31,9 @@ from typing import Any
 from ..config import J2CSettings
 from ..errors import ConfigError, Conflict, InvalidInput, SchedulerError
 from ..jobenv import is_secret
-from ..models import Artifact, JobHandle, JobResults, JobStatus
+from ..models import Artifact, Capabilities, JobHandle, JobResults, JobStatus
 from ..private import private_dir, private_file, private_opener, write_private_text
-from .base import JobSpec, LogLine, SchedulerState
+from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from .local_files import (
     RUNS_DIR,
     RunDir,
@@ -44,6 +44,7 @@ from .local_files import (
     write_json_atomic,
 )
 from .local_gpus import LedgerError, check_ledger_dir, detect_gpu_ids
+from .local_settings import LocalSchedulerSettings
 from .logfile import follow_log_file, parse_cursor
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -77,13 +78,20 @@ _MAX_ARTIFACTS = 1000
 _RUNNER = f"{__package__}.local_runner"
 
 
-class LocalScheduler:
+class LocalScheduler(SchedulerBase):
     """Runs ``JobSpec.command`` on this machine; see the module docstring."""
 
     name = "local"
+    settings_model = LocalSchedulerSettings
+    capabilities = Capabilities(gpus=True)
+
+    @classmethod
+    def unpack_command(cls, settings: J2CSettings) -> list[str]:
+        # Same machine, same install: this interpreter runs j2c-unpack.
+        return [sys.executable, "-m", "j2c_server.unpack"]
 
     def __init__(self, settings: J2CSettings) -> None:
-        self._settings = settings.scheduler.local
+        self._settings = settings.scheduler.section("local", LocalSchedulerSettings)
         self._pass_env = settings.scheduler.pass_env
         self._ledger = Path(self._settings.gpu_ledger).expanduser()
         self._runs = (settings.data_path() / RUNS_DIR).absolute()

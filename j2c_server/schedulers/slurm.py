@@ -25,9 +25,9 @@ from typing import Any
 
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput, J2CError, SchedulerError
-from ..models import JobHandle, JobResults, JobStatus
+from ..models import Capabilities, JobHandle, JobResults, JobStatus
 from ..private import private_dir
-from .base import JobSpec, LogLine, SchedulerState
+from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from .logfile import follow_log_file, parse_cursor
 from .slurm_job import (
     CANCEL_MARK,
@@ -38,6 +38,7 @@ from .slurm_job import (
     job_description,
 )
 from .slurm_rest import SlurmFailure, SlurmRest
+from .slurm_settings import SlurmSettings
 from .slurm_state import exit_code, job_state
 
 # How often a log follower asks whether the job has ended (the file itself is polled faster).
@@ -60,7 +61,7 @@ def _make_job_folder(run_dir: Path) -> None:
 
 
 def _job_dir(settings: J2CSettings) -> Path:
-    value = settings.scheduler.slurm.job_dir
+    value = settings.scheduler.section("slurm", SlurmSettings).job_dir
     if not value:
         raise ConfigError(
             "scheduler.slurm.job_dir is not set (a folder shared by the compute nodes and this "
@@ -102,13 +103,15 @@ def _submit_error(exc: SlurmFailure, job: dict[str, Any]) -> J2CError:
     return exc
 
 
-class SlurmScheduler:
+class SlurmScheduler(SchedulerBase):
     """Runs ``JobSpec.command`` as a Slurm batch job; see the module docstring."""
 
     name = "slurm"
+    settings_model = SlurmSettings
+    capabilities = Capabilities(gpus=True, gpu_types=True, queues=True)
 
     def __init__(self, settings: J2CSettings, *, environ: Mapping[str, str] | None = None) -> None:
-        self._slurm = settings.scheduler.slurm
+        self._slurm = settings.scheduler.section("slurm", SlurmSettings)
         self._job_dir = _job_dir(settings)
         self._rest = SlurmRest(self._slurm, environ)
         self._submit_lock = asyncio.Lock()

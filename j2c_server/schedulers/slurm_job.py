@@ -17,9 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config import SlurmSettings
 from ..errors import InvalidInput
 from .base import JobSpec
+from .slurm_settings import SlurmSettings
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OUTPUT_NAME = "output.log"

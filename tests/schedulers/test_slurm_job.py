@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.config import J2CSettings, SlurmSettings, load_settings
+from j2c_server.config import J2CSettings, load_settings
 from j2c_server.errors import ConfigError, InvalidInput, SchedulerError, SchedulerUnavailable
 from j2c_server.models import JobHandle, JobStatus, Resources
 from j2c_server.schedulers.base import JobSpec
@@ -31,6 +31,7 @@ from j2c_server.schedulers.slurm_job import (
     memory_mib,
     pyxis_image,
 )
+from j2c_server.schedulers.slurm_settings import SlurmSettings
 from j2c_server.schedulers.slurm_state import job_state
 
 OUTPUT = Path("/shared/j2c/job-1/output.log")
@@ -243,9 +244,11 @@ def test_cancelled_in_slurm_is_cancelled() -> None:
 
 
 def test_slurm_is_a_registered_backend() -> None:
-    from j2c_server.schedulers import BACKENDS
+    from j2c_server.schedulers import scheduler_class, settings_model
+    from j2c_server.schedulers.slurm import SlurmScheduler
 
-    assert BACKENDS["slurm"] == ".slurm:SlurmScheduler"
+    assert scheduler_class("slurm") is SlurmScheduler
+    assert settings_model("slurm") is SlurmSettings
 
 
 def test_missing_url_is_a_config_error_naming_the_key() -> None:
