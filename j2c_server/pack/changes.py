@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import FileChange, LayerRole
+from ..private import private_dir
 from .fingerprint import fingerprint
 from .models import PackPlan
 from .plan import Prepared
@@ -65,8 +66,7 @@ class Walks:
     """Walk files under ``<cache>/walks/<fingerprint>``, written once each."""
 
     def __init__(self, cache_dir: Path) -> None:
-        self.root = Path(cache_dir) / WALKS
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = private_dir(Path(cache_dir) / WALKS)
 
     def save(self, key: str, walk: dict[str, str]) -> None:
         path = self.root / key
