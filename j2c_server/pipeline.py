@@ -48,6 +48,8 @@ from .pack import (
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
+from .units import byte_size as _size
+from .units import count as _count
 from .watching import Log, Watcher, until_available
 
 UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
@@ -163,19 +165,6 @@ def unpack_command(scheduler: str) -> list[str]:
     if scheduler == "local":
         return [sys.executable, "-m", "j2c_server.unpack"]
     return [UNPACK_CONSOLE_SCRIPT]
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
-
-
-def _size(nbytes: int) -> str:
-    value = float(nbytes)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
 
 
 class Pipeline:
