@@ -27,6 +27,7 @@ from .errors import Conflict, Forbidden, InvalidInput, NotFound
 from .models import JobRecord
 from .paths import confine, root_folder
 from .storage import ObjectNotFound, open_store
+from .storage.base import is_plain_relative_path
 from .storage.urls import file_url_path, url_scheme
 
 CHUNK_BYTES = 1 << 20
@@ -62,8 +63,7 @@ class ArtifactFile:
 
 def check_name(name: str) -> str:
     """Refuse a name no artifact can have: absolute, ``..``, empty segments, backslashes."""
-    parts = name.split("/")
-    if not name or "\\" in name or "\x00" in name or any(p in ("", ".", "..") for p in parts):
+    if not is_plain_relative_path(name):
         raise InvalidInput(
             f"name: {name!r} is not an artifact name (relative, '/'-separated, no '..')",
             field="name",

@@ -7,7 +7,10 @@ magic map these once, centrally; no front end re-invents the mapping.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class J2CError(Exception):
@@ -99,3 +102,19 @@ class SchedulerUnavailable(SchedulerError):
 
     status_code = 503
     code = "scheduler_unavailable"
+
+
+def validation_error_to_j2c(
+    exc: ValidationError,
+    *,
+    error: type[J2CError] = InvalidInput,
+    context: str = "",
+    default_field: str | None = None,
+) -> J2CError:
+    """A pydantic ``ValidationError`` as one j2c error naming the first field at fault:
+    ``"[context: ]field: what is wrong"``, the field as a dotted path (``resources.gpus``), or
+    ``default_field`` where the fault is the whole value."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or default_field
+    message = f"{field}: {first['msg']}" if field else str(first["msg"])
+    return error(f"{context}: {message}" if context else message, field=field)

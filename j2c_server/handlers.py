@@ -37,7 +37,7 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from .config import J2CSettings
 from .defaults import defaults_for_browser
-from .errors import InvalidInput, J2CError
+from .errors import InvalidInput, J2CError, validation_error_to_j2c
 from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 from .schedulers import capabilities, known_backends
 from .service import JobService
@@ -118,13 +118,6 @@ def declared_actions(handler: type[web.RequestHandler]) -> dict[str, str | None]
             continue
         found[name.upper()] = getattr(getattr(handler, name), _ACTION_ATTR, None)
     return found
-
-
-def validation_error_to_j2c(exc: ValidationError) -> InvalidInput:
-    first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or None
-    message = f"{field}: {first['msg']}" if field else str(first["msg"])
-    return InvalidInput(message, field=field)
 
 
 class J2CErrors(JupyterHandler):

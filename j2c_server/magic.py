@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from .cli import commands
 from .cli import jobs as cli_jobs
+from .cli.commands import LogPrinter, Streams, detached_message
 from .cli.options import (
     VENV_REASON,
     build_request,
@@ -237,12 +239,10 @@ def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool
     except KeyboardInterrupt:
         # Only the cell stops following: the job goes on, driven by this kernel's service.
         pumping.cancel()
-        print(
-            f"j2c: detached; job {job_id} keeps running. Re-attach: `job.wait()` or "
-            f"`%j2c logs -f {job_id} --after {view.board.last_seq}`; "
-            f"cancel: `%j2c cancel {job_id}`",
-            file=sys.stderr,
+        message = detached_message(
+            job_id, max(after, view.board.last_seq), prog="%j2c", handle="job.wait()"
         )
+        print(message, file=sys.stderr)
         return False
     finally:
         view.update(force=True)
@@ -417,54 +417,46 @@ def _service_for(ctx: click.Context) -> BackgroundService:
     return background_service(load_cli_config(ctx.params.get("config_file")).settings)
 
 
-def _job_for(ctx: click.Context) -> tuple[BackgroundService, JobRecord]:
-    runner = _service_for(ctx)
-    return runner, runner.call(resolve_job(runner.service, ctx.params["job"]))
-
-
 def _status(args: list[str]) -> None:
     ctx = parse(cli_jobs.status, "%j2c status", args)
     if ctx is not None:
-        _, record = _job_for(ctx)
-        print(
-            record.model_dump_json(indent=2) if ctx.params["as_json"] else cli_jobs.describe(record)
-        )
+        runner = _service_for(ctx)
+        record = runner.call(commands.status(runner.service, ctx.params["job"]))
+        commands.render_status(record, as_json=ctx.params["as_json"], streams=Streams.std())
 
 
 def _logs(args: list[str]) -> None:
     ctx = parse(cli_jobs.logs, "%j2c logs", args)
     if ctx is None:
         return
-    runner, record = _job_for(ctx)
+    runner, ref, after = _service_for(ctx), ctx.params["job"], ctx.params["after"]
     if ctx.params["follow"]:
-        watch(runner, record.id, after=ctx.params["after"])
+        watch(runner, runner.call(resolve_job(runner.service, ref)).id, after=after)
         return
-    for event in runner.call(runner.service.events(record.id, ctx.params["after"])):
-        if ctx.params["as_json"]:
-            print(event.model_dump_json())
-        elif event.kind == EventKind.log:
-            print(event.text or "", file=sys.stderr if is_stderr_line(event) else sys.stdout)
+    record, events = runner.call(commands.logs(runner.service, ref, after=after))
+    printer = LogPrinter(
+        record.id, as_json=ctx.params["as_json"], streams=Streams.std(), after=after
+    )
+    printer.handle_all(events)
 
 
 def _cancel(args: list[str]) -> None:
     ctx = parse(cli_jobs.cancel, "%j2c cancel", args)
     if ctx is not None:
-        runner, record = _job_for(ctx)
-        cancelled = runner.call(runner.service.cancel(record.id))
-        if not cancelled.status.terminal:
-            runner.jobs.add(cancelled.id)  # this kernel may be the one recording its end
-        print(f"j2c: job {cancelled.id} {cancelled.status.value}")
+        runner = _service_for(ctx)
+        # A job still stopping stays this kernel's to record: handed off at exit if need be.
+        cancelled = runner.call(
+            commands.cancel(runner.service, ctx.params["job"], hand_off=runner.jobs.add)
+        )
+        commands.render_cancelled(cancelled, as_json=ctx.params["as_json"], streams=Streams.std())
 
 
 def _list(args: list[str]) -> None:
     ctx = parse(cli_jobs.list_jobs, "%j2c list", args)
     if ctx is not None:
         runner = _service_for(ctx)
-        records = runner.call(runner.service.list())
-        if ctx.params["as_json"]:
-            print("[" + ",".join(r.model_dump_json() for r in cli_jobs.newest_first(records)) + "]")
-        else:
-            print(cli_jobs.table(records))
+        records = runner.call(commands.list_jobs(runner.service))
+        commands.render_list(records, as_json=ctx.params["as_json"], streams=Streams.std())
 
 
 def register(ipython: Any) -> None:

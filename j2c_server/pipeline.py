@@ -49,6 +49,8 @@ from .schedulers import scheduler_class
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
+from .units import byte_size as _size
+from .units import count as _count
 from .watching import Log, Watcher, until_available
 
 LAST_LINES = 20
@@ -162,19 +164,6 @@ def refuse_if_over_limit(plan: PackPlan) -> None:
             field=field,
             hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
         )
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
-
-
-def _size(nbytes: int) -> str:
-    value = float(nbytes)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
 
 
 class Pipeline:

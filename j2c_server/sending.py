@@ -14,6 +14,7 @@ import json
 
 from .models import JobRecord, JobRequest, JobStatus, SendDecision
 from .pack.changes import ScanReport
+from .units import count
 
 # Request fields that say how a send is run, not what it is: they never split a job.
 _NOT_SETTINGS = {"new"}
@@ -37,10 +38,6 @@ def changed_settings(before: JobRequest, after: JobRequest) -> list[str]:
     return sorted(name for name in new if old.get(name) != new[name])
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
-
-
 def attached(record: JobRecord) -> SendDecision:
     """The send found ``record`` running (or succeeded) with the same request and content."""
     return SendDecision(
@@ -58,7 +55,7 @@ def new_job(request: JobRequest, scan: ScanReport, earlier: JobRecord | None) ->
     settings = changed_settings(earlier.request, request)
     parts: list[str] = []
     if scan.changed_files:
-        parts.append(f"{_count(scan.changed_files, 'file')} changed")
+        parts.append(f"{count(scan.changed_files, 'file')} changed")
     elif scan.content != earlier.content and not scan.compared:
         parts.append("the project's files changed")
     if settings:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from .backoff import Backoff, retry_async
 from .errors import SchedulerUnavailable
 from .journal import Journal, status_change
 from .models import EventKind, JobHandle, JobRecord, JobStatus
@@ -65,22 +66,18 @@ class Watcher:
         return await self._status()
 
     async def _read_logs(self, cursor: str | None, queue: asyncio.Queue[LogLine | None]) -> None:
+        received = 0  # lines so far: a retry after new lines starts a fresh backoff
+
+        async def follow() -> None:
+            nonlocal cursor, received
+            async for line in self.scheduler.follow_logs(self.handle, cursor):
+                await queue.put(line)
+                cursor = line.cursor
+                received += 1
+
         try:
-            attempt = 0
-            while True:
-                try:
-                    async for line in self.scheduler.follow_logs(self.handle, cursor):
-                        await queue.put(line)
-                        cursor = line.cursor
-                        attempt = 0
-                    return
-                except SchedulerUnavailable as exc:
-                    attempt += 1
-                    delay = min(RETRY_MAX_S, 0.5 * 2**attempt)
-                    self.log.warning(
-                        "j2c: logs of %s: %s; retry in %.0fs", self.handle.id, exc, delay
-                    )
-                    await asyncio.sleep(delay)
+            what = f"logs of {self.handle.id}"
+            await retry_async(follow, scheduler_backoff(what, self.log), progress=lambda: received)
         finally:
             await queue.put(None)
 
@@ -144,19 +141,23 @@ class Watcher:
         return await until_available(lambda: self.scheduler.status(self.handle), what, self.log)
 
 
+def scheduler_backoff(what: str, log: Log, *, attempts: int | None = None) -> Backoff:
+    """Retrying while the scheduler is unavailable, each retry logged as a warning."""
+
+    def on_retry(exc: BaseException, _attempt: int, delay: float) -> None:
+        log.warning("j2c: %s: %s; retry in %.0fs", what, exc, delay)
+
+    return Backoff(
+        lambda exc: isinstance(exc, SchedulerUnavailable),
+        on_retry,
+        attempts=attempts,
+        max_s=RETRY_MAX_S,
+    )
+
+
 async def until_available(
     call: Callable[[], Awaitable[T]], what: str, log: Log, *, attempts: int | None = None
 ) -> T:
     """``call()``, retried with backoff while the scheduler is unavailable (all ``attempts``
     used: the last error is raised)."""
-    attempt = 0
-    while True:
-        try:
-            return await call()
-        except SchedulerUnavailable as exc:
-            attempt += 1
-            if attempts is not None and attempt >= attempts:
-                raise
-            delay = min(RETRY_MAX_S, 0.5 * 2**attempt)
-            log.warning("j2c: %s: %s; retry in %.0fs", what, exc, delay)
-            await asyncio.sleep(delay)
+    return await retry_async(call, scheduler_backoff(what, log, attempts=attempts))

@@ -12,7 +12,7 @@ from typing import IO, Any
 import click
 from pydantic import ValidationError
 
-from ..errors import ConfigError, InvalidInput, J2CError
+from ..errors import ConfigError, J2CError, validation_error_to_j2c
 
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1
@@ -56,9 +56,7 @@ class J2CUsageFailure(J2CFailure):
 
 def as_failure(error: J2CError | ValidationError) -> J2CFailure:
     if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or error.title
-        error = InvalidInput(f"{key}: {first['msg']}", field=key)
+        error = validation_error_to_j2c(error, default_field=error.title)
     if exit_code_for(error) == USAGE_EXIT:
         return J2CUsageFailure(error)
     return J2CFailure(error)

@@ -1,28 +1,39 @@
 """``j2c status | logs | cancel | list``: the shared job registry, read from the terminal.
 
-A job is named by its id or by any prefix of it that only one job has.
+A job is named by its id or by any prefix of it that only one job has. What each command does
+and prints is ``commands.py``'s (shared with ``%j2c``); this module parses and runs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from ..models import Event, EventKind, JobRecord
+from . import commands
+from .commands import LogPrinter, Streams, detached_message
 from .options import config_option, json_option, load_cli_config
-from .output import print_json, print_json_line, say
-from .render import TerminalRenderer, stage_line
 from .session import detach_signals, follow_until, open_service, resolve_job
-from .submit import DETACHED_EXIT, detached_message
+from .submit import DETACHED_EXIT
+
+if TYPE_CHECKING:
+    from ..service import JobService
+
+T = TypeVar("T")
 
 
-def _settings(config_file: Path | None) -> Any:
-    return load_cli_config(config_file).settings
+def _run(config_file: Path | None, command: Callable[[JobService], Awaitable[T]]) -> T:
+    """``command`` over a service opened for this one command."""
+
+    async def run() -> T:
+        async with open_service(load_cli_config(config_file).settings) as service:
+            return await command(service)
+
+    return asyncio.run(run())
 
 
 @click.command()
@@ -31,33 +42,8 @@ def _settings(config_file: Path | None) -> Any:
 @config_option
 def status(job: str, as_json: bool, config_file: Path | None) -> None:
     """Show a job: status, stages (reused or why they ran), exit code, results."""
-
-    async def run() -> JobRecord:
-        async with open_service(_settings(config_file)) as service:
-            return await resolve_job(service, job)
-
-    record = asyncio.run(run())
-    if as_json:
-        print_json(record)
-    else:
-        click.echo(describe(record))
-
-
-def describe(record: JobRecord) -> str:
-    lines = [
-        f"job        {record.id}",
-        f"name       {record.name}",
-        f"status     {record.status.value}" + (f" ({record.message})" if record.message else ""),
-        f"scheduler  {record.scheduler}",
-        f"created    {_clock(record.created_at)}",
-    ]
-    if record.exit_code is not None:
-        lines.append(f"exit code  {record.exit_code}")
-    for name, stage in record.stages.items():
-        lines.append("  " + stage_line(name, stage.state, stage.seconds, stage.reason))
-    if record.results and record.results.output_uri:
-        lines.append(f"outputs    {record.results.output_uri}")
-    return "\n".join(lines)
+    record = _run(config_file, lambda service: commands.status(service, job))
+    commands.render_status(record, as_json=as_json, streams=Streams.std())
 
 
 @click.command()
@@ -68,29 +54,20 @@ def describe(record: JobRecord) -> str:
 @config_option
 def logs(job: str, follow: bool, after: int, as_json: bool, config_file: Path | None) -> None:
     """Print a job's output (all of it, or from --after N); -f follows it live."""
+    streams = Streams.std()
+    if not follow:
+        record, events = _run(config_file, lambda service: commands.logs(service, job, after=after))
+        LogPrinter(record.id, as_json=as_json, streams=streams, after=after).handle_all(events)
+        return
 
     async def run() -> int:
         with detach_signals() as detach:
-            async with open_service(_settings(config_file)) as service:
+            async with open_service(load_cli_config(config_file).settings) as service:
                 record = await resolve_job(service, job)
-                renderer = TerminalRenderer(record.id, tty=False, out=sys.stdout, err=sys.stderr)
-                last = after
-
-                def emit(event: Event) -> None:
-                    nonlocal last
-                    last = event.seq
-                    if as_json:
-                        print_json_line(event)
-                    elif event.kind in (EventKind.log, EventKind.status, EventKind.error):
-                        renderer.handle(event)
-
-                if not follow:
-                    for event in await service.events(record.id, after):
-                        emit(event)
+                printer = LogPrinter(record.id, as_json=as_json, streams=streams, after=after)
+                if await follow_until(service, record.id, printer.handle, detach, after=after):
                     return 0
-                if await follow_until(service, record.id, emit, detach, after=after):
-                    return 0
-                say(detached_message(record.id, last))
+                streams.say(detached_message(record.id, printer.last_seq))
                 return DETACHED_EXIT
 
     sys.exit(asyncio.run(run()))
@@ -102,21 +79,13 @@ def logs(job: str, follow: bool, after: int, as_json: bool, config_file: Path | 
 @config_option
 def cancel(job: str, as_json: bool, config_file: Path | None) -> None:
     """Ask a job to stop (SIGTERM, then a kill after the scheduler's grace period)."""
-
-    async def run() -> JobRecord:
-        async with open_service(_settings(config_file)) as service:
-            record = await service.cancel((await resolve_job(service, job)).id)
-            if not record.status.terminal:
-                # Someone must record how it ends after this command exits; a watcher that
-                # finds another process driving the job waits for it or exits with it.
-                service.run_detached_watcher(record.id)
-            return record
-
-    record = asyncio.run(run())
-    if as_json:
-        print_json(record)
-    else:
-        click.echo(f"j2c: job {record.id} {record.status.value}", err=True)
+    # A job still stopping is handed to a detached watcher: this command exits now; a watcher
+    # that finds another process driving the job waits for it or exits with it.
+    record = _run(
+        config_file,
+        lambda service: commands.cancel(service, job, hand_off=service.run_detached_watcher),
+    )
+    commands.render_cancelled(record, as_json=as_json, streams=Streams.std())
 
 
 @click.command("list")
@@ -124,33 +93,5 @@ def cancel(job: str, as_json: bool, config_file: Path | None) -> None:
 @config_option
 def list_jobs(as_json: bool, config_file: Path | None) -> None:
     """List the jobs of the shared registry (CLI, magic and UI), newest first."""
-
-    async def run() -> list[JobRecord]:
-        async with open_service(_settings(config_file)) as service:
-            return await service.list()
-
-    records = asyncio.run(run())
-    if as_json:
-        print_json(newest_first(records))
-    else:
-        click.echo(table(records))
-
-
-def newest_first(records: list[JobRecord]) -> list[JobRecord]:
-    return sorted(records, key=lambda record: record.created_at, reverse=True)
-
-
-def table(records: list[JobRecord]) -> str:
-    width = max([len(record.id) for record in records] + [2]) + 2
-    lines = [f"{'ID':<{width}}{'STATUS':<12}{'EXIT':<6}{'CREATED':<21}NAME"]
-    for record in newest_first(records):
-        exit_code = "" if record.exit_code is None else str(record.exit_code)
-        lines.append(
-            f"{record.id:<{width}}{record.status.value:<12}{exit_code:<6}"
-            f"{_clock(record.created_at):<21}{record.name}"
-        )
-    return "\n".join(lines)
-
-
-def _clock(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+    records = _run(config_file, commands.list_jobs)
+    commands.render_list(records, as_json=as_json, streams=Streams.std())

@@ -31,7 +31,7 @@ from ..config import (
     read_config_file,
 )
 from ..defaults import choose_venv, environ_venv, project_root
-from ..errors import ConfigError, InvalidInput
+from ..errors import ConfigError, InvalidInput, validation_error_to_j2c
 from ..models import JobRequest, Resources
 from ..paths import resolve_call_path
 
@@ -301,9 +301,7 @@ def build_request(*layers: Mapping[str, Any]) -> JobRequest:
     try:
         return JobRequest.model_validate(merged)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "request"
-        raise InvalidInput(f"{key}: {first['msg']}", field=key) from None
+        raise validation_error_to_j2c(exc, default_field="request") from None
 
 
 def cli_defaults(cwd: Path, environ: Mapping[str, str]) -> dict[str, Any]:

@@ -18,8 +18,13 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def json_text(value: Any) -> str:
+    """``value`` (a model, or a list of them) as indented JSON: how every command prints one."""
+    return json.dumps(to_jsonable(value), indent=2)
+
+
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(to_jsonable(value), indent=2))
+    click.echo(json_text(value))
 
 
 def print_json_line(value: BaseModel) -> None:

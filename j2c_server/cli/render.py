@@ -14,6 +14,7 @@ from typing import TextIO
 
 from ..models import Event, EventKind, JobRecord, JobStatus, Stage
 from ..pack.models import ExcludedGroup, ExcludeRule, PackPlan
+from ..units import byte_size
 
 BAR_WIDTH = 24
 # j2c-unpack's own lines in a job's log start so (see ``unpack/log.py``); they are j2c's status
@@ -82,13 +83,7 @@ def stage_line(stage: str, state: str, seconds: float | None, text: str | None) 
 
 
 def amount(value: float, unit: str) -> str:
-    if unit != "bytes":
-        return f"{value:g} {unit}".rstrip()
-    for suffix in ("B", "KB", "MB", "GB"):
-        if abs(value) < 1000:
-            return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
-        value /= 1000
-    return f"{value:.1f} TB"
+    return byte_size(value) if unit == "bytes" else f"{value:g} {unit}".rstrip()
 
 
 @dataclass

@@ -17,6 +17,7 @@ import click
 
 from ..config import J2CSettings
 from ..models import JobRequest
+from .commands import detached_message
 from .failures import exit_code_for_code
 from .options import (
     SubmitCommand,
@@ -112,10 +113,3 @@ async def _submit_with(
     if final.exit_code is None and renderer.board.error_code is not None:
         return exit_code_for_code(renderer.board.error_code)
     return exit_code_of(final)
-
-
-def detached_message(job_id: str, last_seq: int) -> str:
-    return (
-        f"j2c: detached; job {job_id} keeps running. "
-        f"Re-attach: `j2c logs -f {job_id} --after {last_seq}`; cancel: `j2c cancel {job_id}`"
-    )

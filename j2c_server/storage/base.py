@@ -43,10 +43,22 @@ def is_content_addressed(key: str) -> bool:
     return key.startswith(CONTENT_ADDRESSED_PREFIXES)
 
 
+def is_plain_relative_path(path: str) -> bool:
+    """Whether ``path`` is relative, '/'-separated, without backslashes or NULs, and has no
+    empty, '.' or '..' segment: it can neither escape the folder it is joined to nor name
+    another path's object under a second spelling. Store keys and artifact names are such."""
+    parts = path.split("/")
+    return (
+        bool(path)
+        and "\\" not in path
+        and "\x00" not in path
+        and not any(part in ("", ".", "..") for part in parts)
+    )
+
+
 def check_key(key: str) -> str:
     """Refuse keys that could escape the store's root or alias another key; return ``key``."""
-    parts = key.split("/")
-    if not key or "\\" in key or "\x00" in key or any(part in ("", ".", "..") for part in parts):
+    if not is_plain_relative_path(key):
         raise InvalidInput(
             f"storage key {key!r} is not valid",
             field="key",

@@ -1,4 +1,5 @@
-"""Retries for storage requests: which failures are transient, and backoff with jitter.
+"""Retries for storage requests: which failures are transient; backoff with jitter (the loop is
+``j2c_server.backoff``'s).
 
 botocore's own retries are switched off for j2c's clients so that this module is the one place
 that decides: a part upload, a ranged download and a presigned-URL fetch all retry the same way.
@@ -8,13 +9,12 @@ aiohttp or httpx here: an exception of a library that was never imported cannot 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ..backoff import Backoff, retry_async
 from .filerange import CorruptTransfer
 from .redact import redact_text
 
@@ -91,37 +91,30 @@ def is_transient(exc: BaseException) -> bool:
     return bool(transient) and isinstance(exc, transient)
 
 
-def backoff_delay(attempt: int) -> float:
-    """Seconds to wait before retry number ``attempt`` (1-based): exponential, half jittered."""
-    ceiling = min(MAX_DELAY_S, BASE_DELAY_S * 2.0 ** (attempt - 1))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
+def _backoff(attempts: int, what: str) -> Backoff:
+    def on_retry(exc: BaseException, attempt: int, delay: float) -> None:
+        log.warning(
+            "%s failed (%s), retry %d/%d in %.2fs",
+            what,
+            redact_text(f"{type(exc).__name__}: {exc}")[:300],
+            attempt,
+            attempts - 1,
+            delay,
+        )
 
-
-async def pause_before_retry(exc: BaseException, attempt: int, attempts: int, what: str) -> None:
-    """Log the transient failure of ``what`` and sleep before retry number ``attempt``."""
-    delay = backoff_delay(attempt)
-    log.warning(
-        "%s failed (%s), retry %d/%d in %.2fs",
-        what,
-        redact_text(f"{type(exc).__name__}: {exc}")[:300],
-        attempt,
-        attempts - 1,
-        delay,
+    return Backoff(
+        is_transient,
+        on_retry,
+        attempts=attempts,
+        base_s=BASE_DELAY_S,
+        max_s=MAX_DELAY_S,
+        jitter=True,
     )
-    await asyncio.sleep(delay)
 
 
 async def retrying(op: Callable[[], Awaitable[T]], *, attempts: int, what: str) -> T:
     """Run ``op`` until it succeeds, a non-transient error occurs, or ``attempts`` are used up."""
-    attempt = 1
-    while True:
-        try:
-            return await op()
-        except Exception as exc:
-            if attempt >= attempts or not is_transient(exc):
-                raise
-            await pause_before_retry(exc, attempt, attempts, what)
-            attempt += 1
+    return await retry_async(op, _backoff(attempts, what))
 
 
 async def resuming(
@@ -134,16 +127,4 @@ async def resuming(
     """Run ``fetch_from(position())`` until it completes; a transfer that broke after receiving
     some bytes resumes from there with a fresh retry budget, one that received none uses it up.
     """
-    attempt = 1
-    while True:
-        start = position()
-        try:
-            await fetch_from(start)
-            return
-        except Exception as exc:
-            progressed = position() > start
-            if not is_transient(exc) or (attempt >= attempts and not progressed):
-                raise
-            attempt = 1 if progressed else attempt
-            await pause_before_retry(exc, attempt, attempts, what)
-            attempt += 1
+    await retry_async(lambda: fetch_from(position()), _backoff(attempts, what), progress=position)

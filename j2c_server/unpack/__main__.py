@@ -28,8 +28,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..units import byte_size
 from .errors import LocalIOError, UnpackError
-from .log import Stage, say, size_text
+from .log import Stage, say
 
 if TYPE_CHECKING:
     from ..models import Manifest
@@ -203,7 +204,7 @@ def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
         )
         total += result.bytes
         say("extracting", f"{role.value} layer: {result.entries} entries into {home}")
-    stage.done(f"{size_text(total)} written ({placement.mode} paths)")
+    stage.done(f"{byte_size(total)} written ({placement.mode} paths)")
 
 
 def _prepare_venv(placement: Placement, interpreter: Interpreter) -> Path:

@@ -32,10 +32,12 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
-from ..errors import J2CError
+from ..backoff import Backoff, retry_sync
+from ..errors import J2CError, validation_error_to_j2c
 from ..models import MANIFEST_FORMAT_VERSION, Layer, Manifest
+from ..units import byte_size
 from .errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
-from .log import Stage, say, size_text
+from .log import Stage, say
 
 CHUNK = 1024 * 1024
 MANIFEST_LIMIT = 16 * 1024 * 1024
@@ -84,10 +86,9 @@ def read_manifest(uri: str) -> Manifest:
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "manifest"
-        raise ManifestInvalid(
-            f"the manifest at {shown(uri)} is not valid: {where}: {first['msg']}", field=where
+        context = f"the manifest at {shown(uri)} is not valid"
+        raise validation_error_to_j2c(
+            exc, error=ManifestInvalid, context=context, default_field="manifest"
         ) from None
     stage.done(f"{shown(uri)}: {len(manifest.layers)} layers, entry {manifest.entry.describe()}")
     return manifest
@@ -114,7 +115,7 @@ def _read_small(uri: str) -> bytes:
     data = _with_retries(attempt, uri)
     if len(data) > MANIFEST_LIMIT:
         raise ManifestInvalid(
-            f"{shown(uri)} is larger than {size_text(MANIFEST_LIMIT)}: not a manifest",
+            f"{shown(uri)} is larger than {byte_size(MANIFEST_LIMIT)}: not a manifest",
             field="manifest",
         )
     return data
@@ -157,7 +158,7 @@ def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> l
     """
     blob_dir.mkdir(parents=True, exist_ok=True)
     total = sum(layer.size for layer in layers)
-    stage = Stage("downloading", f"{len(layers)} layers, {size_text(total)}")
+    stage = Stage("downloading", f"{len(layers)} layers, {byte_size(total)}")
     stop = threading.Event()
 
     def one(layer: Layer) -> Fetched:
@@ -179,7 +180,7 @@ def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> l
         raise causes[0]
     fetched = [f.result() for f in futures]
     sent = sum(f.layer.size for f in fetched if not f.reused)
-    stage.done(f"{size_text(sent)} fetched, {sum(f.reused for f in fetched)} reused")
+    stage.done(f"{byte_size(sent)} fetched, {sum(f.reused for f in fetched)} reused")
     return fetched
 
 
@@ -206,7 +207,7 @@ def _fetch_layer(uri: str, layer: Layer, blob_dir: Path, stop: threading.Event) 
     say(
         "verifying",
         f"{layer.role.value} layer {_short(layer.digest)}: sha256 ok "
-        f"({size_text(size)} in {seconds:.2f} s from {shown(uri)})",
+        f"({byte_size(size)} in {seconds:.2f} s from {shown(uri)})",
     )
     return Fetched(layer, dest, False, seconds)
 
@@ -303,17 +304,14 @@ def _read(source: BinaryIO, uri: str) -> bytes:
 
 def _with_retries(op: Callable[[], T], uri: str) -> T:
     """``op()``, retried with backoff while an HTTP store is unavailable (it may be restarting)."""
+
+    def on_retry(exc: BaseException, _attempt: int, delay: float) -> None:
+        say("downloading", f"{getattr(exc, 'message', exc)}; retrying in {delay:.0f} s")
+
     attempts = HTTP_ATTEMPTS if urlsplit(uri).scheme in ("http", "https") else 1
-    for attempt in range(1, attempts + 1):
-        try:
-            return op()
-        except StoreUnavailable as exc:
-            if attempt == attempts:
-                raise
-            delay = 2 ** (attempt - 1)
-            say("downloading", f"{exc.message}; retrying in {delay} s")
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+    return retry_sync(
+        op, Backoff(lambda exc: isinstance(exc, StoreUnavailable), on_retry, attempts=attempts)
+    )
 
 
 def _file_sha256(path: Path) -> str:

@@ -35,14 +35,3 @@ class Stage:
 
     def done(self, summary: str) -> None:
         say(self.name, f"{summary} in {self.seconds:.2f} s")
-
-
-def size_text(size: int) -> str:
-    if size < 1000:
-        return f"{size} B"
-    value = size / 1000
-    for unit in ("kB", "MB"):
-        if value < 1000:
-            return f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"

@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 
 from ..errors import J2CError
+from ..units import byte_size
 from .errors import OutputsNotUploaded
 from .fetch import shown
-from .log import Stage, size_text
+from .log import Stage
 
 CONCURRENT_UPLOADS = 4
 
@@ -24,7 +25,7 @@ def upload_outputs(output_dir: Path, output_uri: str) -> None:
     files = _regular_files(output_dir)
     size = sum(path.stat().st_size for path in files)
     stage = Stage(
-        "uploading outputs", f"{len(files)} files, {size_text(size)} to {shown(output_uri)}"
+        "uploading outputs", f"{len(files)} files, {byte_size(size)} to {shown(output_uri)}"
     )
     try:
         asyncio.run(_upload(output_dir, files, output_uri))

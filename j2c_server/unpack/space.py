@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..models import Layer
+from ..units import byte_size
 from .errors import DiskFull
 from .homes import Placement
-from .log import size_text
 
 
 @dataclass
@@ -43,7 +43,7 @@ def check_free_space(layers: list[Layer], placement: Placement, blob_dir: Path) 
             vfs = os.statvfs(existing)
             need = needs[st.st_dev] = _Need(folder, vfs.f_bavail * vfs.f_frsize)
         need.bytes += size
-        need.what.append(f"{what} {size_text(size)}")
+        need.what.append(f"{what} {byte_size(size)}")
 
     for layer in layers:
         blob = blob_dir / f"{layer.digest.removeprefix('sha256:')}.tar.zst"
@@ -54,7 +54,7 @@ def check_free_space(layers: list[Layer], placement: Placement, blob_dir: Path) 
         if need.bytes > need.free:
             raise DiskFull(
                 f"not enough free space for this job at {need.where}: it needs "
-                f"{size_text(need.bytes)} ({', '.join(need.what)}), {size_text(need.free)} "
+                f"{byte_size(need.bytes)} ({', '.join(need.what)}), {byte_size(need.free)} "
                 "are free",
                 field="workdir",
                 hint="free some space, or choose a --workdir on a larger disk",

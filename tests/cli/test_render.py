@@ -43,7 +43,7 @@ def test_board_shows_a_bar_with_bytes_while_a_stage_runs() -> None:
     (line,) = board.lines()
     assert line.startswith("pack")
     assert "50%" in line
-    assert "500.0 KB/1.0 MB" in line
+    assert "500.0 kB/1.0 MB" in line
 
 
 def test_board_shows_why_a_stage_was_reused() -> None:

@@ -16,6 +16,7 @@ from jupyter_client.manager import KernelManager, start_new_kernel
 
 from j2c_server.config import J2CSettings
 from j2c_server.models import JobRecord
+from tests.support.frontends import RunJ2C
 
 CELL_TIMEOUT_S = 120
 
@@ -233,3 +234,29 @@ def test_seed_form_from_another_folder_ships_the_code_paths_entry_point(
     )
     assert out.error is None, (out.error, out.stderr)
     assert out.stdout.splitlines() == ["args ['--lines', '1']", "line 0", "oops"]
+
+
+def test_the_magic_prints_what_the_cli_prints(
+    kernel: Kernel, run_j2c: RunJ2C, cli_project: Path
+) -> None:
+    """One command layer: ``%j2c logs``/``list``/``status`` and ``j2c ...`` print the same
+    lines, on the same streams, for the same job."""
+    kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv} -- --lines 2")
+    job_id = kernel.run("print(job.id)").stdout.strip()
+    for args in (
+        ["logs", job_id],
+        ["logs", job_id, "--after", "3"],
+        ["logs", job_id, "--json"],
+        ["list", "--json"],
+        ["list"],
+        ["status", job_id],
+        ["status", job_id, "--json"],
+    ):
+        cell = kernel.run("%j2c " + " ".join(args))
+        cli = run_j2c(*args, cwd=cli_project)
+        assert cli.returncode == 0, cli.stderr
+        assert cell.error is None, cell.stderr
+        assert (cell.stdout, cell.stderr) == (cli.stdout, cli.stderr), args
+    logs = run_j2c("logs", job_id, cwd=cli_project)
+    # The CLI's logs: status lines too, not only the job's output.
+    assert f"j2c: job {job_id} succeeded: exit code 0" in logs.stderr.splitlines()
