@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from .errors import ConfigError
+from .errors import ConfigError, validation_error_to_j2c
 from .models import ImageChoice
 
 ENV_PREFIX = "J2C_"
@@ -245,9 +245,7 @@ def validate_settings(data: dict[str, Any], *, source: str = "settings") -> J2CS
     try:
         return J2CSettings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"{source}: {key}: {first['msg']}", field=key) from None
+        raise validation_error_to_j2c(exc, error=ConfigError, context=source) from None
 
 
 def load_settings(
