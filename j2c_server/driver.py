@@ -22,9 +22,9 @@ from .config import J2CSettings
 from .errors import Conflict, J2CError
 from .eventbus import EventBus
 from .journal import Journal
-from .models import JobRecord, JobStatus
+from .models import EventKind, JobRecord, JobStatus, StageState
 from .pipeline import Pipeline
-from .registry import LeaseLost, Registry
+from .registry import EventDraft, LeaseLost, Registry
 from .watching import Log
 
 LEASE_TTL_S = 10.0
@@ -118,13 +118,29 @@ class JobDriver:
             await self.journal.status(status, message)
 
     async def _fail(self, message: str, detail: dict[str, object]) -> None:
+        """The stage that was running failed (its event and record say so, with the reason),
+        then the error and the job's failed status."""
+
         def mark_failed(record: JobRecord) -> None:
             for stage in record.stages.values():
-                if stage.state == "running":
-                    stage.state = "failed"
+                if stage.state == StageState.started:
+                    stage.state = StageState.failed
                     stage.finished_at = time.time()
                     stage.reason = message
 
         with contextlib.suppress(Conflict, LeaseLost):
+            record = await self.registry.get(self.job_id)
+            running = [s.stage for s in record.stages.values() if s.state == StageState.started]
+            failed: list[EventDraft] = [
+                {
+                    "kind": EventKind.stage,
+                    "stage": stage,
+                    "state": StageState.failed,
+                    "text": f"{stage.value} failed: {message}",
+                }
+                for stage in running
+            ]
+            if failed:
+                await self.journal.write(failed, change=mark_failed)
             await self.journal.error(message, dict(detail))
-            await self.journal.status(JobStatus.failed, message, change=mark_failed)
+            await self.journal.status(JobStatus.failed, message)

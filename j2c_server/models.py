@@ -92,6 +92,19 @@ class Stage(str, Enum):
     results = "results"
 
 
+class StageState(str, Enum):
+    """Where a stage stands: the one vocabulary of stage events, stage records, the CLI and UI."""
+
+    started = "started"
+    finished = "finished"
+    reused = "reused"
+    failed = "failed"
+
+
+# Stage records written before StageState: the same states under their old names.
+_LEGACY_STAGE_STATES = {"running": StageState.started, "done": StageState.finished}
+
+
 # --------------------------------------------------------------------------- requests
 
 
@@ -262,12 +275,17 @@ class StageRecord(_Strict):
 
     stage: Stage
     key: str = Field(..., description="Hash of the stage's inputs.")
-    state: Literal["running", "done", "reused", "failed"]
+    state: StageState
     started_at: float
     finished_at: float | None = None
     seconds: float | None = None
     reason: str | None = Field(None, description="Why it ran again or was reused.")
     output: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("state", mode="before")
+    @classmethod
+    def _legacy_state(cls, value: Any) -> Any:
+        return _LEGACY_STAGE_STATES.get(value, value) if isinstance(value, str) else value
 
 
 class Artifact(_Strict):
@@ -371,9 +389,7 @@ class Event(_Strict):
     time: float
     kind: EventKind
     stage: Stage | None = None
-    state: Literal["started", "finished", "reused", "failed"] | None = Field(
-        None, description="For stage events."
-    )
+    state: StageState | None = Field(None, description="For stage events.")
     status: JobStatus | None = Field(None, description="For status events.")
     stream: Literal["stdout", "stderr"] | None = Field(None, description="For log events.")
     text: str | None = Field(None, description="A log line (no newline) or a message.")

@@ -36,6 +36,7 @@ from .models import (
     Manifest,
     Stage,
     StageRecord,
+    StageState,
 )
 from .pack import (
     PackPlan,
@@ -208,12 +209,14 @@ class Pipeline:
     # ------------------------------------------------------------------ stage records
 
     async def _started(self, stage: Stage, inputs: StageInputs, text: str) -> None:
-        started = StageRecord(stage=stage, key=inputs.key, state="running", started_at=time.time())
+        started = StageRecord(
+            stage=stage, key=inputs.key, state=StageState.started, started_at=time.time()
+        )
 
         def apply(record: JobRecord) -> None:
             record.stages[stage.value] = started
 
-        await self.journal.stage(stage, "started", text, change=apply)
+        await self.journal.stage(stage, StageState.started, text, change=apply)
 
     async def _finished(
         self,
@@ -226,14 +229,16 @@ class Pipeline:
         data: dict[str, Any] | None = None,
         change: Callable[[JobRecord], None] | None = None,
     ) -> None:
+        final = StageState(state)  # finished or reused
+
         def apply(record: JobRecord) -> None:
             now = time.time()
             before = record.stages.get(stage.value)
-            started = before.started_at if before and before.state == "running" else now
+            started = before.started_at if before and before.state == StageState.started else now
             record.stages[stage.value] = StageRecord(
                 stage=stage,
                 key=inputs.key,
-                state="reused" if state == "reused" else "done",
+                state=final,
                 started_at=started,
                 finished_at=now,
                 seconds=round(now - started, 3),
@@ -243,9 +248,7 @@ class Pipeline:
             if change is not None:
                 change(record)
 
-        await self.journal.stage(
-            stage, "reused" if state == "reused" else "finished", text, data=data, change=apply
-        )
+        await self.journal.stage(stage, final, text, data=data, change=apply)
 
     # ------------------------------------------------------------------ scan → submit
 

@@ -42,7 +42,7 @@ export interface Event {
   kind: EventKind;
   stage?: Stage | null;
   /** For stage events. */
-  state?: 'started' | 'finished' | 'reused' | 'failed' | null;
+  state?: StageState | null;
   /** For status events. */
   status?: JobStatus | null;
   /** For log events. */
@@ -295,7 +295,7 @@ export interface StageRecord {
   stage: Stage;
   /** Hash of the stage's inputs. */
   key: string;
-  state: 'running' | 'done' | 'reused' | 'failed';
+  state: StageState;
   started_at: number;
   finished_at?: number | null;
   seconds?: number | null;
@@ -303,6 +303,9 @@ export interface StageRecord {
   reason?: string | null;
   output?: { [key: string]: unknown };
 }
+
+/** Where a stage stands: the one vocabulary of stage events, stage records, the CLI and UI. */
+export type StageState = 'started' | 'finished' | 'reused' | 'failed';
 
 /** Facts about the shipped venv that ``j2c-unpack`` needs before it runs anything. */
 export interface VenvInfo {

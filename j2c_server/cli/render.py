@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from ..models import Event, EventKind, JobRecord, JobStatus, Stage
+from ..models import Event, EventKind, JobRecord, JobStatus, Stage, StageState
 from ..pack.models import ExcludedGroup, ExcludeRule, PackPlan
 from ..units import byte_size
 
@@ -45,7 +45,7 @@ _RULE_LABELS = {
 @dataclass
 class StageView:
     stage: Stage
-    state: str = "waiting"
+    state: StageState | None = None  # None: not started yet
     done: float | None = None
     total: float | None = None
     unit: str = ""
@@ -56,9 +56,10 @@ class StageView:
 
     def line(self) -> str:
         label = f"{self.stage.value:<9}"
-        if self.state == "started":
+        if self.state == StageState.started:
             return f"{label} {self._progress()}".rstrip()
-        return stage_line(self.stage.value, self.state, self.seconds, self.text)
+        state = self.state.value if self.state is not None else "waiting"
+        return stage_line(self.stage.value, state, self.seconds, self.text)
 
     def _progress(self) -> str:
         if self.done is None:
@@ -114,7 +115,7 @@ class StageBoard:
     def _progress(view: StageView, event: Event) -> None:
         # The journal's meters report bytes and files moved, with totals where known.
         data = event.data
-        view.state = "started"
+        view.state = StageState.started
         if data.get("bytes") or data.get("total_bytes"):
             view.done, view.total, view.unit = data.get("bytes"), data.get("total_bytes"), "bytes"
         elif "files" in data:
@@ -125,7 +126,7 @@ class StageBoard:
     @staticmethod
     def _state(view: StageView, event: Event) -> None:
         view.state = event.state or view.state
-        if event.state == "started":
+        if event.state == StageState.started:
             view.started_at = event.time
             return
         seconds = event.data.get("seconds")
@@ -179,7 +180,11 @@ def plan_notes(plan: PackPlan) -> list[str]:
 
 def scan_notes(event: Event) -> list[str]:
     """:func:`plan_notes` for the scan stage's "finished" event (which carries the plan)."""
-    if event.kind != EventKind.stage or event.stage != Stage.scan or event.state != "finished":
+    if (
+        event.kind != EventKind.stage
+        or event.stage != Stage.scan
+        or event.state != StageState.finished
+    ):
         return []
     raw = event.data.get("plan")
     return plan_notes(PackPlan.model_validate(raw)) if isinstance(raw, dict) else []
@@ -248,7 +253,7 @@ class TerminalRenderer:
             notes = [f"j2c: {line}" for line in scan_notes(event)]
             if self._live:
                 self._draw(force=True, above=notes)
-            elif event.state in ("finished", "reused", "failed") and event.stage is not None:
+            elif event.state not in (None, StageState.started) and event.stage is not None:
                 self._say(f"j2c: {self.board.stages[event.stage].line()}")
                 for line in notes:
                     self._say(line)

@@ -4,7 +4,7 @@
  * waiting, active (with percent and rate), done, reused (with the reason) or failed.
  */
 import { isTerminal } from '../format';
-import { Event, JobStatus } from '../models';
+import { Event, JobStatus, StageState } from '../models';
 
 export const STEPS = [
   'scan',
@@ -18,8 +18,8 @@ export const STEPS = [
 
 export type StepName = (typeof STEPS)[number];
 
-export type StepState =
-  'waiting' | 'active' | 'done' | 'reused' | 'failed' | 'skipped';
+/** A step's state: the server's stage states, plus not yet reached and skipped. */
+export type StepState = StageState | 'waiting' | 'skipped';
 
 export interface IStep {
   name: StepName;
@@ -117,13 +117,13 @@ export class JobProgress {
     switch (event.state) {
       case 'started':
         if (!configure || step.state === 'waiting') {
-          this._set(step, 'active', event.text ?? '');
+          this._set(step, 'started', event.text ?? '');
           step.startedAt = event.time;
         }
         break;
       case 'finished':
         if (!configure) {
-          this._set(step, 'done', event.text ?? '');
+          this._set(step, 'finished', event.text ?? '');
           step.seconds =
             numberIn(event.data, 'seconds') ??
             (step.startedAt !== null ? event.time - step.startedAt : null);
@@ -133,10 +133,10 @@ export class JobProgress {
         if (configure) {
           break;
         }
-        if (step.state === 'done' || event.data?.resumed === true) {
+        if (step.state === 'finished' || event.data?.resumed === true) {
           // This job's own stage, picked up again after a server restart: it stays done (it
           // reused nothing from another job), and says it resumed.
-          step.state = 'done';
+          step.state = 'finished';
           step.detail = [step.detail, event.text ?? '']
             .filter(part => part)
             .join('; ');
@@ -161,7 +161,7 @@ export class JobProgress {
     }
     const step = this.step(name);
     if (step.state === 'waiting') {
-      step.state = 'active';
+      step.state = 'started';
     }
     step.percent = numberIn(event.data, 'percent');
     step.rate = numberIn(event.data, 'rate');
@@ -177,23 +177,23 @@ export class JobProgress {
     const running = this.step('running');
     switch (status) {
       case 'submitted':
-        if (submit.state === 'active' || submit.state === 'waiting') {
-          this._set(submit, 'done', submit.detail || this.message);
+        if (submit.state === 'started' || submit.state === 'waiting') {
+          this._set(submit, 'finished', submit.detail || this.message);
         }
         break;
       case 'queued':
-        this._set(queued, 'active', this.message);
+        this._set(queued, 'started', this.message);
         queued.startedAt = event.time;
         break;
       case 'running':
         this._finish(queued, event.time);
-        this._set(running, 'active', this.message);
+        this._set(running, 'started', this.message);
         running.startedAt = event.time;
         break;
       case 'succeeded':
         this._finish(queued, event.time);
         if (running.state === 'waiting') {
-          running.state = 'done'; // it ran, faster than the scheduler reported it running
+          running.state = 'finished'; // it ran, faster than the scheduler reported it running
         }
         this._finish(running, event.time);
         break;
@@ -209,10 +209,10 @@ export class JobProgress {
       for (const step of this.steps) {
         if (step.state === 'waiting') {
           step.state = 'skipped';
-        } else if (step.state === 'active') {
+        } else if (step.state === 'started') {
           this._set(
             step,
-            status === 'succeeded' ? 'done' : 'failed',
+            status === 'succeeded' ? 'finished' : 'failed',
             step.detail
           );
         }
@@ -222,8 +222,8 @@ export class JobProgress {
   }
 
   private _finish(step: IStep, time: number): void {
-    if (step.state === 'active') {
-      step.state = 'done';
+    if (step.state === 'started') {
+      step.state = 'finished';
       step.seconds = step.startedAt !== null ? time - step.startedAt : null;
     } else if (step.state === 'waiting') {
       step.state = 'skipped';
@@ -231,8 +231,8 @@ export class JobProgress {
   }
 
   private _failActive(detail: string): void {
-    let targets = this.steps.filter(step => step.state === 'active');
-    if (!targets.length && this.step('submit').state === 'done') {
+    let targets = this.steps.filter(step => step.state === 'started');
+    if (!targets.length && this.step('submit').state === 'finished') {
       // Ended before it was seen running: the run is what failed.
       targets = [this.step('running')].filter(step => step.state === 'waiting');
     }
@@ -244,10 +244,10 @@ export class JobProgress {
   private _set(step: IStep, state: StepState, detail: string): void {
     step.state = state;
     step.detail = detail;
-    if (state === 'done' && step.percent !== null) {
+    if (state === 'finished' && step.percent !== null) {
       step.percent = 100;
     }
-    if (state !== 'active') {
+    if (state !== 'started') {
       step.rate = null;
     }
   }

@@ -10,8 +10,8 @@ import { IStep, JobProgress, StepName, StepState } from './progress';
 
 const GLYPHS: { [state in StepState]: string } = {
   waiting: '○',
-  active: '◐',
-  done: '✓',
+  started: '◐',
+  finished: '✓',
   reused: '↺',
   failed: '✕',
   skipped: '–'
@@ -33,8 +33,8 @@ function stepLabel(name: StepName, trans: TranslationBundle): string {
 function stateLabel(state: StepState, trans: TranslationBundle): string {
   const labels: { [key in StepState]: string } = {
     waiting: trans.__('waiting'),
-    active: trans.__('in progress'),
-    done: trans.__('done'),
+    started: trans.__('in progress'),
+    finished: trans.__('done'),
     reused: trans.__('reused'),
     failed: trans.__('failed'),
     skipped: trans.__('skipped')
@@ -45,10 +45,14 @@ function stateLabel(state: StepState, trans: TranslationBundle): string {
 /** The short figures next to a step: percent, rate, seconds. */
 function figures(step: IStep, trans: TranslationBundle): string {
   const parts: string[] = [];
-  if (step.state === 'active' && step.percent !== null) {
+  if (step.state === 'started' && step.percent !== null) {
     parts.push(`${Math.floor(step.percent)}%`);
   }
-  if (step.state === 'active' && step.rate !== null && step.name === 'upload') {
+  if (
+    step.state === 'started' &&
+    step.rate !== null &&
+    step.name === 'upload'
+  ) {
     parts.push(formatRate(step.rate));
   }
   if (step.state === 'reused') {
@@ -58,7 +62,7 @@ function figures(step: IStep, trans: TranslationBundle): string {
     parts.push(trans.__('resumed'));
   }
   if (
-    (step.state === 'done' || step.state === 'failed') &&
+    (step.state === 'finished' || step.state === 'failed') &&
     step.seconds !== null
   ) {
     parts.push(formatDuration(step.seconds));
@@ -84,7 +88,7 @@ function Step(props: { step: IStep; trans: TranslationBundle }): JSX.Element {
       <span className="j2c-Step-label">{label}</span>
       <span className="j2c-u-screenReader">{`: ${stateLabel(step.state, trans)}`}</span>
       {extra ? <span className="j2c-Step-figures">{extra}</span> : null}
-      {step.state === 'active' && step.percent !== null ? (
+      {step.state === 'started' && step.percent !== null ? (
         <progress
           className="j2c-Step-bar"
           max={100}

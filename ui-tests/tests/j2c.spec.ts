@@ -222,7 +222,7 @@ test.describe('j2c extension', () => {
     ).toBeVisible();
     await expect(panel.locator('[data-step="running"]')).toHaveAttribute(
       'data-state',
-      'done'
+      'finished'
     );
     await expect(
       page.locator(`#j2c-compute-sidebar .j2c-Job[data-job-id="${jobId}"]`)

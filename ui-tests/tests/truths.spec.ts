@@ -208,7 +208,7 @@ test.describe('small UI truths', () => {
     await expectStatus(panel, 'succeeded');
     expect(injected).toBe(true);
     const submit = panel.locator('[data-step="submit"]');
-    await expect(submit).toHaveAttribute('data-state', 'done');
+    await expect(submit).toHaveAttribute('data-state', 'finished');
     await expect(submit).toHaveAttribute('data-resumed', 'true');
     await expect(submit).toHaveAttribute('title', /submitted to local as/);
     await expect(submit.locator('.j2c-Step-detail')).toHaveCount(0);
@@ -272,7 +272,7 @@ test.describe('edit then send', () => {
     // The venv did not change: its layer is reused.
     await expect(second.panel.locator('[data-step="upload"]')).toHaveAttribute(
       'data-state',
-      /reused|done/
+      /reused|finished/
     );
   });
 });
