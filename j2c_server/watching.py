@@ -25,7 +25,6 @@ from .schedulers.base import LogLine, Scheduler, SchedulerState
 MAX_BATCH = 1000
 QUEUE_LINES = 10_000  # bounded: a job printing faster than we persist waits for us
 STATUS_INTERVAL_S = 1.0
-RUNNING_TEXT = "running"
 _NOT_YET_RUNNING = (JobStatus.submitted, JobStatus.queued)
 RETRY_MAX_S = 30.0
 T = TypeVar("T")
@@ -116,10 +115,10 @@ class Watcher:
 
         def apply(record: JobRecord) -> None:
             if record.status in _NOT_YET_RUNNING:  # never over a cancel asked meanwhile
-                status_change(JobStatus.running, RUNNING_TEXT)(record)
+                status_change(JobStatus.running, None)(record)
 
         status: EventDraft = {"kind": EventKind.status, "status": JobStatus.running}
-        return [{**status, "text": RUNNING_TEXT}, *drafts], apply
+        return [status, *drafts], apply
 
     async def _poll_status(self) -> None:
         """Turn the scheduler's non-terminal states (queued, running, ...) into status events;
