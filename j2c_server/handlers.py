@@ -286,7 +286,7 @@ class PreflightHandler(J2CHandler):
 class JobsHandler(J2CHandler):
     @requires(READ)
     async def get(self) -> None:
-        self.write_model(await self.service.list())
+        self.write_model(await self.service.list_jobs())
 
     # Submitting runs the user's code on the scheduler.
     @requires(EXECUTE)

@@ -7,7 +7,7 @@ fingerprint, blobs by digest). Each stage is compared with the same stage of the
 previous job, and the event says what was reused and why anything ran again
 ("venv layer reused: unchanged since job X", "configure re-run: args changed since job X").
 
-Packing, hashing and compressing run in worker threads, at most
+Packing, hashing and compressing run in niced worker processes (``packworker``), at most
 ``settings.pack.max_concurrent_packs`` at a time.
 """
 

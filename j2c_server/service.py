@@ -345,8 +345,7 @@ class JobService:
         process.stdin.close()
         return process.pid
 
-    # Last in the class: below this, ``list`` in an annotation would mean this method.
-    async def list(self) -> list[JobRecord]:
+    async def list_jobs(self) -> list[JobRecord]:
         """Every job, newest first."""
         return await self.registry.all_jobs()
 

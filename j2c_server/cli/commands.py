@@ -141,7 +141,7 @@ def render_cancelled(record: JobRecord, *, as_json: bool, streams: Streams) -> N
 
 async def list_jobs(service: JobService) -> list[JobRecord]:
     """Every job of the shared registry, newest first."""
-    return newest_first(await service.list())
+    return newest_first(await service.list_jobs())
 
 
 def render_list(records: list[JobRecord], *, as_json: bool, streams: Streams) -> None:

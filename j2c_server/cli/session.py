@@ -40,7 +40,7 @@ async def resolve_job(service: JobService, ref: str) -> JobRecord:
     ref = ref.strip()
     if not ref:
         raise InvalidInput("a job id is required", field="job")
-    matches = [record for record in await service.list() if record.id.startswith(ref)]
+    matches = [record for record in await service.list_jobs() if record.id.startswith(ref)]
     exact = [record for record in matches if record.id == ref]
     if exact:
         return exact[0]

@@ -97,7 +97,7 @@ def registry_jobs(data_dir: str) -> list[JobRecord]:
     async def read() -> list[JobRecord]:
         service = JobService(J2CSettings(data_dir=data_dir))
         try:
-            return await service.list()
+            return await service.list_jobs()
         finally:
             await service.stop()
 

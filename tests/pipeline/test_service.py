@@ -47,7 +47,7 @@ async def test_dry_run_builds_the_spec_and_records_nothing(
         spec = await service.dry_run(
             JobRequest(code_path=str(project), call_path="train.py", args=["--lines", "2"])
         )
-        assert await service.list() == []
+        assert await service.list_jobs() == []
     finally:
         await service.stop()
     assert spec["command"][1:3] == ["-m", "j2c_server.unpack"]
