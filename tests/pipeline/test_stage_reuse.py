@@ -92,5 +92,7 @@ async def test_stage_records_keep_keys_and_outputs(
         "watch",
         "results",
     ]
-    assert all(stage.key and stage.state in ("finished", "reused") for stage in record.stages.values())
+    assert all(
+        stage.key and stage.state in ("finished", "reused") for stage in record.stages.values()
+    )
     assert record.stages["upload"].output["manifest_uri"] == record.manifest_uri
