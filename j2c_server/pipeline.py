@@ -46,6 +46,7 @@ from .pack import (
     make_manifest,
     publish,
 )
+from .results import collect_outputs
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
@@ -533,7 +534,13 @@ class Pipeline:
         record = await self.registry.get(self.job_id)
         results = await self.backends.scheduler(handle.scheduler).results(handle)
         exit_code = state.exit_code if state.exit_code is not None else results.exit_code
-        results = results.model_copy(update={"exit_code": exit_code})
+        results = await collect_outputs(
+            self.backends.store(),
+            record,
+            results.model_copy(update={"exit_code": exit_code}),
+            uploaded=not self.settings.storage.presign_for_jobs,
+            last_lines=await self.registry.last_log_lines(self.job_id, LAST_LINES),
+        )
         final = state.status
         if record.status == JobStatus.cancelling and final == JobStatus.failed:
             final = JobStatus.cancelled  # the scheduler saw a signal we asked for
@@ -541,6 +548,7 @@ class Pipeline:
             "exit_code": exit_code,
             "artifacts": len(results.artifacts),
             "output_uri": results.output_uri,
+            "outputs_note": results.outputs_note,
         }
         if final != JobStatus.succeeded:
             data["last_lines"] = await self.registry.last_log_lines(self.job_id, LAST_LINES)
