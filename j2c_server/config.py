@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
+from .jobenv import is_credential_name
 from .models import ImageChoice
 from .schedulers.container_settings import ContainerSettings
 
@@ -150,6 +151,39 @@ class SchedulerSettings(_Section):
         return value
 
 
+class MlflowSettings(_Section):
+    """Tracking jobs in MLflow (``j2c_server.tracking``); off while no tracking URI is known."""
+
+    tracking_uri: str | None = Field(
+        None, description="The tracking server (http(s)://...); default: MLFLOW_TRACKING_URI."
+    )
+    experiment: str | None = Field(
+        None, description="The experiment's name; default: the project folder's name."
+    )
+    pass_env: list[str] = Field(
+        default_factory=lambda: ["MLFLOW_S3_ENDPOINT_URL"],
+        description="MLFLOW_* variables of the server the job gets too (locations, flags: no "
+        "credentials; those reach the job by the operator's mechanism).",
+    )
+    timeout_s: float = Field(5.0, gt=0, description="Per call to the tracking server.")
+
+    @field_validator("pass_env")
+    @classmethod
+    def _only_mlflow_locations(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name.startswith("MLFLOW_") or not name.isidentifier():
+                raise ValueError(f"{name!r} is not an MLFLOW_* variable name")
+            if is_credential_name(name):
+                raise ValueError(
+                    f"{name!r} holds a credential: it never goes into a job spec; give it to "
+                    "jobs by the operator's mechanism (a Kubernetes Secret, the nodes' env)"
+                )
+        return value
+
+    def uri(self) -> str | None:
+        return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
 class J2CSettings(_Section):
     data_dir: str | None = Field(None, description="Registry, cache and embedded store.")
     default_image: str | None = Field(
@@ -159,6 +193,7 @@ class J2CSettings(_Section):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     pack: PackSettings = Field(default_factory=PackSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
 
     # ---------------------------------------------------------------- derived values
 

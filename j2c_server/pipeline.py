@@ -50,6 +50,7 @@ from .results import collect_outputs
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
+from .tracking import finish_run, start_run
 from .watching import Log, Watcher, until_available
 
 UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
@@ -277,6 +278,7 @@ class Pipeline:
         await self.journal.status(JobStatus.uploading, "uploading layers")
         manifest, manifest_uri = await self._upload(record, result, packed_at, previous)
         job_spec = await self._configure(record, manifest, manifest_uri, previous)
+        job_spec = await start_run(self.settings, self.journal, record, manifest, job_spec)
         return await self._submit(record, job_spec)
 
     async def _scan_and_pack(
@@ -544,11 +546,13 @@ class Pipeline:
         final = state.status
         if record.status == JobStatus.cancelling and final == JobStatus.failed:
             final = JobStatus.cancelled  # the scheduler saw a signal we asked for
+        results = await finish_run(self.settings, record, results, final)
         data: dict[str, Any] = {
             "exit_code": exit_code,
             "artifacts": len(results.artifacts),
             "output_uri": results.output_uri,
             "outputs_note": results.outputs_note,
+            "tracking": results.tracking.url if results.tracking else None,
         }
         if final != JobStatus.succeeded:
             data["last_lines"] = await self.registry.last_log_lines(self.job_id, LAST_LINES)
