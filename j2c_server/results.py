@@ -160,3 +160,29 @@ def _note(
     if not artifacts:
         return "no outputs"
     return None
+
+
+def describe_results(results: JobResults | None, *, limit: int = 20) -> list[str]:
+    """The results as ``j2c status`` prints them: outputs location, each artifact with its
+    size, what is missing and why, and the MLflow run with its latest metrics."""
+    if results is None:
+        return []
+    lines = []
+    if results.output_uri:
+        lines.append(f"outputs    {results.output_uri}")
+    for artifact in results.artifacts[:limit]:
+        size = f"  ({artifact.size} B)" if artifact.size is not None else ""
+        lines.append(f"  {artifact.name}{size}")
+    if len(results.artifacts) > limit:
+        lines.append(f"  ... and {len(results.artifacts) - limit} more")
+    if results.outputs_note:
+        lines.append(f"outputs    {results.outputs_note}")
+    tracking = results.tracking
+    if tracking is not None:
+        status = f" ({tracking.status})" if tracking.status else ""
+        lines.append(f"mlflow     {tracking.url}{status}")
+        for name, value in sorted(tracking.metrics.items()):
+            lines.append(f"  {name} = {value:g}")
+        if tracking.error:
+            lines.append(f"  not read: {tracking.error}")
+    return lines

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ..models import Event, EventKind, JobRecord
+from ..results import describe_results
 from .options import config_option, json_option, load_cli_config
 from .output import print_json, print_json_line, say
 from .render import TerminalRenderer, stage_line
@@ -55,8 +56,7 @@ def describe(record: JobRecord) -> str:
         lines.append(f"exit code  {record.exit_code}")
     for name, stage in record.stages.items():
         lines.append("  " + stage_line(name, stage.state, stage.seconds, stage.reason))
-    if record.results and record.results.output_uri:
-        lines.append(f"outputs    {record.results.output_uri}")
+    lines.extend(describe_results(record.results))
     return "\n".join(lines)
 
 
