@@ -50,7 +50,7 @@ from .results import collect_outputs
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
-from .tracking import finish_run, start_run
+from .tracking import abandon_run, finish_run, start_run
 from .watching import Log, Watcher, until_available
 
 UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
@@ -279,7 +279,14 @@ class Pipeline:
         manifest, manifest_uri = await self._upload(record, result, packed_at, previous)
         job_spec = await self._configure(record, manifest, manifest_uri, previous)
         job_spec = await start_run(self.settings, self.journal, record, manifest, job_spec)
-        return await self._submit(record, job_spec)
+        try:
+            handle = await self._submit(record, job_spec)
+        except Exception:
+            await abandon_run(self.settings, self.registry, self.job_id, JobStatus.failed)
+            raise
+        if handle is None:  # cancelled before it was submitted
+            await abandon_run(self.settings, self.registry, self.job_id, JobStatus.cancelled)
+        return handle
 
     async def _scan_and_pack(
         self, record: JobRecord, spec: PackSpec, previous: JobRecord | None

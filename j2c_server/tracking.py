@@ -36,6 +36,7 @@ import httpx
 from .config import J2CSettings, MlflowSettings
 from .journal import Journal
 from .models import EventKind, JobRecord, JobResults, JobStatus, LayerRole, Manifest, TrackingRun
+from .registry import Registry
 from .schedulers.base import JobSpec
 
 API = "/api/2.0/mlflow"
@@ -326,3 +327,26 @@ async def finish_run(
     finally:
         await client.close()
     return results.model_copy(update={"tracking": tracking})
+
+
+async def abandon_run(
+    settings: J2CSettings, registry: Registry, job_id: str, final: JobStatus
+) -> None:
+    """Close the run of a job that never reached its scheduler (submit refused, or cancelled
+    first), so it does not stay RUNNING; best effort, nothing raised."""
+    uri = settings.mlflow.uri()
+    if not uri:
+        return
+    record = await registry.get(job_id)
+    tracking = record.results.tracking if record.results is not None else None
+    if tracking is None:
+        return
+    client = MlflowClient(uri, settings.mlflow)
+    try:
+        await client.update_run(
+            tracking.run_id, "KILLED" if final == JobStatus.cancelled else "FAILED"
+        )
+    except TrackingFailure:
+        pass
+    finally:
+        await client.close()

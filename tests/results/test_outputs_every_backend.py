@@ -219,6 +219,12 @@ async def test_kubernetes_job_lists_and_serves_its_two_outputs_from_s3(
     assert job.results.executed_notebook == f"{job.results.output_uri}/report.ipynb"
     names = [a.name for a in job.results.artifacts]
     assert names == ["metrics.json", "model/weights.bin", "report.ipynb"]
+    # "Open executed notebook": copied from the bucket into the project, then opened there.
+    copied = await jp_fetch(
+        "j2c", "api", "jobs", job.id, "artifacts", "report.ipynb", "copy", method="POST", body=""
+    )
+    assert json.loads(copied.body)["path"] == f"proj/j2c-outputs/{job.id}/report.ipynb"
+    assert (outputs_project / "j2c-outputs" / job.id / "report.ipynb").read_text() == NOTEBOOK
     job.results.artifacts = [a for a in job.results.artifacts if a.name != "report.ipynb"]
     await _check_two_outputs(jp_fetch, job)
 

@@ -156,3 +156,17 @@ async def _events(jp_fetch: Any, job_id: str) -> list[dict[str, Any]]:
     response = await jp_fetch("j2c", "api", "jobs", job_id, "events")
     body: list[dict[str, Any]] = json.loads(response.body)
     return body
+
+
+async def test_a_job_its_scheduler_refuses_leaves_no_run_open(
+    jp_fetch: Any, jp_ws_fetch: Any, project: Path, mlflow_server: MlflowServer
+) -> None:
+    # More GPUs than this machine has: the local scheduler refuses it at submit.
+    record = await submit(jp_fetch, resources={"gpus": 64})
+    events = await follow(jp_ws_fetch, record.id)
+    job = JobRecord.model_validate_json((await jp_fetch("j2c", "api", "jobs", record.id)).body)
+    assert job.status == JobStatus.failed
+    made = [e for e in events if "tracking" in e.data]
+    assert len(made) == 1, [e.text for e in events]
+    run_id = made[0].data["tracking"]["run_id"]
+    assert mlflow_server.run(run_id)["info"]["status"] == "FAILED"
