@@ -231,6 +231,10 @@ async def start_run(
     if not uri:
         return spec
     started = time.monotonic()
+    if urlsplit(uri).scheme not in ("http", "https"):
+        # A local store (file:, sqlite:) is this machine's: a job elsewhere cannot log to it.
+        await _warn(journal, f"{_public_uri(uri)} is not an http(s) tracking server", 0.0)
+        return spec
     tracking = record.results.tracking if record.results is not None else None
     if tracking is None:
         client = MlflowClient(uri, settings.mlflow)
