@@ -75,9 +75,9 @@ def recorded_outputs(record: JobRecord, name: str) -> str:
     """The job's outputs location, once ``name`` is checked to be one of its artifacts."""
     check_name(name)
     results = record.results
+    if not record.status.terminal:  # results may already hold its MLflow run, not its outputs
+        raise Conflict(f"job {record.id} has not finished; its artifacts come at the end")
     if results is None:
-        if not record.status.terminal:
-            raise Conflict(f"job {record.id} has not finished; its artifacts come at the end")
         raise NotFound(f"job {record.id} recorded no results")
     if all(artifact.name != name for artifact in results.artifacts):
         raise NotFound(f"name: job {record.id} has no artifact {name!r}", field="name")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from .errors import ConfigError, validation_error_to_j2c
+from .jobenv import is_credential_name
 from .models import ImageChoice
 
 ENV_PREFIX = "J2C_"
@@ -124,6 +125,39 @@ else:
     SchedulerSettings = _scheduler_settings_model()
 
 
+class MlflowSettings(_Section):
+    """Tracking jobs in MLflow (``j2c_server.tracking``); off while no tracking URI is known."""
+
+    tracking_uri: str | None = Field(
+        None, description="The tracking server (http(s)://...); default: MLFLOW_TRACKING_URI."
+    )
+    experiment: str | None = Field(
+        None, description="The experiment's name; default: the project folder's name."
+    )
+    pass_env: list[str] = Field(
+        default_factory=lambda: ["MLFLOW_S3_ENDPOINT_URL"],
+        description="MLFLOW_* variables of the server the job gets too (locations, flags: no "
+        "credentials; those reach the job by the operator's mechanism).",
+    )
+    timeout_s: float = Field(5.0, gt=0, description="Per call to the tracking server.")
+
+    @field_validator("pass_env")
+    @classmethod
+    def _only_mlflow_locations(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name.startswith("MLFLOW_") or not name.isidentifier():
+                raise ValueError(f"{name!r} is not an MLFLOW_* variable name")
+            if is_credential_name(name):
+                raise ValueError(
+                    f"{name!r} holds a credential: it never goes into a job spec; give it to "
+                    "jobs by the operator's mechanism (a Kubernetes Secret, the nodes' env)"
+                )
+        return value
+
+    def uri(self) -> str | None:
+        return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
 class J2CSettings(_Section):
     data_dir: str | None = Field(None, description="Registry, cache and embedded store.")
     default_image: str | None = Field(
@@ -133,6 +167,7 @@ class J2CSettings(_Section):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     pack: PackSettings = Field(default_factory=PackSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
 
     # ---------------------------------------------------------------- derived values
 

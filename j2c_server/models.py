@@ -292,6 +292,28 @@ class Artifact(_Strict):
     name: str
     size: int | None = None
     url: str | None = None
+    sha256: str | None = Field(None, description="Hex digest, from the job's outputs index.")
+
+
+class OutputFailure(_Strict):
+    """One output the job wrote but could not upload, and why."""
+
+    name: str
+    error: str
+
+
+class TrackingRun(_Strict):
+    """The MLflow run j2c created for the job, as the results show it."""
+
+    run_id: str
+    experiment_id: str
+    url: str = Field(..., description="The run's page on the tracking server.")
+    status: str | None = Field(None, description="MLflow's status: FINISHED, FAILED, KILLED…")
+    artifact_uri: str | None = None
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="Each metric's latest value."
+    )
+    error: str | None = Field(None, description="Why the run could not be read or closed.")
 
 
 class ArtifactCopy(_Strict):
@@ -305,6 +327,11 @@ class JobResults(_Strict):
     artifacts: list[Artifact] = Field(default_factory=list)
     executed_notebook: str | None = None
     output_uri: str | None = None
+    outputs_note: str | None = Field(
+        None, description="E.g. 'no outputs', or which outputs failed to upload and why."
+    )
+    failed_outputs: list[OutputFailure] = Field(default_factory=list)
+    tracking: TrackingRun | None = None
 
 
 class JobHandle(_Strict):

@@ -46,10 +46,12 @@ from .pack import (
     make_manifest,
     publish,
 )
+from .results import collect_outputs
 from .schedulers import scheduler_class
 from .schedulers.base import JobSpec, SchedulerState
 from .storage.base import ObjectStore, blob_key
 from .storage.redact import redact_url
+from .tracking import abandon_run, finish_run, start_run
 from .units import byte_size as _size
 from .units import count as _count
 from .watching import Log, Watcher, until_available
@@ -260,7 +262,15 @@ class Pipeline:
         await self.journal.status(JobStatus.uploading, "uploading layers")
         manifest, manifest_uri = await self._upload(record, result, packed_at, previous)
         job_spec = await self._configure(record, manifest, manifest_uri, previous)
-        return await self._submit(record, job_spec)
+        job_spec = await start_run(self.settings, self.journal, record, manifest, job_spec)
+        try:
+            handle = await self._submit(record, job_spec)
+        except Exception:
+            await abandon_run(self.settings, self.registry, self.job_id, JobStatus.failed)
+            raise
+        if handle is None:  # cancelled before it was submitted
+            await abandon_run(self.settings, self.registry, self.job_id, JobStatus.cancelled)
+        return handle
 
     async def _scan_and_pack(
         self, record: JobRecord, spec: PackSpec, previous: JobRecord | None
@@ -517,14 +527,23 @@ class Pipeline:
         record = await self.registry.get(self.job_id)
         results = await self.backends.scheduler(handle.scheduler).results(handle)
         exit_code = state.exit_code if state.exit_code is not None else results.exit_code
-        results = results.model_copy(update={"exit_code": exit_code})
+        results = await collect_outputs(
+            self.backends.store(),
+            record,
+            results.model_copy(update={"exit_code": exit_code}),
+            uploaded=not self.settings.storage.presign_for_jobs,
+            last_lines=await self.registry.last_log_lines(self.job_id, LAST_LINES),
+        )
         final = state.status
         if record.status == JobStatus.cancelling and final == JobStatus.failed:
             final = JobStatus.cancelled  # the scheduler saw a signal we asked for
+        results = await finish_run(self.settings, record, results, final)
         data: dict[str, Any] = {
             "exit_code": exit_code,
             "artifacts": len(results.artifacts),
             "output_uri": results.output_uri,
+            "outputs_note": results.outputs_note,
+            "tracking": results.tracking.url if results.tracking else None,
         }
         if final != JobStatus.succeeded:
             data["last_lines"] = await self.registry.last_log_lines(self.job_id, LAST_LINES)

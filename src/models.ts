@@ -6,6 +6,8 @@ export interface Artifact {
   name: string;
   size?: number | null;
   url?: string | null;
+  /** Hex digest, from the job's outputs index. */
+  sha256?: string | null;
 }
 
 /** POST /jobs/{id}/artifacts/{name}/copy: where the copy is, relative to the server's root. */
@@ -169,6 +171,10 @@ export interface JobResults {
   artifacts?: Artifact[];
   executed_notebook?: string | null;
   output_uri?: string | null;
+  /** E.g. 'no outputs', or which outputs failed to upload and why. */
+  outputs_note?: string | null;
+  failed_outputs?: OutputFailure[];
+  tracking?: TrackingRun | null;
 }
 
 /** One status vocabulary for every scheduler backend and every front end. */
@@ -199,6 +205,12 @@ export interface LayerPlan {
 }
 
 export type LayerRole = 'code' | 'venv';
+
+/** One output the job wrote but could not upload, and why. */
+export interface OutputFailure {
+  name: string;
+  error: string;
+}
 
 /** What ``pack`` would do, computed without writing anything. */
 export interface PackPlan {
@@ -306,6 +318,21 @@ export interface StageRecord {
 
 /** Where a stage stands: the one vocabulary of stage events, stage records, the CLI and UI. */
 export type StageState = 'started' | 'finished' | 'reused' | 'failed';
+
+/** The MLflow run j2c created for the job, as the results show it. */
+export interface TrackingRun {
+  run_id: string;
+  experiment_id: string;
+  /** The run's page on the tracking server. */
+  url: string;
+  /** MLflow's status: FINISHED, FAILED, KILLED… */
+  status?: string | null;
+  artifact_uri?: string | null;
+  /** Each metric's latest value. */
+  metrics?: { [key: string]: number };
+  /** Why the run could not be read or closed. */
+  error?: string | null;
+}
 
 /** Facts about the shipped venv that ``j2c-unpack`` needs before it runs anything. */
 export interface VenvInfo {

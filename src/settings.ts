@@ -11,6 +11,8 @@ export interface IJ2CSettings {
   followLogs: boolean;
   notifications: boolean;
   scrollback: number;
+  /** The MLflow metric the jobs list shows per job; empty: none. */
+  listMetric: string;
 }
 
 export const DEFAULT_SETTINGS: IJ2CSettings = {
@@ -21,7 +23,8 @@ export const DEFAULT_SETTINGS: IJ2CSettings = {
   memoryPresets: ['4Gi', '8Gi', '16Gi', '32Gi', '64Gi', '128Gi'],
   followLogs: true,
   notifications: true,
-  scrollback: 50000
+  scrollback: 50000,
+  listMetric: ''
 };
 
 /** The current settings; follows the setting registry when one is given. */

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from ..models import Event, EventKind, JobRecord
+from ..results import describe_results
 from .output import json_text
 from .render import TerminalRenderer, stage_line
 from .session import resolve_job
@@ -69,9 +70,8 @@ def describe(record: JobRecord) -> str:
     if record.exit_code is not None:
         lines.append(f"exit code  {record.exit_code}")
     for name, stage in record.stages.items():
-        lines.append("  " + stage_line(name, stage.state, stage.seconds, stage.reason))
-    if record.results and record.results.output_uri:
-        lines.append(f"outputs    {record.results.output_uri}")
+        lines.append("  " + stage_line(name, stage.state.value, stage.seconds, stage.reason))
+    lines.extend(describe_results(record.results))
     return "\n".join(lines)
 
 

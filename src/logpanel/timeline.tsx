@@ -4,7 +4,7 @@ import * as React from 'react';
 
 import { formatBytes, formatDuration, formatRate } from '../format';
 import { jobsApi } from '../jobs';
-import { Artifact, JobRecord } from '../models';
+import { Artifact, JobRecord, TrackingRun } from '../models';
 import { StreamState } from '../stream';
 import { IStep, JobProgress, StepName, StepState } from './progress';
 
@@ -148,6 +148,44 @@ function notebookName(record: JobRecord): string | null {
   return listed?.name ?? uri.split('/').pop() ?? null;
 }
 
+/** The job's MLflow run: its link (with its status) and each metric's latest value. */
+function TrackingRunRow(props: {
+  tracking: TrackingRun;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { tracking, trans } = props;
+  const metrics = Object.entries(tracking.metrics ?? {}).sort(([a], [b]) =>
+    a.localeCompare(b)
+  );
+  return (
+    <>
+      <dt>{trans.__('MLflow run')}</dt>
+      <dd data-j2c="mlflow-run">
+        <a href={tracking.url} target="_blank" rel="noopener noreferrer">
+          {tracking.run_id}
+        </a>
+        {tracking.status ? (
+          <span className="j2c-Result-size"> {tracking.status}</span>
+        ) : null}
+        {tracking.error ? (
+          <span className="j2c-Result-size" title={tracking.error}>
+            {' '}
+            {trans.__('(not read)')}
+          </span>
+        ) : null}
+      </dd>
+      {metrics.map(([name, value]) => (
+        <React.Fragment key={name}>
+          <dt className="j2c-Result-metric">{name}</dt>
+          <dd data-j2c="mlflow-metric" data-metric={name}>
+            {Number.isInteger(value) ? value : value.toPrecision(4)}
+          </dd>
+        </React.Fragment>
+      ))}
+    </>
+  );
+}
+
 function Results(props: {
   record: JobRecord;
   progress: JobProgress;
@@ -174,6 +212,15 @@ function Results(props: {
               {results.output_uri}
             </dd>
           </>
+        ) : null}
+        {results?.outputs_note ? (
+          <>
+            <dt>{results.output_uri ? '' : trans.__('Outputs')}</dt>
+            <dd data-j2c="outputs-note">{results.outputs_note}</dd>
+          </>
+        ) : null}
+        {results?.tracking ? (
+          <TrackingRunRow tracking={results.tracking} trans={trans} />
         ) : null}
       </dl>
       {results?.artifacts?.length ? (

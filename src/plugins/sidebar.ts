@@ -53,6 +53,7 @@ export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
       config: j2c.config,
       form: j2c.form,
       jobs: j2c.jobs,
+      settings: j2c.settings,
       translator: translator ?? nullTranslator,
       onSend: () => void app.commands.execute(CommandIDs.submitForm),
       actions: {

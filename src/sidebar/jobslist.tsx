@@ -14,6 +14,7 @@ import * as React from 'react';
 import { formatDuration, formatTime, isTerminal } from '../format';
 import { JobsModel } from '../jobs';
 import { JobRecord } from '../models';
+import { J2CSettings } from '../settings';
 
 export interface IJobActions {
   open(record: JobRecord): void;
@@ -51,12 +52,30 @@ function Action(props: {
   );
 }
 
+/** The chosen metric's latest value in the job's MLflow run, if it logged one. */
+function Metric(props: {
+  record: JobRecord;
+  name: string;
+}): JSX.Element | null {
+  const { record, name } = props;
+  const value = name ? record.results?.tracking?.metrics?.[name] : undefined;
+  if (value === undefined || value === null) {
+    return null;
+  }
+  return (
+    <span className="j2c-Job-metric" data-j2c="list-metric" title={name}>
+      {name} {Number.isInteger(value) ? value : value.toPrecision(4)}
+    </span>
+  );
+}
+
 function JobRow(props: {
   record: JobRecord;
   actions: IJobActions;
   trans: TranslationBundle;
+  metric: string;
 }): JSX.Element {
-  const { record, actions, trans } = props;
+  const { record, actions, trans, metric } = props;
   const ended = isTerminal(record.status);
   return (
     <li className="j2c-Job" data-job-id={record.id} data-status={record.status}>
@@ -75,6 +94,7 @@ function JobRow(props: {
         {formatTime(record.started_at ?? record.created_at)}
       </span>
       <span className="j2c-Job-duration">{duration(record)}</span>
+      <Metric record={record} name={metric} />
       <span className="j2c-Job-actions">
         <Action
           action="open"
@@ -115,12 +135,14 @@ export class JobsListWidget extends ReactWidget {
   constructor(
     private readonly _model: JobsModel,
     private readonly _actions: IJobActions,
-    private readonly _trans: TranslationBundle
+    private readonly _trans: TranslationBundle,
+    private readonly _settings?: J2CSettings
   ) {
     super();
     this.addClass('j2c-JobsSection');
     this.title.label = _trans.__('Jobs');
     _model.changed.connect(() => this.update(), this);
+    _settings?.changed.connect(() => this.update(), this);
   }
 
   render(): JSX.Element {
@@ -141,6 +163,7 @@ export class JobsListWidget extends ReactWidget {
                 record={record}
                 actions={this._actions}
                 trans={trans}
+                metric={this._settings?.current.listMetric ?? ''}
               />
             ))}
           </ul>

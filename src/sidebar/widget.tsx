@@ -8,6 +8,7 @@ import * as React from 'react';
 
 import { JobsModel } from '../jobs';
 import { ServerConfig } from '../models';
+import { J2CSettings } from '../settings';
 import { ComputeFormWidget } from './form';
 import { IJobActions, JobsListWidget } from './jobslist';
 import { ComputeForm } from './model';
@@ -77,7 +78,9 @@ export class ComputeSidebar extends SidePanel {
         onSend: options.onSend
       })
     );
-    this.addWidget(new JobsListWidget(options.jobs, options.actions, trans));
+    this.addWidget(
+      new JobsListWidget(options.jobs, options.actions, trans, options.settings)
+    );
   }
 }
 
@@ -88,6 +91,8 @@ export namespace ComputeSidebar {
     jobs: JobsModel;
     actions: IJobActions;
     onSend: () => void;
+    /** The user's settings: which metric the jobs list shows. */
+    settings?: J2CSettings;
     translator: ITranslator;
   }
 }

@@ -1,0 +1,269 @@
+"""A job's outputs listed and downloadable for every backend, from the outputs index that
+``j2c-unpack`` writes next to them in the store.
+
+Each job runs for real: packed, stored, submitted through the real Jupyter server, run by the
+real ``j2c-unpack``, which uploads ``$J2C_OUTPUT_DIR`` and the index. Slurm is a real Slurm on
+this machine (``storage.shared``: its node is this machine); Kubernetes is the fake API server
+of ``tests/support/fake_kube.py`` with the test as its kubelet — it runs the pod's command, as
+the container would, against a real (moto) S3 bucket — so the download goes through the store.
+Neither scheduler returns any outputs itself: what is listed comes from the index alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from j2c_server.models import JobRecord, JobStatus
+from tests.support.fake_kube import FakeKube, write_kubeconfig
+from tests.support.jobs import follow, settle, submit
+from tests.support.s3 import S3Target
+from tests.support.slurm import SlurmCluster
+
+REPO = Path(__file__).resolve().parents[2]
+METRICS = '{"accuracy": 0.93}\n'
+WEIGHTS = bytes(range(256)) * 40
+NOTEBOOK = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n'
+
+WRITE_OUTPUTS = f"""\
+import os, sys
+out = os.environ["J2C_OUTPUT_DIR"]
+with open(os.path.join(out, "metrics.json"), "w") as f:
+    f.write({METRICS!r})
+if "--fail" in sys.argv:
+    sys.exit(3)  # after writing one output
+os.makedirs(os.path.join(out, "model"))
+with open(os.path.join(out, "model", "weights.bin"), "wb") as f:
+    f.write({WEIGHTS!r})
+if "--notebook" in sys.argv:
+    with open(os.path.join(out, "report.ipynb"), "w") as f:
+        f.write({NOTEBOOK!r})
+"""
+
+NO_OUTPUTS = "print('nothing to keep', flush=True)\n"
+
+
+@pytest.fixture
+def outputs_project(project: Path) -> Path:
+    (project / "outputs.py").write_text(WRITE_OUTPUTS)
+    (project / "quiet.py").write_text(NO_OUTPUTS)
+    settle(project)
+    return project
+
+
+async def _run(jp_fetch: Any, jp_ws_fetch: Any, **fields: Any) -> JobRecord:
+    record = await submit(jp_fetch, **fields)
+    await follow(jp_ws_fetch, record.id)
+    return JobRecord.model_validate_json((await jp_fetch("j2c", "api", "jobs", record.id)).body)
+
+
+async def _download(jp_fetch: Any, job_id: str, name: str) -> bytes:
+    response = await jp_fetch("j2c", "api", "jobs", job_id, "artifacts", *name.split("/"))
+    body: bytes = response.body
+    return body
+
+
+async def _check_two_outputs(jp_fetch: Any, job: JobRecord) -> None:
+    assert job.status == JobStatus.succeeded, job.message
+    assert job.results is not None
+    listed = {a.name: a for a in job.results.artifacts}
+    assert sorted(listed) == ["metrics.json", "model/weights.bin"]
+    assert listed["model/weights.bin"].size == len(WEIGHTS)
+    assert listed["model/weights.bin"].sha256 == hashlib.sha256(WEIGHTS).hexdigest()
+    assert job.results.output_uri is not None
+    assert job.results.output_uri.endswith(f"{job.id}/outputs")
+    assert job.results.outputs_note is None
+    assert await _download(jp_fetch, job.id, "metrics.json") == METRICS.encode()
+    assert await _download(jp_fetch, job.id, "model/weights.bin") == WEIGHTS
+
+
+async def _check_failed_after_one(jp_fetch: Any, job: JobRecord) -> None:
+    assert job.status == JobStatus.failed
+    assert job.exit_code == 3
+    assert job.results is not None
+    assert [a.name for a in job.results.artifacts] == ["metrics.json"]
+    assert await _download(jp_fetch, job.id, "metrics.json") == METRICS.encode()
+
+
+# ---------------------------------------------------------------------- Slurm (real)
+
+
+@pytest.fixture
+def jp_server_config(request: pytest.FixtureRequest, jp_server_config: dict[str, Any]) -> Any:
+    """Settings for the backend the test is marked with (its fixtures are looked up lazily so
+    a Kubernetes test never starts Slurm)."""
+    marker = request.node.get_closest_marker("backend")
+    name = marker.args[0] if marker else "local"
+    overrides: dict[str, Any]
+    if name == "slurm":
+        cluster: SlurmCluster = request.getfixturevalue("slurm_cluster")
+        overrides = {
+            "storage": {"shared": True},
+            "scheduler": {
+                "slurm": {
+                    "url": cluster.url,
+                    "user": cluster.user,
+                    "token": cluster.token,
+                    "job_dir": str(cluster.job_dir),
+                    # The node is this machine: j2c-unpack from this venv, this checkout's code.
+                    "env": {
+                        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                        "PYTHONPATH": str(REPO),
+                    },
+                }
+            },
+        }
+    elif name == "kubernetes":
+        fake: FakeKube = request.getfixturevalue("fake_kube")
+        bucket: S3Target = request.getfixturevalue("s3_bucket")
+        tmp: Path = request.getfixturevalue("tmp_path")
+        overrides = {
+            "default_image": "registry.example/ml/pytorch:2.4",
+            "storage": {
+                "url": bucket.url,
+                "endpoint_url": bucket.endpoint,
+                "region": "us-east-1",
+                "addressing_style": "path",
+            },
+            "scheduler": {
+                "kubernetes": {
+                    "kubeconfig": str(write_kubeconfig(tmp / "kubeconfig", fake)),
+                    "poll_interval_s": 0.05,
+                }
+            },
+        }
+    else:
+        overrides = {"scheduler": {"local": {"pass_env": ["PYTHONPATH"]}}}
+    return {**jp_server_config, "J2CApp": {"settings_overrides": overrides}}
+
+
+@pytest.mark.slurm
+@pytest.mark.backend("slurm")
+async def test_slurm_job_lists_and_serves_its_two_outputs(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path
+) -> None:
+    job = await _run(jp_fetch, jp_ws_fetch, call_path="proj/outputs.py", scheduler="slurm")
+    await _check_two_outputs(jp_fetch, job)
+
+
+@pytest.mark.slurm
+@pytest.mark.backend("slurm")
+async def test_slurm_job_that_fails_after_one_output_still_lists_it(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path
+) -> None:
+    job = await _run(
+        jp_fetch, jp_ws_fetch, call_path="proj/outputs.py", scheduler="slurm", args=["--fail"]
+    )
+    await _check_failed_after_one(jp_fetch, job)
+
+
+# ---------------------------------------------------------------------- Kubernetes (fake API)
+
+
+@contextlib.asynccontextmanager
+async def kubelet(fake: FakeKube) -> AsyncIterator[None]:
+    """Run each new pod's container command here, as the node would, then finish the pod with
+    its exit code. The pod's env is the spec's; the credentials are the node's (the test's)."""
+    started: set[str] = set()
+
+    async def loop() -> None:
+        while True:
+            for (_namespace, name), job in list(fake.jobs.items()):
+                if name in started or job["spec"].get("suspend"):
+                    continue
+                started.add(name)
+                container = job["spec"]["template"]["spec"]["containers"][0]
+                argv = list(container.get("command") or []) + list(container.get("args") or [])
+                assert argv[0] == "j2c-unpack"
+                env = {item["name"]: item["value"] for item in container.get("env") or []}
+                env = {**os.environ, **env, "PYTHONPATH": str(REPO)}
+                fake.start(name)
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "j2c_server.unpack", *argv[1:], env=env
+                )
+                fake.finish(name, await process.wait())
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.backend("kubernetes")
+async def test_kubernetes_job_lists_and_serves_its_two_outputs_from_s3(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, fake_kube: FakeKube
+) -> None:
+    async with kubelet(fake_kube):
+        job = await _run(
+            jp_fetch,
+            jp_ws_fetch,
+            call_path="proj/outputs.py",
+            scheduler="kubernetes",
+            args=["--notebook"],
+        )
+    assert job.results is not None
+    assert job.results.output_uri is not None and job.results.output_uri.startswith("s3://")
+    assert job.results.executed_notebook == f"{job.results.output_uri}/report.ipynb"
+    names = [a.name for a in job.results.artifacts]
+    assert names == ["metrics.json", "model/weights.bin", "report.ipynb"]
+    # "Open executed notebook": copied from the bucket into the project, then opened there.
+    copied = await jp_fetch(
+        "j2c", "api", "jobs", job.id, "artifacts", "report.ipynb", "copy", method="POST", body=""
+    )
+    assert json.loads(copied.body)["path"] == f"proj/j2c-outputs/{job.id}/report.ipynb"
+    assert (outputs_project / "j2c-outputs" / job.id / "report.ipynb").read_text() == NOTEBOOK
+    job.results.artifacts = [a for a in job.results.artifacts if a.name != "report.ipynb"]
+    await _check_two_outputs(jp_fetch, job)
+
+
+@pytest.mark.backend("kubernetes")
+async def test_kubernetes_job_that_fails_after_one_output_still_lists_it(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, fake_kube: FakeKube
+) -> None:
+    async with kubelet(fake_kube):
+        job = await _run(
+            jp_fetch,
+            jp_ws_fetch,
+            call_path="proj/outputs.py",
+            scheduler="kubernetes",
+            args=["--fail"],
+        )
+    await _check_failed_after_one(jp_fetch, job)
+
+
+@pytest.mark.backend("kubernetes")
+async def test_kubernetes_job_without_outputs_says_so(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, fake_kube: FakeKube
+) -> None:
+    async with kubelet(fake_kube):
+        job = await _run(jp_fetch, jp_ws_fetch, call_path="proj/quiet.py", scheduler="kubernetes")
+    assert job.status == JobStatus.succeeded
+    assert job.results is not None
+    assert job.results.artifacts == []
+    assert job.results.outputs_note == "no outputs"
+
+
+# ---------------------------------------------------------------------- local
+
+
+@pytest.mark.backend("local")
+async def test_local_job_artifacts_carry_the_digests_of_the_index(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, j2c_data_dir: Path
+) -> None:
+    job = await _run(jp_fetch, jp_ws_fetch, call_path="proj/outputs.py")
+    await _check_two_outputs(jp_fetch, job)
+    index = j2c_data_dir / "store" / "jobs" / job.id / "outputs" / ".j2c-outputs.json"
+    assert json.loads(index.read_text())["failed"] == []
