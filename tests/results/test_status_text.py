@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from j2c_server.cli.jobs import describe
+from j2c_server.cli.commands import describe
 from j2c_server.models import (
     Artifact,
     JobRecord,
