@@ -101,8 +101,15 @@ build_image() {
     mkdir -p "$lib"
     # Versions pinned to the ones this checkout is tested with.
     "$PYTHON" -m pip freeze 2>/dev/null | grep -ivE '^(j2c|-e )' >"$work/constraints.txt" || true
-    "$PYTHON" -m pip install --quiet --no-compile --target "$lib" -c "$work/constraints.txt" \
-        pydantic zstandard httpx aiobotocore pyyaml pathspec >&2
+    # pip names index locations some machines lack once per package: noise, not failure.
+    local out noise="is ignored: it is neither a file nor a directory"
+    if ! out=$("$PYTHON" -m pip install --quiet --no-compile --target "$lib" \
+        -c "$work/constraints.txt" pydantic zstandard httpx aiobotocore pyyaml pathspec 2>&1); then
+        grep -v "$noise" <<<"$out" >&2
+        log "pip install into the image failed"
+        exit 1
+    fi
+    grep -v "$noise" <<<"$out" >&2 || true
     (cd "$ROOT_DIR" && tar -c --exclude='__pycache__' --exclude='j2c_server/labextension' \
         j2c_server) | tar -C "$lib" -x
     cat >"$rootfs/usr/local/bin/j2c-unpack" <<'EOF'
