@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import InvalidInput
 from ..models import Capabilities, JobHandle, JobResults, JobStatus, Resources
 
 if TYPE_CHECKING:
@@ -76,6 +77,18 @@ class Scheduler(Protocol):
     async def results(self, handle: JobHandle) -> JobResults: ...
 
     async def close(self) -> None: ...
+
+
+def required_image(spec: JobSpec, settings: J2CSettings) -> str:
+    """The image a container-running backend starts: the job's, else the configured default."""
+    image = spec.image or settings.lab_image()
+    if not image:
+        raise InvalidInput(
+            "image: no container image given and no default is configured",
+            field="image",
+            hint="pass an image, set default_image, or run in a lab with JUPYTER_IMAGE set",
+        )
+    return image
 
 
 class SchedulerBase:

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
-from .base import JobSpec
+from .base import JobSpec, required_image
 from .container_settings import ContainerSettings
 
 LABEL_MANAGED_BY = "j2c.io/managed-by"
@@ -84,17 +84,6 @@ def output_upload_dir(spec: JobSpec, settings: J2CSettings) -> Path | None:
     if target is None or root is None or not target.is_relative_to(root):
         return None
     return target
-
-
-def _image(spec: JobSpec, settings: J2CSettings) -> str:
-    image = spec.image or settings.lab_image()
-    if not image:
-        raise InvalidInput(
-            "image: no container image given and no default is configured",
-            field="image",
-            hint="pass an image, set default_image, or run in a lab with JUPYTER_IMAGE set",
-        )
-    return image
 
 
 def _env(spec: JobSpec, cfg: ContainerSettings) -> list[str]:
@@ -181,7 +170,7 @@ def render_create(
     if cfg.network:
         host["NetworkMode"] = cfg.network
     body: dict[str, Any] = {
-        "Image": _image(spec, settings),
+        "Image": required_image(spec, settings),
         # The whole command replaces the image's entrypoint, as a Kubernetes `command` does.
         "Entrypoint": spec.command[:1],
         "Cmd": spec.command[1:],

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
-from .base import JobSpec
+from .base import JobSpec, required_image
 from .kube_settings import KubernetesSettings
 
 CONTAINER_NAME = "j2c"
@@ -111,17 +111,6 @@ def _deadline(spec: JobSpec, settings: J2CSettings) -> int | None:
     return min(candidates) if candidates else None
 
 
-def _image(spec: JobSpec, settings: J2CSettings) -> str:
-    image = spec.image or settings.lab_image()
-    if not image:
-        raise InvalidInput(
-            "image: no container image given and no default is configured",
-            field="image",
-            hint="pass an image, set default_image, or run in a lab with JUPYTER_IMAGE set",
-        )
-    return image
-
-
 def _labels(spec: JobSpec) -> dict[str, str]:
     labels = {
         "app.kubernetes.io/managed-by": "j2c",
@@ -141,7 +130,7 @@ def render_job(
     labels = _labels(spec)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
-        "image": _image(spec, settings),
+        "image": required_image(spec, settings),
         "command": list(spec.command),
         "env": _env(spec),
         "resources": _resources(spec, settings),
