@@ -66,7 +66,8 @@ class StorageSettings(_Section):
     shared: bool = Field(
         False,
         description="A file:// store's folder is mounted at the same path where jobs run "
-        "(Slurm nodes, Kubernetes pods); without it such schedulers refuse a file:// store.",
+        "(Slurm nodes, Kubernetes pods, containers) and read there by other users or uids: "
+        "its objects are written readable by them (0644) instead of private to this user.",
     )
 
 

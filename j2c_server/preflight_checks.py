@@ -1,17 +1,22 @@
 """Checks of the settings against a request, made at preflight and submit before anything runs.
 
-Today one: a ``file://`` store is a folder on the machine that packs; a scheduler that runs jobs
-on other machines (Slurm, Kubernetes) cannot read it unless that folder is mounted at the same
-path there, which ``storage.shared: true`` declares. Without the check the job fails only on
-the node, with ``j2c-unpack``'s "does not exist" (exit 66). Preflight warns (the plan is still
+A ``file://`` store is a folder on the machine that packs, private to its user; a scheduler
+that runs jobs on other machines (Slurm, Kubernetes) cannot read it unless that folder is
+mounted at the same path there, and a container running as another uid cannot read it at all:
+``storage.shared: true`` declares the first and makes the store readable for the second.
+Without the check the job fails only where it runs, with ``j2c-unpack``'s "does not exist" or
+"cannot be read" (exit 66). Preflight warns (the plan is still
 worth seeing), submit refuses; both name ``storage.url``.
 """
 
 from __future__ import annotations
 
+import os
+
 from .config import J2CSettings
 from .errors import ConfigError
 from .pack.models import PackPlan, PackWarning
+from .schedulers.container_settings import ContainerSettings
 
 # Schedulers whose jobs run on machines other than the server's.
 REMOTE_SCHEDULERS = frozenset({"slurm", "kubernetes"})
@@ -23,6 +28,15 @@ def store_problem(settings: J2CSettings, scheduler: str) -> str | None:
     url = settings.storage_url()
     if not url.startswith("file://") or settings.storage.shared:
         return None
+    if scheduler == "container":
+        uid = int(settings.scheduler.section("container", ContainerSettings).user.split(":")[0])
+        if uid == os.getuid():
+            return None
+        return (
+            f"storage.url: {url} is private to this user (uid {os.getuid()}), but container "
+            f"jobs run as uid {uid} and cannot read it; set storage.shared: true (its objects "
+            "become readable by other users), or scheduler.container.user to your own uid"
+        )
     if scheduler not in REMOTE_SCHEDULERS:
         return None
     return (

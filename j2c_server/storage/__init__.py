@@ -37,7 +37,7 @@ def open_store(url: str, settings: StorageSettings | None = None) -> ObjectStore
     settings = settings if settings is not None else StorageSettings()
     scheme = url_scheme(url)
     if scheme == "file":
-        return FileStore(file_url_path(url, field=FIELD))
+        return FileStore(file_url_path(url, field=FIELD), shared=settings.shared)
     if scheme == "s3":
         from .s3 import S3Store
 

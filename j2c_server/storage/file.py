@@ -33,15 +33,32 @@ _CANNOT_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP}
 class FileStore(ObjectStore):
     """An :class:`~j2c_server.storage.base.ObjectStore` over a local folder."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, shared: bool = False) -> None:
         self.root = root
+        # ``storage.shared``: jobs of other users or uids (a container's, a cluster's) read it,
+        # so what is written is readable by them (0644 in 0755 folders), and blobs are copied
+        # rather than hard-linked from the private layer cache (one inode, one mode).
+        self.shared = shared
         self._checked = False
 
     async def _private_root(self) -> None:
         # Once per store object, before its first write: a root an older j2c made may be 0755.
         if not self._checked:
-            await asyncio.to_thread(private_dir, self.root)
+            if self.shared:
+                await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
+            else:
+                await asyncio.to_thread(private_dir, self.root)
             self._checked = True
+
+    def _readable_by_jobs(self, target: Path) -> None:
+        """In a shared store: the object and the folders above it, up to the root, readable."""
+        if not self.shared:
+            return
+        target.chmod(0o644)
+        folder = target.parent
+        while folder != self.root and self.root in folder.parents:
+            folder.chmod(0o755)
+            folder = folder.parent
 
     @property
     def kind(self) -> str:
@@ -66,15 +83,18 @@ class FileStore(ObjectStore):
     ) -> None:
         target = self._path(key)
         await self._private_root()
-        if is_content_addressed(key) and await asyncio.to_thread(_link_atomic, path, target):
+        linkable = is_content_addressed(key) and not self.shared
+        if linkable and await asyncio.to_thread(_link_atomic, path, target):
             if progress is not None:
                 progress(size)
             return
         await copy_file_atomic(path, target, progress=progress, what=self.uri(key))
+        await asyncio.to_thread(self._readable_by_jobs, target)
 
     async def put_bytes(self, key: str, data: bytes) -> None:
         await self._private_root()
         await asyncio.to_thread(self._write_bytes, self._path(key), data)
+        await asyncio.to_thread(self._readable_by_jobs, self._path(key))
 
     @staticmethod
     def _write_bytes(target: Path, data: bytes) -> None:

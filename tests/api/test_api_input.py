@@ -297,7 +297,7 @@ async def test_log_lines_redact_the_token_in_the_url(
     async def broken_list() -> Any:
         raise RuntimeError("registry exploded")
 
-    monkeypatch.setattr(service, "list", broken_list)
+    monkeypatch.setattr(service, "list_jobs", broken_list)
     monkeypatch.setattr(service, "stream", broken)
     with pytest.raises(HTTPClientError) as failed:
         await jp_fetch("j2c", "api", "jobs", params=auth)

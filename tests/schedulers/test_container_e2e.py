@@ -76,6 +76,8 @@ def test_a_lab_project_runs_in_a_fresh_container_as_another_uid(
     store = tmp_path / "store"
     env = {
         "J2C_STORAGE__URL": store.as_uri(),
+        # The job runs as another uid: the store must be readable by it.
+        "J2C_STORAGE__SHARED": "true",
         "J2C_SCHEDULER__CONTAINER__SOCKET": podman.socket,
         "J2C_SCHEDULER__CONTAINER__USER": "1234:1234",
     }

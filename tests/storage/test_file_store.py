@@ -95,6 +95,27 @@ async def test_a_blob_on_the_same_filesystem_is_linked_not_copied(tmp_path: Path
     assert leftovers(store.root) == []
 
 
+async def test_a_shared_store_is_readable_by_other_uids_and_keeps_the_cache_private(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path / "shared-store", shared=True)
+    data = os.urandom(64 * 1024)
+    source = write(tmp_path / "layer.tar.zst", data)
+    source.chmod(0o600)  # the layer cache's blob
+    key = blob_key("sha256:" + hashlib.sha256(data).hexdigest())
+    await store.put_file(key, source)
+    await store.put_bytes("manifests/sha256/m.json", b"{}")
+    stored = (store.root / key).stat()
+    assert stored.st_ino != source.stat().st_ino  # copied: one inode would share one mode
+    assert source.stat().st_mode & 0o777 == 0o600
+    assert stored.st_mode & 0o777 == 0o644
+    assert (store.root / "manifests/sha256/m.json").stat().st_mode & 0o777 == 0o644
+    for folder in (store.root / key).parents:
+        if folder == store.root:
+            break
+        assert folder.stat().st_mode & 0o777 == 0o755
+
+
 async def test_concurrent_links_of_one_blob_leave_one_object_and_no_temp_file(
     tmp_path: Path,
 ) -> None:
