@@ -9,8 +9,8 @@ Two phases on one server (local scheduler, ``file://`` store, jobs on this machi
   websockets per job; over ``--window`` seconds of steady state: print → websocket latency
   (p50/p95/max, every viewer's every line printed in the window; and the part of it before the
   line was persisted, i.e. the watcher's, from the event's registry time), the server's CPU
-  (its whole process: loop, registry
-  threads, log watchers), RSS, and event-loop lag (``lagprobe.py``, a 5 ms timer in the server).
+  (its whole process: loop, registry threads, log watchers), RSS, event-loop lag
+  (``lagprobe.py``, a 5 ms timer in the server), and whether any viewer saw a seq out of order.
 
 Jobs print until a stop file appears, so every job runs through the whole window. The client
 is one process; its own CPU is printed too (a saturated client inflates the latencies).
