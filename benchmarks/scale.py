@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from common import percentile
 from pipeline import Server
 
 HERE = Path(__file__).resolve().parent
+JOB_LIMIT_S = 900  # a job left behind by a killed run stops by itself
 STAMP_PY = """\
 import os, sys, time
 rate, stop, limit = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
@@ -149,7 +151,7 @@ async def submit(server: ScaleServer, args: list[str], count: int) -> list[str]:
 
 async def idle_phase(server: ScaleServer, meter: Meter, args: argparse.Namespace) -> dict[str, Any]:
     stop = server.root / "stop-idle"
-    jobs = await submit(server, ["0", str(stop), "3600"], args.idle_jobs)
+    jobs = await submit(server, ["0", str(stop), str(JOB_LIMIT_S)], args.idle_jobs)
     first = [Viewer(server, job) for job in jobs]
     await asyncio.wait_for(asyncio.gather(*(v.running.wait() for v in first)), 300)
     for viewer in first:
@@ -179,7 +181,7 @@ async def idle_phase(server: ScaleServer, meter: Meter, args: argparse.Namespace
 
 async def live_phase(server: ScaleServer, meter: Meter, args: argparse.Namespace) -> dict[str, Any]:
     stop = server.root / "stop-live"
-    jobs = await submit(server, [str(args.rate), str(stop), "3600"], args.jobs)
+    jobs = await submit(server, [str(args.rate), str(stop), str(JOB_LIMIT_S)], args.jobs)
     viewers = [Viewer(server, job) for job in jobs for _ in range(args.viewers)]
     await asyncio.wait_for(asyncio.gather(*(v.lines.wait() for v in viewers)), 600)
     await asyncio.sleep(2)  # past the start-up burst
@@ -225,8 +227,16 @@ async def main(args: argparse.Namespace) -> None:
         async with ScaleServer(root, data) as server:
             assert server.process is not None
             meter = Meter(server.process.pid)
-            idle = await idle_phase(server, meter, args) if args.idle_sockets else None
-            live = await live_phase(server, meter, args) if args.jobs else None
+            # Killed (SIGTERM, e.g. by `timeout`): the jobs still stop and the server goes.
+            task = asyncio.current_task()
+            assert task is not None
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+            try:
+                idle = await idle_phase(server, meter, args) if args.idle_sockets else None
+                live = await live_phase(server, meter, args) if args.jobs else None
+            finally:
+                for name in ("stop-idle", "stop-live"):
+                    (root / name).touch()
 
     print(f"{'what':58} {'value':>10}  target")
     if idle is not None:
