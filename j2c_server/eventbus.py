@@ -1,16 +1,40 @@
-"""In-process wake-ups for event subscribers.
+"""In-process wake-ups for event subscribers, and the fan-out of a job's events to its followers.
 
-Events live in the registry; this only tells subscribers in the same process that a job has new
-ones, so they read them at once instead of at their next poll. A subscriber reads from the
-registry after every wake-up (or poll), so what it sees is always what was persisted, in order.
+Events live in the registry; the bus only tells subscribers in the same process that a job has
+new ones. :class:`Fanout` is what followers (websockets, the CLI, the magic) read through:
+
+- one *feed* per followed job reads each new batch from the registry once and offers it to
+  every follower of that job: push, not one poll per follower;
+- one *poller* per process, running only while some job is followed, reads every followed job's
+  newest ``seq`` in one query every :data:`POLL_S` and wakes the feeds of jobs another process
+  (the CLI, a kernel, a detached watcher) wrote to; writes from this process wake feeds at once
+  through the bus;
+- each follower has a bounded queue (:data:`FOLLOWER_BUFFER`). A follower whose queue is full,
+  or who is still replaying (``after`` below what the feed has seen), reads the registry by
+  ``seq`` itself until it has caught up with the feed: a slow reader costs registry reads, never
+  unbounded memory, and every follower gets every event once, in ``seq`` order.
+
+Memory held for followers is at most ``followed jobs * FOLLOWER_BUFFER`` events (a feed's events
+are shared by its followers) plus one pointer per queued event per follower.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from collections.abc import Iterator
+import sqlite3
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from typing import Any
+
+from .errors import NotFound
+from .models import Event
+from .registry import Registry
+
+POLL_S = 0.05  # other processes' events reach a follower within this (plus one read)
+FOLLOWER_BUFFER = 256  # events queued per follower; beyond, it catches up from the registry
+STREAM_BATCH = 500  # events per registry read
 
 
 class EventBus:
@@ -32,3 +56,206 @@ class EventBus:
             self._waiters[job_id].discard(waiter)
             if not self._waiters[job_id]:
                 del self._waiters[job_id]
+
+
+class FanoutClosed(Exception):
+    """The fan-out stopped (its service is shutting down) while a follower read from it."""
+
+
+class _Follower:
+    __slots__ = ("behind", "error", "last", "queue", "wake")
+
+    def __init__(self, after: int) -> None:
+        self.last = after  # the highest seq queued for (or delivered to) this follower
+        self.queue: deque[Event] = deque()
+        # Behind: reads the registry itself; the feed only wakes it. Every follower starts so
+        # (its replay), and goes back to it when its queue is full.
+        self.behind = True
+        self.wake = asyncio.Event()
+        self.error: BaseException | None = None
+
+
+class _Feed:
+    __slots__ = ("followers", "job_id", "last", "task")
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.followers: set[_Follower] = set()
+        self.last: int | None = None  # the newest seq offered to followers; None until known
+        self.task: asyncio.Task[None] | None = None
+
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+
+
+class Fanout:
+    """Followers of jobs in this process, fed from the registry; see the module docstring.
+
+    ``spawn`` runs a background task (the service's, so that stopping it ends them);
+    ``on_idle(job_id)`` is awaited when a followed, unfinished job has had no event for
+    ``idle_s`` (the service takes over a job nobody drives)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        bus: EventBus,
+        *,
+        spawn: Spawn,
+        on_idle: Callable[[str], Awaitable[None]],
+        idle_s: float,
+    ) -> None:
+        self.registry = registry
+        self.bus = bus
+        self._spawn = spawn
+        self._on_idle = on_idle
+        self._idle_s = idle_s
+        self._feeds: dict[str, _Feed] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        """End every follower with :class:`FanoutClosed` (at its next step)."""
+        self._closed = True
+        for feed in self._feeds.values():
+            for follower in feed.followers:
+                follower.wake.set()
+
+    @property
+    def followers(self) -> int:
+        return sum(len(feed.followers) for feed in self._feeds.values())
+
+    async def follow(self, job_id: str, after: int = 0) -> AsyncIterator[Event]:
+        """The job's events after ``after``, then live ones; ends after the terminal status."""
+        if self._closed:
+            raise FanoutClosed
+        feed = self._feeds.get(job_id)
+        if feed is None:
+            feed = self._open(job_id)
+        me = _Follower(after)
+        feed.followers.add(me)
+        try:
+            while True:
+                # Cleared before looking: whatever changes while this step awaits sets it again.
+                me.wake.clear()
+                if self._closed:
+                    raise FanoutClosed
+                if me.error is not None:
+                    raise me.error
+                if me.queue:
+                    event = me.queue.popleft()
+                    yield event
+                    if event.terminal:
+                        return
+                    continue
+                if me.behind:
+                    # The queue is empty and the feed leaves a follower that is behind alone:
+                    # me.last is exactly what was delivered.
+                    events, status = await self.registry.events(job_id, me.last, STREAM_BATCH)
+                    for event in events:
+                        yield event
+                        me.last = event.seq
+                        if event.terminal:
+                            return
+                    if not events and status.terminal:
+                        return
+                    # Caught up when this read reached what the feed has offered: the feed's
+                    # next batch starts right after it (older seqs in it are skipped).
+                    if (
+                        len(events) < STREAM_BATCH
+                        and feed.last is not None
+                        and feed.last <= me.last
+                    ):
+                        me.behind = False
+                    if events:
+                        continue
+                await me.wake.wait()
+        finally:
+            feed.followers.discard(me)
+            if not feed.followers and self._feeds.get(job_id) is feed:
+                del self._feeds[job_id]
+                if feed.task is not None:
+                    feed.task.cancel()
+
+    # ------------------------------------------------------------------ feeds and the poller
+
+    def _open(self, job_id: str) -> _Feed:
+        feed = _Feed(job_id)
+        self._feeds[job_id] = feed
+        feed.task = self._spawn(self._run_feed(feed), f"j2c-feed-{job_id}")
+        feed.task.add_done_callback(lambda task: self._feed_ended(feed, task))
+        if self._poller is None or self._poller.done():
+            self._poller = self._spawn(self._poll(), "j2c-followers-poll")
+        return feed
+
+    def _feed_ended(self, feed: _Feed, task: asyncio.Task[None]) -> None:
+        """A feed that stops while followed (an error, the service stopping) ends its followers;
+        a removed job ends them with the registry's NotFound."""
+        if self._feeds.get(feed.job_id) is feed:
+            del self._feeds[feed.job_id]
+        error = (None if task.cancelled() else task.exception()) or FanoutClosed()
+        for follower in feed.followers:
+            follower.error = error
+            follower.wake.set()
+
+    async def _run_feed(self, feed: _Feed) -> None:
+        job_id = feed.job_id
+        with self.bus.subscribe(job_id) as wake:
+            feed.last = (await self.registry.last_seqs([job_id])).get(job_id)
+            if feed.last is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            self._wake_all(feed)  # followers that replayed past it may stop reading now
+            idle_since = time.monotonic()
+            while True:
+                wake.clear()
+                events, status = await self.registry.events(job_id, feed.last, STREAM_BATCH)
+                if events:
+                    feed.last = events[-1].seq
+                    for follower in list(feed.followers):
+                        _offer(follower, events)
+                    idle_since = time.monotonic()
+                    continue
+                if status.terminal:
+                    await wake.wait()  # nothing follows; only a removal (seen by the poller)
+                    continue
+                remaining = idle_since + self._idle_s - time.monotonic()
+                try:
+                    await asyncio.wait_for(wake.wait(), max(remaining, 0.0))
+                except asyncio.TimeoutError:
+                    idle_since = time.monotonic()
+                    await self._on_idle(job_id)
+
+    @staticmethod
+    def _wake_all(feed: _Feed) -> None:
+        for follower in feed.followers:
+            follower.wake.set()
+
+    async def _poll(self) -> None:
+        """Wake the feeds of jobs whose newest seq in the registry is past what they offered:
+        events another process wrote (this process's own writes wake them through the bus)."""
+        while self._feeds:
+            await asyncio.sleep(POLL_S)
+            known = {job_id: feed.last for job_id, feed in self._feeds.items()}
+            followed = [job_id for job_id, last in known.items() if last is not None]
+            try:
+                newest = await self.registry.last_seqs(followed)
+            except sqlite3.Error:  # e.g. the file locked past busy_timeout: next round retries
+                continue
+            for job_id, last in known.items():
+                seq = newest.get(job_id)
+                if last is not None and (seq is None or seq > last):
+                    self.bus.publish(job_id)  # None: removed; the feed's read says NotFound
+
+
+def _offer(follower: _Follower, events: list[Event]) -> None:
+    """Queue the events the follower lacks, in order; a gap or a full queue sends it back to
+    reading the registry from its last seq."""
+    if not follower.behind:
+        for event in events:
+            if event.seq <= follower.last:
+                continue
+            if event.seq != follower.last + 1 or len(follower.queue) >= FOLLOWER_BUFFER:
+                follower.behind = True
+                break
+            follower.queue.append(event)
+            follower.last = event.seq
+    follower.wake.set()

@@ -17,8 +17,10 @@ redaction of ``token=`` in j2c's own log lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, Final, TypeVar, cast
@@ -33,7 +35,7 @@ from jupyter_server.utils import url_path_join
 from pydantic import BaseModel, ValidationError
 from tornado import web
 from tornado.iostream import StreamClosedError
-from tornado.websocket import WebSocketClosedError, WebSocketHandler
+from tornado.websocket import WebSocketClosedError, WebSocketHandler, WebSocketProtocol13
 
 from .config import J2CSettings
 from .defaults import defaults_for_browser
@@ -393,24 +395,58 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
 
     def open(self, job_id: str) -> None:
         super().open()
+        self._frames: list[bytes] = []
+        self._flushed: asyncio.Future[None] | None = None
         self._pump = asyncio.create_task(self._send_events(job_id))
 
     async def _send_events(self, job_id: str) -> None:
         try:
             async for event in self.service.stream(job_id, self._after):
-                await self.write_message(event.model_dump_json(exclude_defaults=True))
-        except WebSocketClosedError:
+                slow = self._send(event.model_dump_json(exclude_defaults=True))
+                if slow is not None:
+                    # Back-pressure: a slow browser holds what the kernel's socket buffer
+                    # holds plus one step's frames, then its follower's bounded queue; then
+                    # it is caught up from the registry by seq. Never a growing buffer here.
+                    await slow
+        except (WebSocketClosedError, StreamClosedError):
             return
         except J2CError as exc:  # e.g. the server is stopping: 4503
+            self._flush()
             # A close frame's reason holds at most 123 bytes.
             self.close(4000 + exc.status_code, exc.message.encode()[:120].decode(errors="ignore"))
             return
         except Exception:
             # A bug must still end the stream with a close the client can see.
             self.log.exception("j2c: event stream of %s failed (%s)", job_id, self.scrubbed_uri)
+            self._flush()
             self.close(1011, "internal error; see the server log")
             return
+        self._flush()  # the close frame goes after the last event
         self.close(1000, "job finished")
+
+    def _send(self, text: str) -> Awaitable[None] | None:
+        """Send one text message. The messages of one loop step (a burst of events) leave in
+        one socket write at the step's end, not one write and one task each as through
+        ``write_message``; returns what to await when the client reads slower than that."""
+        conn = self.ws_connection
+        if conn is None or conn.is_closing():
+            raise WebSocketClosedError
+        if not isinstance(conn, WebSocketProtocol13) or self.get_compression_options() is not None:
+            return self.write_message(text)  # a deflating connection: tornado frames it
+        self._frames.append(_text_frame(text.encode()))
+        if len(self._frames) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        if self._flushed is not None and not self._flushed.done():
+            return self._flushed
+        return None
+
+    def _flush(self) -> None:
+        stream = getattr(self.ws_connection, "stream", None)
+        if not self._frames or stream is None:
+            return
+        frames, self._frames = self._frames, []
+        with contextlib.suppress(StreamClosedError):  # the next send says so
+            self._flushed = stream.write(b"".join(frames))
 
     def on_message(self, message: str | bytes) -> None:
         """Clients only listen."""
@@ -422,6 +458,16 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
 
 def available_schedulers() -> list[str]:
     return sorted(known_backends())
+
+
+def _text_frame(payload: bytes) -> bytes:
+    """One unfragmented, unmasked (server to client) websocket text frame (RFC 6455, 5.2)."""
+    size = len(payload)
+    if size < 126:
+        return struct.pack("!BB", 0x81, size) + payload
+    if size <= 0xFFFF:
+        return struct.pack("!BBH", 0x81, 126, size) + payload
+    return struct.pack("!BBQ", 0x81, 127, size) + payload
 
 
 _JOB_ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"

@@ -16,6 +16,7 @@ The schema is versioned in one place: :data:`MIGRATIONS`, applied in order up to
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 import time
@@ -403,6 +404,25 @@ class Registry:
         finally:
             conn.execute("COMMIT")
         return [Event.model_validate_json(r[0]) for r in rows], JobStatus(row[0])
+
+    async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """Each job's newest ``seq``, for jobs that exist: what a follower's poller compares
+        with to learn that another process wrote events (one indexed read for all jobs)."""
+        return await self._call(self._last_seqs, list(job_ids))
+
+    def _last_seqs(self, job_ids: list[str]) -> dict[str, int]:
+        if not job_ids:
+            return {}
+        rows = (
+            self._conn()
+            .execute(
+                # One JSON parameter however many jobs: no limit on bound variables to meet.
+                "SELECT id, last_seq FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(job_ids),),
+            )
+            .fetchall()
+        )
+        return {str(row[0]): int(row[1]) for row in rows}
 
     async def last_log_lines(self, job_id: str, count: int) -> list[str]:
         """The job's last ``count`` log lines, oldest first."""

@@ -2,8 +2,8 @@
 
 It resolves and confines request paths, creates jobs in the registry (an identical request
 attaches to the job already running it), drives their pipelines as background tasks under a
-lease, and serves their event streams: a replay from any ``seq``, then live events, woken at
-once by this process's writes and by a short poll for other processes' writes.
+lease, and serves their event streams: a replay from any ``seq``, then live events pushed to
+every follower through one feed per job (:class:`~.eventbus.Fanout`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .backends import Backends
 from .config import J2CSettings
 from .driver import LEASE_TTL_S, JobDriver, new_owner
 from .errors import Conflict, J2CError
-from .eventbus import EventBus
+from .eventbus import EventBus, Fanout, FanoutClosed
 from .jobenv import check_request_env, mask_env
 from .journal import Journal
 from .models import Event, EventKind, JobRecord, JobRequest, JobStatus
@@ -41,9 +41,7 @@ from .sending import job_key, request_key
 from .storage.base import manifest_key
 from .watching import Log
 
-POLL_S = 0.05  # other processes' events reach a follower within this
 ADOPT_EVERY_S = LEASE_TTL_S / 2
-STREAM_BATCH = 500
 WATCH_RETRY_S = 1.0
 
 
@@ -67,6 +65,13 @@ class JobService:
         self.log: Log = log or logging.getLogger("j2c")
         self.registry = open_registry(settings.data_path())
         self.bus = EventBus()
+        self.fanout = Fanout(
+            self.registry,
+            self.bus,
+            spawn=self._spawn,
+            on_idle=self._take_over_if_unwatched,
+            idle_s=LEASE_TTL_S,
+        )
         self.owner = new_owner()
         self.backends = Backends(settings)
         self._drivers: dict[str, JobDriver] = {}
@@ -91,6 +96,7 @@ class JobService:
         if self._stopping:
             return
         self._stopping = True
+        self.fanout.close()
         tasks = list(self._background)
         for task in tasks:
             task.cancel()
@@ -272,31 +278,21 @@ class JobService:
 
     async def stream(self, job_id: str, after: int = 0) -> AsyncIterator[Event]:
         """The job's events after ``after``, then live ones as they are persisted; ends after
-        the terminal status event. A follower that finds the job unwatched takes it over."""
-        last = after
-        idle_since = time.monotonic()
-        with self.bus.subscribe(job_id) as wake:
-            while True:
-                if self._stopping:
-                    raise ServiceStopping("j2c is shutting down; reconnect with your last seq")
-                wake.clear()
-                events, status = await self.registry.events(job_id, last, STREAM_BATCH)
-                for event in events:
-                    yield event
-                    last = event.seq
-                    if event.terminal:
-                        return
-                if events:
-                    idle_since = time.monotonic()
-                    continue
-                if status.terminal:
-                    return
-                if time.monotonic() - idle_since > LEASE_TTL_S:
-                    idle_since = time.monotonic()
-                    if await self.registry.lease_owner(job_id) is None:
-                        self._drive(job_id)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(wake.wait(), POLL_S)
+        the terminal status event. Pushed by this process's writes and by one shared poll for
+        other processes' (:class:`~.eventbus.Fanout`); a follower of a job nobody drives
+        takes it over."""
+        if self._stopping:
+            raise ServiceStopping("j2c is shutting down; reconnect with your last seq")
+        try:
+            async for event in self.fanout.follow(job_id, after):
+                yield event
+        except FanoutClosed:
+            raise ServiceStopping("j2c is shutting down; reconnect with your last seq") from None
+
+    async def _take_over_if_unwatched(self, job_id: str) -> None:
+        """A followed job quiet for a lease's time: drive it here if nobody does."""
+        if await self.registry.lease_owner(job_id) is None:
+            self._drive(job_id)
 
     async def wait(self, job_id: str) -> JobRecord:
         """Wait for the job to end; returns its final record."""

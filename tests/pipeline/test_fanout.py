@@ -1,0 +1,215 @@
+"""Followers of a job: pushed, not polled, and every event exactly once whatever they do.
+
+Jobs here are rows written straight into a real registry (by this process through a
+``Journal``, or by another process), so the tests control exactly when each event lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from j2c_server import eventbus
+from j2c_server.config import load_settings
+from j2c_server.errors import NotFound
+from j2c_server.journal import Journal
+from j2c_server.models import Event, EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.registry import Registry
+from j2c_server.service import JobService
+
+_WRITER = """
+import asyncio, sys
+from pathlib import Path
+from j2c_server.models import JobStatus
+from j2c_server.registry import Registry
+
+async def main():
+    registry = Registry(Path(sys.argv[1]))
+    for i in range(int(sys.argv[3])):
+        await registry.append(sys.argv[2], [{"kind": "log", "text": f"elsewhere {i}"}])
+    await registry.append(sys.argv[2], [{"kind": "status", "status": "succeeded"}],
+                          change=lambda r: setattr(r, "status", JobStatus.succeeded))
+    registry.close()
+
+asyncio.run(main())
+"""
+
+
+@asynccontextmanager
+async def _service() -> AsyncIterator[JobService]:
+    service = JobService(load_settings())
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+async def _running_job(service: JobService, job_id: str = "job") -> str:
+    now = time.time()
+    record = JobRecord(
+        id=job_id,
+        name="x",
+        key=job_id,
+        status=JobStatus.running,
+        request=JobRequest(code_path="/p", call_path="/p/x.py"),
+        scheduler="local",
+        created_at=now,
+        updated_at=now,
+    )
+    await service.registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
+    # Somebody drives it: a quiet follower must not take it over during the test.
+    await service.registry.acquire_lease(job_id, "someone-else", 3600)
+    return job_id
+
+
+async def _finish(journal: Journal) -> None:
+    await journal.write(
+        [{"kind": EventKind.status, "status": JobStatus.succeeded}],
+        change=lambda r: setattr(r, "status", JobStatus.succeeded),
+    )
+
+
+def _seqs(events: list[Event]) -> list[int]:
+    return [e.seq for e in events]
+
+
+async def _collect(service: JobService, job_id: str, after: int = 0) -> list[Event]:
+    return [e async for e in service.stream(job_id, after)]
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, registry: Registry, name: str) -> list[int]:
+    """Count the registry's synchronous ``name`` calls (what each async method runs)."""
+    calls = [0]
+    real = getattr(registry, name)
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(registry, name, counted)
+    return calls
+
+
+async def test_idle_followers_cost_no_registry_reads_and_other_writers_reach_all(
+    j2c_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 followers of a quiet job: no reads of its events while nothing happens (one poll
+    per 50 ms each before), then another process's lines reach every follower, once each."""
+    async with _service() as service:
+        job_id = await _running_job(service)
+        followers = [asyncio.ensure_future(_collect(service, job_id)) for _ in range(100)]
+        await asyncio.sleep(0.5)  # every follower has replayed the first event
+        reads = _count_calls(monkeypatch, service.registry, "_events")
+        await asyncio.sleep(1.0)
+        assert reads[0] == 0
+        polls = _count_calls(monkeypatch, service.registry, "_last_seqs")
+        await asyncio.sleep(0.5)
+        assert polls[0] <= 0.5 / eventbus.POLL_S + 2  # one shared poll, not one per follower
+
+        writer = subprocess.run(
+            [sys.executable, "-c", _WRITER, str(service.registry.path), job_id, "50"],
+            timeout=60,
+            check=True,
+        )
+        assert writer.returncode == 0
+        results = await asyncio.wait_for(asyncio.gather(*followers), 20)
+        expected = list(range(1, 53))  # running, 50 lines, succeeded
+        assert all(_seqs(events) == expected for events in results)
+        assert [e.text for e in results[0][1:-1]] == [f"elsewhere {i}" for i in range(50)]
+        # The feed read each batch once for all 100 followers.
+        assert reads[0] <= 5
+
+
+async def test_a_slow_follower_is_caught_up_from_the_registry_not_buffered(
+    j2c_data_dir: Path,
+) -> None:
+    """A follower that stops reading holds at most FOLLOWER_BUFFER events; once it reads again
+    it gets every event once, in order, like a fast follower beside it."""
+    async with _service() as service:
+        job_id = await _running_job(service)
+        journal = Journal(service.registry, service.bus, job_id)
+        fast = asyncio.ensure_future(_collect(service, job_id))
+        slow = service.stream(job_id)
+        first = [await anext(slow)]  # the replay
+        await asyncio.sleep(0.1)
+        second = asyncio.ensure_future(anext(slow))  # caught up: it waits for the feed
+        await asyncio.sleep(0.1)
+        await journal.write([{"kind": EventKind.log, "text": "live"}])
+        first.append(await asyncio.wait_for(second, 5))  # then it stops reading
+        total = 4 * eventbus.FOLLOWER_BUFFER
+        most = 0
+        for start in range(0, total, 64):
+            await journal.write(
+                [{"kind": EventKind.log, "text": str(i)} for i in range(start, start + 64)]
+            )
+            await asyncio.sleep(0.01)  # let the feed fan each batch out
+            most = max(most, *(len(f.queue) for f in service.fanout._feeds[job_id].followers))
+        assert most == eventbus.FOLLOWER_BUFFER  # filled up to the bound, never past it
+        total += 1  # the "live" line
+        await _finish(journal)
+        rest = [e async for e in slow]
+        expected = list(range(1, total + 3))
+        assert _seqs(first + rest) == expected
+        assert _seqs(await asyncio.wait_for(fast, 10)) == expected
+
+
+async def test_followers_joining_mid_stream_get_exactly_the_events_after_their_seq(
+    j2c_data_dir: Path,
+) -> None:
+    """Followers that join while lines arrive, each from its own ``after`` (a replay racing
+    the live feed), get exactly seq after+1 .. last: none lost, none doubled."""
+    async with _service() as service:
+        job_id = await _running_job(service)
+        journal = Journal(service.registry, service.bus, job_id)
+        rng = random.Random(19)
+        joined: list[tuple[int, asyncio.Future[list[Event]]]] = []
+        last = 1
+        for batch in range(60):
+            size = rng.randint(1, 40)
+            record = await journal.write([{"kind": EventKind.log, "text": f"{batch}"}] * size)
+            last = record.last_seq
+            for _ in range(rng.randint(0, 3)):
+                after = rng.randint(0, last)
+                joined.append((after, asyncio.ensure_future(_collect(service, job_id, after))))
+            await asyncio.sleep(rng.choice([0, 0, 0.001, 0.01]))
+        await _finish(journal)
+        final = last + 1
+        for after, follower in joined:
+            assert _seqs(await asyncio.wait_for(follower, 20)) == list(range(after + 1, final + 1))
+        assert len(joined) > 30
+        assert not service.fanout._feeds  # the last follower to leave closed the job's feed
+
+
+async def test_a_finished_job_replays_and_ends_and_a_removed_one_is_not_found(
+    j2c_data_dir: Path,
+) -> None:
+    async with _service() as service:
+        job_id = await _running_job(service)
+        journal = Journal(service.registry, service.bus, job_id)
+        await journal.write([{"kind": EventKind.log, "text": "only"}])
+        waiting = asyncio.ensure_future(_collect(service, job_id, after=2))
+        await _finish(journal)
+        assert _seqs(await asyncio.wait_for(waiting, 10)) == [3]
+        assert _seqs(await _collect(service, job_id)) == [1, 2, 3]
+        assert await _collect(service, job_id, after=3) == []
+
+        other = await _running_job(service, "other")
+        follower = asyncio.ensure_future(_collect(service, other, after=1))
+        await asyncio.sleep(0.2)
+        # Ended without an event (the registry removes only finished jobs), then removed: no
+        # event tells the feed, the poller sees the row gone.
+        await service.registry.append(
+            other, [], change=lambda r: setattr(r, "status", JobStatus.failed)
+        )
+        await service.registry.remove(other)
+        with pytest.raises(NotFound):
+            await asyncio.wait_for(follower, 10)
