@@ -7,7 +7,6 @@ has its own relocated venv. The tests run as root: "another user" is uid 12345.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
