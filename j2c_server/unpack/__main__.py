@@ -175,6 +175,7 @@ def _run_placed(
     cache = open_cache(options.cache_dir, options.cache_max)
     try:
         prepared = None
+        extra_env: dict[str, str] = {}
         if cache is not None:
             try:
                 prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
@@ -184,7 +185,9 @@ def _run_placed(
             python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
         else:
             placement, python = prepared.placement, prepared.python
-        return _run_prepared(options, user_args, manifest, python, placement, workdir, output_dir)
+        return _run_prepared(
+            options, user_args, manifest, python, placement, workdir, output_dir, extra_env
+        )
     finally:
         if cache is not None:
             cache.close()  # only now: the entries this job used may be evicted from here on
@@ -221,6 +224,7 @@ def _run_prepared(
     placement: Placement,
     workdir: Path,
     output_dir: Path,
+    extra_env: dict[str, str],
 ) -> int:
     """Phases 7 and 8."""
     from .run import entry_command, job_environment, run_child, working_dir
@@ -232,7 +236,8 @@ def _run_prepared(
         say("running", f"skipped (--no-run); prepared in {workdir}")
         return 0
     stage = Stage("running")
-    code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
+    env = {**job_environment(manifest, placement.venv, output_dir), **extra_env}
+    code = run_child(argv, env, cwd)
     stage.done(f"exit code {code}")
 
     # 8: the outputs, whatever the exit code.

@@ -111,6 +111,7 @@ class _Item:
 class Prepared:
     placement: Placement  # the venv's home may now be inside the cache
     python: Path
+    env: dict[str, str] = field(default_factory=dict)  # for the job, on top of its own
 
 
 def open_cache(folder: Path | None, max_text: str | None) -> Cache | None:
@@ -223,7 +224,11 @@ class Cache:
             return _Item(layer, f"code-{hexdigest}-{LAYOUT}", home, home)
         # Original paths: relocated for that path. Relocate mode: for its own path in the cache.
         where = str(home) if placement.mode == "original" else "in-place"
-        facts = json.dumps([LAYOUT, hexdigest, where, str(interpreter.executable)])
+        # The interpreter's identity too: a new image (same path, other binary) makes a new
+        # entry, so an entry's proof that it runs (at build) holds for every later use.
+        base = os.stat(interpreter.executable)
+        identity = [str(interpreter.executable), base.st_size, base.st_mtime_ns, base.st_ino]
+        facts = json.dumps([LAYOUT, hexdigest, where, identity])
         key = f"venv-{hexdigest[:32]}-{hashlib.sha256(facts.encode()).hexdigest()[:16]}"
         built_for = home if placement.mode == "original" else self.entries / key / "tree"
         return _Item(layer, key, home, built_for)
@@ -405,7 +410,7 @@ class Cache:
 
     def _build(self, item: _Item, blob: Path, interpreter: Interpreter) -> int:
         from .extract import extract_layer
-        from .relocate import fix_venv, mentions
+        from .relocate import fix_venv, mentions, verify_venv
 
         building = self._building(item.key)
         tree = building / "tree"
@@ -425,6 +430,10 @@ class Cache:
             changed = fix_venv(tree, interpreter, moves, home=item.built_for)
             meta["rewritten"] = changed
             meta["mentions_code"] = mentions(tree, [self._code_old])
+            # Started once before it is sealed: a start-up hook that edits the venv (a site
+            # .pth appending a CA to certifi's bundle, say) does so now, not in a later job,
+            # where the fingerprint would refuse the entry.
+            verify_venv(tree)
         _read_only(tree)
         meta["fingerprint"] = _fingerprint(tree, self.owners)
         meta["bytes"] = result.bytes
@@ -445,6 +454,7 @@ class Cache:
         moves = dict(placement.moves)
         said = []
         python = interpreter.executable
+        env: dict[str, str] = {}
         for item in sorted(items, key=lambda i: i.is_venv):  # code first: a venv may be inside
             tree = self.entries / item.key / "tree"
             if not item.is_venv:
@@ -460,6 +470,8 @@ class Cache:
             ):
                 homes[LayerRole.venv] = tree
                 moves[item.layer.source_path] = str(tree)
+                # Python would write missing bytecode into the shared tree (root ignores modes).
+                env["PYTHONDONTWRITEBYTECODE"] = "1"
                 said.append(f"venv used in place at {tree}")
             else:
                 files = _copy_tree(tree, item.home, link=True)
@@ -468,13 +480,16 @@ class Cache:
                     rewrite[str(item.built_for)] = str(item.home)
                 if code_moved:
                     rewrite[self._code_old] = str(placement.code)
-                changed = fix_venv(item.home, interpreter, rewrite) if rewrite else 0
+                changed = 0
+                if rewrite:  # rewritten files are new ones: the cache's inodes stay as they are
+                    changed = fix_venv(item.home, interpreter, rewrite)
+                    verify_venv(item.home)
                 said.append(f"venv linked into {item.home} ({files} files, {changed} rewritten)")
-            venv_home = homes[LayerRole.venv]
-            verify_venv(venv_home)
-            python = venv_home / "bin" / "python"
+            # Otherwise the venv is the entry as built and proved to run (its fingerprint says
+            # so): it is not started again here.
+            python = homes[LayerRole.venv] / "bin" / "python"
         stage.done("; ".join(said))
-        return Prepared(replace(placement, homes=homes, moves=moves), python)
+        return Prepared(replace(placement, homes=homes, moves=moves), python, env)
 
     # ------------------------------------------------------------------ bounded
 

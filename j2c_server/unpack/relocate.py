@@ -75,12 +75,13 @@ def fix_venv(
 
 
 def verify_venv(venv: Path) -> None:
-    """Raise VenvBroken unless ``<venv>/bin/python`` runs as this venv."""
+    """Raise VenvBroken unless ``<venv>/bin/python`` runs as this venv (``-B``: writing no
+    bytecode into it, which may be the layer cache's shared, read-only copy)."""
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
     try:
         probe = subprocess.run(
-            [str(python), "-I", "-c", "import sys; print(sys.prefix)"],
+            [str(python), "-I", "-B", "-c", "import sys; print(sys.prefix)"],
             capture_output=True,
             text=True,
             env=env,
