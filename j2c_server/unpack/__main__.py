@@ -12,6 +12,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 7. running       the entry point with the venv's interpreter; signals forwarded
 8. uploading outputs   when --output-uri is given, also after a failed run
 
+With ``--cache-dir`` (cache.py), phases 4-6 go through the node's layer cache: entries found or
+built once, then used in place or materialised; without a usable cache, as above.
+
 A failure in phases 1-6 stops the job before any user code runs, with the exit code errors.py
 assigns to it; after that the exit code is the entry point's own. Whatever happens (a failure,
 SIGTERM or SIGINT), the copies placed at original paths are removed before j2c-unpack exits.

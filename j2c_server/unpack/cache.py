@@ -33,7 +33,8 @@ How a job uses a venv entry: in relocate mode it runs **in place** (read-only, a
 replaced by a new file (a rename), so the cache's inodes are never written. Cached files have no
 write bits: a job that writes a venv file gets EACCES; one that chmods it first changes its mode
 or mtime, which the fingerprint catches at the next use. The code layer is always **copied**
-(the job's working tree is its own and writable).
+(the job's working tree is its own and writable). A venv entry is started once when it is built
+(before it is sealed) and not again while its fingerprint and the interpreter binary are the same.
 """
 
 from __future__ import annotations
@@ -195,13 +196,13 @@ class Cache:
         stage = Stage("cache", f"{self.root}")
         for item in items:
             item.use_fd = self._lock(item.key, "use", fcntl.LOCK_SH)
-        missing = [item for item in items if not self._found(item)]
+        missing = [item for item in items if not self._found(item, repair=False)]
         made: list[_Item] = []
         makes: list[int] = []
         try:
             for item in missing:
                 makes.append(self._lock(item.key, "make", fcntl.LOCK_EX))
-                if self._found(item):
+                if self._found(item, repair=True):
                     say("cache", f"{_name(item)}: made by another job meanwhile")
                 else:
                     made.append(item)
@@ -249,15 +250,17 @@ class Cache:
 
     # ------------------------------------------------------------------ is it there and sound?
 
-    def _found(self, item: _Item) -> bool:
-        """The entry is there and passes its checks; a refused one is removed (when no other
-        job uses it) so that it is built again."""
+    def _found(self, item: _Item, *, repair: bool) -> bool:
+        """The entry is there and passes its checks. With ``repair`` (the make lock is held),
+        a refused one is removed, when no other job uses it, so that it is built again."""
         try:
             item.meta = self._check_tree(item.key)
             return True
         except FileNotFoundError:
             return False
         except _Refused as exc:
+            if not repair:
+                return False
             say("cache", f"{_name(item)}: entry refused ({exc}); building it again")
             self._discard(item.key, item.use_fd)
             return False
@@ -461,7 +464,7 @@ class Cache:
                 files = _copy_tree(tree, item.home, link=False)
                 said.append(f"code copied ({files} files)")
                 continue
-            code_moved = str(placement.code) != item.layer.source_path
+            code_moved = str(placement.code) != self._code_old
             inside = item.home.is_relative_to(placement.code)
             if (
                 placement.mode == "relocate"

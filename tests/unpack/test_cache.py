@@ -7,17 +7,19 @@ has its own relocated venv. The tests run as root: "another user" is uid 12345.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.projects import make_venv, write
-from tests.unpack.conftest import JOB_PY, SmallJob
+from tests.unpack.conftest import JOB_PY, PublishedLab, SmallJob
 from tests.unpack.helpers import UNPACK, publish_project, run_unpack
 
 OTHER_USER = 12345
@@ -342,3 +344,60 @@ def test_a_bad_cap_is_an_error_naming_it(small_job: SmallJob, tmp_path: Path) ->
     )
     assert done.returncode == 74
     assert "'lots' is not a size" in done.stderr
+
+
+def lab_report(stdout: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_lab_venv_inside_its_project_is_linked_and_relocated_from_the_cache(
+    published_lab: PublishedLab, tmp_path: Path
+) -> None:
+    """numpy, a console script and editable installs of project packages (which embed the
+    project's path): the venv cannot run in place, so it is linked and its few files rewritten."""
+    cache = tmp_path / "cache"
+    runs = []
+    for number in range(3):
+        workdir = tmp_path / f"job-{number}"
+        done = run_unpack(
+            published_lab.manifest_uri,
+            "--cache-dir",
+            str(cache),
+            "--paths",
+            "relocate",
+            "--workdir",
+            str(workdir),
+        )
+        assert done.returncode == 0, done.stderr
+        runs.append((workdir, done))
+
+    for workdir, done in runs:
+        result = lab_report(done.stdout)
+        code = workdir / "code"
+        assert result["prefix"] == str(code / ".venv")
+        assert result["numpy_sum"] == 45
+        assert Path(result["mylib"]).is_relative_to(code)  # editable: into this job's code
+        assert Path(result["flatpkg"]).is_relative_to(code)
+        assert result["hello"]
+    assert runs[0][1].stderr.count(BUILT) == 2
+    for _, done in runs[1:]:
+        assert "2 of 2 layers from the cache, 0 built" in done.stderr  # no rewrite poisoned it
+        assert "venv linked into" in done.stderr
+
+
+def test_the_lab_at_its_original_paths_from_the_cache(
+    original_paths_free: PublishedLab, tmp_path: Path
+) -> None:
+    lab = original_paths_free
+    cache = tmp_path / "cache"
+    first = run_unpack(lab.manifest_uri, "--cache-dir", str(cache))
+    second = run_unpack(lab.manifest_uri, "--cache-dir", str(cache))
+
+    for done in (first, second):
+        assert done.returncode == 0, done.stderr
+        assert lab_report(done.stdout)["prefix"] == str(lab.venv)
+    assert f"venv linked into {lab.venv}" in second.stderr
+    assert "0 rewritten" in second.stderr  # relocated for this placement when it was cached
+    assert "2 of 2 layers from the cache, 0 built" in second.stderr
+    assert not lab.project.exists()  # the job's copies went; the cache keeps its own
