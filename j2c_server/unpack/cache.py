@@ -243,7 +243,11 @@ class Cache:
         if why := _unsafe(os.fstat(fd), self.owners, folder=False):
             os.close(fd)
             raise Bypass(f"{path} {why}")
-        fcntl.flock(fd, how)
+        try:
+            fcntl.flock(fd, how)
+        except OSError as exc:  # e.g. ENOLCK: a filesystem without flock (some NFS setups)
+            os.close(fd)
+            raise Bypass(f"{path} cannot be locked ({exc.strerror or exc})") from None
         if kind == "use":
             self._held.append(fd)
         return fd
@@ -345,11 +349,11 @@ class Cache:
             for layer in sorted(layers, key=lambda item: item.digest):
                 key = f"b-{layer.digest.removeprefix('sha256:')}"
                 self._lock(key, "use", fcntl.LOCK_SH)
-                if path := self._blob(key, layer):
+                if path := self._blob(key, layer, repair=False):
                     found[layer.digest.removeprefix("sha256:")] = path
                     continue
                 makes.append(self._lock(key, "make", fcntl.LOCK_EX))
-                if path := self._blob(key, layer):
+                if path := self._blob(key, layer, repair=True):
                     found[layer.digest.removeprefix("sha256:")] = path
                 else:
                     wanted.append(layer)
@@ -365,8 +369,9 @@ class Cache:
                 os.close(fd)
         return found
 
-    def _blob(self, key: str, layer: Layer) -> Path | None:
-        """The cached blob, checked: its stat as recorded, else its sha256 again."""
+    def _blob(self, key: str, layer: Layer, *, repair: bool) -> Path | None:
+        """The cached blob, checked: its stat as recorded, else its sha256 again. With
+        ``repair`` (the make lock is held) a refused one is removed."""
         entry = self.entries / key
         try:
             meta = self._read_meta(entry)
@@ -386,8 +391,9 @@ class Cache:
         except FileNotFoundError:
             return None
         except _Refused as exc:
-            say("cache", f"blob {key[2:14]}: entry refused ({exc}); fetching it again")
-            self._remove(entry)
+            if repair:
+                say("cache", f"blob {key[2:14]}: entry refused ({exc}); fetching it again")
+                self._remove(entry)
             return None
 
     def _keep_blob(self, key: str, downloaded: Path) -> Path:
