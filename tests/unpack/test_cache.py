@@ -401,3 +401,28 @@ def test_the_lab_at_its_original_paths_from_the_cache(
     assert "0 rewritten" in second.stderr  # relocated for this placement when it was cached
     assert "2 of 2 layers from the cache, 0 built" in second.stderr
     assert not lab.project.exists()  # the job's copies went; the cache keeps its own
+
+
+# Like a CA-injecting site hook: appends to a file of the venv at start-up, unless already there.
+APPENDING_HOOK = (
+    "import os, sys; p = os.path.join(sys.prefix, 'bundle.pem'); "
+    "t = open(p).read() if os.path.exists(p) else ''; "
+    "'EXTRA' in t or open(p, 'a').write('EXTRA\\n')\n"
+)
+
+
+def test_a_venv_that_edits_itself_at_start_up_stays_warm(tmp_path: Path, store: Path) -> None:
+    project = tmp_path / "lab" / "project"
+    write(project / "job.py", JOB_PY)
+    venv = make_venv(tmp_path / "lab" / "venv")
+    write(venv / "bundle.pem", "SHIPPED\n")
+    [site] = venv.glob("lib/python*/site-packages")
+    write(site / "zz_hook.pth", APPENDING_HOOK)
+    uri = publish_project(project, store, "job.py", venv=venv)
+    cache = tmp_path / "cache"
+
+    unpack(uri, cache)
+    warm = unpack(uri, cache)
+
+    assert "2 of 2 layers from the cache, 0 built" in warm.stderr, warm.stderr
+    assert "refused" not in warm.stderr
