@@ -187,7 +187,7 @@ def _run_placed(
         if prepared is None:
             python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
         else:
-            placement, python = prepared.placement, prepared.python
+            placement, python, extra_env = prepared.placement, prepared.python, prepared.env
         return _run_prepared(
             options, user_args, manifest, python, placement, workdir, output_dir, extra_env
         )

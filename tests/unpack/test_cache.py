@@ -411,18 +411,23 @@ APPENDING_HOOK = (
 )
 
 
-def test_a_venv_that_edits_itself_at_start_up_stays_warm(tmp_path: Path, store: Path) -> None:
+def test_a_venv_that_edits_itself_or_lacks_bytecode_stays_warm(tmp_path: Path, store: Path) -> None:
     project = tmp_path / "lab" / "project"
-    write(project / "job.py", JOB_PY)
+    write(project / "job.py", "import shipped_module\n" + JOB_PY)  # no bytecode shipped for it
     venv = make_venv(tmp_path / "lab" / "venv")
     write(venv / "bundle.pem", "SHIPPED\n")
     [site] = venv.glob("lib/python*/site-packages")
     write(site / "zz_hook.pth", APPENDING_HOOK)
+    write(site / "shipped_module.py", "VALUE = 1\n")
     uri = publish_project(project, store, "job.py", venv=venv)
     cache = tmp_path / "cache"
 
-    unpack(uri, cache)
-    warm = unpack(uri, cache)
+    # As on a node: Python writes bytecode (this machine's environment turns that off).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    options = ("--cache-dir", str(cache), "--paths", "relocate")
+    cold = run_unpack(uri, *options, env=env)
+    warm = run_unpack(uri, *options, env=env)
 
+    assert cold.returncode == 0 and "USER CODE RAN" in cold.stdout, cold.stderr
     assert "2 of 2 layers from the cache, 0 built" in warm.stderr, warm.stderr
     assert "refused" not in warm.stderr
