@@ -77,6 +77,12 @@ class PackSettings(_Section):
     soft_limit_mb: int = Field(2048, ge=1, description="Warn above this total size.")
     hard_limit_mb: int = Field(20480, ge=1, description="Refuse above this total size.")
     max_concurrent_packs: int = Field(1, ge=1)
+    layer_cache_max_mb: int = Field(
+        2048,
+        ge=1,
+        description="Cap of the lab's layer cache: least recently used layers are removed "
+        "beyond it (the last 4 used are always kept).",
+    )
 
 
 class _SchedulerSettingsBase(_Section):

@@ -7,6 +7,12 @@ read. The cache directory (tagged with ``CACHEDIR.TAG`` so that no scan ever pac
 - ``blobs/<hex>.tar.zst``: finished layers, named by the sha256 of their compressed bytes;
 - ``layers/<fingerprint>.json``: fingerprint → digest, sizes and entry count.
 
+Bounded: after every new blob, the least recently used blobs (a hit touches its blob's mtime) are
+removed until the blobs add up to at most ``max_bytes`` (``pack.layer_cache_max_mb``); the
+:data:`KEEP_RECENT` most recently used blobs are always kept (the layers of the last sends, which
+may be uploading right now, even when one is larger than the cap), and so is the blob just
+written. Index records whose blob is gone are removed with it.
+
 Like git's index, a stat fingerprint cannot see a change that keeps size and mtime. Files
 modified within :data:`RACY_WINDOW_NS` before the pack started could still change within the
 same mtime tick, so a layer holding such a file is packed but its fingerprint is not recorded.
@@ -29,6 +35,8 @@ from .scan import FILE, ScannedLayer
 
 ARCHIVE_FORMAT = "j2c-tar-zst-1"  # change when the bytes written for the same input change
 RACY_WINDOW_NS = 2_000_000_000
+DEFAULT_MAX_BYTES = 2048 * 1024 * 1024  # = config.PackSettings.layer_cache_max_mb
+KEEP_RECENT = 4  # code + venv of the last two sends
 _CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
     "# This folder is j2c's layer cache; see https://bford.info/cachedir/\n"
@@ -61,8 +69,9 @@ class CachedLayer:
 
 
 class LayerCache:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.root = root
+        self.max_bytes = max_bytes
         self.blobs = root / "blobs"
         self.index = root / "layers"
         for folder in (self.blobs, self.index):
@@ -79,7 +88,9 @@ class LayerCache:
         """The cached layer for this fingerprint, if its blob is still there and whole."""
         try:
             cached = CachedLayer(**json.loads((self.index / f"{key}.json").read_text()))
-            if self.blob_path(cached.digest).stat().st_size == cached.size:
+            blob = self.blob_path(cached.digest)
+            if blob.stat().st_size == cached.size:
+                os.utime(blob)  # used now: the last to be evicted
                 return cached
         except (OSError, ValueError, TypeError):
             pass
@@ -103,7 +114,40 @@ class LayerCache:
     def commit(self, temporary: Path, digest: str) -> Path:
         final = self.blob_path(digest)
         os.replace(temporary, final)  # same bytes if it already existed: content-addressed
+        self.prune(keep=final)
         return final
+
+    def prune(self, keep: Path | None = None) -> list[Path]:
+        """Remove least recently used blobs (and their index records) until the blobs fit in
+        ``max_bytes``; never ``keep`` nor the :data:`KEEP_RECENT` most recent. The removed."""
+        blobs: list[tuple[float, Path, int]] = []
+        for path in self.blobs.glob("*.tar.zst"):
+            if path.name.startswith(".tmp-"):
+                continue
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                blobs.append((st.st_mtime, path, st.st_size))
+        blobs.sort(reverse=True)  # most recently used first
+        total = sum(size for _, _, size in blobs)
+        removed: list[Path] = []
+        for _, path, size in reversed(blobs[KEEP_RECENT:]):
+            if total <= self.max_bytes:
+                break
+            if path == keep:
+                continue
+            path.unlink(missing_ok=True)
+            removed.append(path)
+            total -= size
+        if removed:
+            self._drop_records({path.name for path in removed})
+        return removed
+
+    def _drop_records(self, blob_names: set[str]) -> None:
+        for record in self.index.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                digest = json.loads(record.read_text())["digest"]
+                if self.blob_path(digest).name in blob_names:
+                    record.unlink()
 
     def _atomic_write(self, path: Path, data: bytes) -> None:
         fd, name = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)

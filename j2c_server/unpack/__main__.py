@@ -12,6 +12,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 7. running       the entry point with the venv's interpreter; signals forwarded
 8. uploading outputs   when --output-uri is given, also after a failed run
 
+With ``--cache-dir`` (cache.py), phases 4-6 go through the node's layer cache: entries found or
+built once, then used in place or materialised; without a usable cache, as above.
+
 A failure in phases 1-6 stops the job before any user code runs, with the exit code errors.py
 assigns to it; after that the exit code is the entry point's own. Whatever happens (a failure,
 SIGTERM or SIGINT), the copies placed at original paths are removed before j2c-unpack exits.
@@ -89,6 +92,18 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--output-uri", help="store prefix to upload the output dir to after the run"
     )
     parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="node-local layer cache: verified blobs and extracted layers kept between jobs "
+        "(also J2C_UNPACK_CACHE; default: none)",
+    )
+    parser.add_argument(
+        "--cache-max",
+        metavar="SIZE",
+        help="the cache's size cap, e.g. 20G (also J2C_UNPACK_CACHE_MAX; default 20G); least "
+        "recently used entries not in use are evicted",
+    )
+    parser.add_argument(
         "--no-run",
         action="store_true",
         help="prepare everything (download, extract, relocate) but do not run the entry point",
@@ -159,20 +174,64 @@ def _run_placed(
     output_dir: Path,
 ) -> int:
     """Phases 3 (room) to 8, once the layers' homes are decided."""
+    from .cache import Bypass, open_cache
+
+    cache = open_cache(options.cache_dir, options.cache_max)
+    try:
+        prepared = None
+        extra_env: dict[str, str] = {}
+        if cache is not None:
+            try:
+                prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
+            except Bypass as exc:
+                say("cache", f"not used for this job: {exc}")
+        if prepared is None:
+            python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
+        else:
+            placement, python, extra_env = prepared.placement, prepared.python, prepared.env
+        return _run_prepared(
+            options, user_args, manifest, python, placement, workdir, output_dir, extra_env
+        )
+    finally:
+        if cache is not None:
+            cache.close()  # only now: the entries this job used may be evicted from here on
+
+
+def _prepare_uncached(
+    manifest_uri: str,
+    manifest: Manifest,
+    placement: Placement,
+    interpreter: Interpreter,
+    workdir: Path,
+) -> Path:
+    """Phases 3 (room) to 6 without a cache: into the workdir and the layers' homes."""
     from .fetch import download_layers
-    from .run import entry_command, job_environment, run_child, working_dir
     from .space import check_free_space
 
     check_free_space(manifest.layers, placement, workdir / "blobs")
 
     # 4: every layer, verified, before anything is extracted.
-    fetched = download_layers(options.manifest, manifest.layers, workdir / "blobs")
+    fetched = download_layers(manifest_uri, manifest.layers, workdir / "blobs")
 
     # 5: extraction, code first (a venv inside the project goes into the code folder).
     _extract_all(fetched, placement)
 
     # 6: the venv, working at its home with this interpreter.
-    python = _prepare_venv(placement, interpreter)
+    return _prepare_venv(placement, interpreter)
+
+
+def _run_prepared(
+    options: argparse.Namespace,
+    user_args: list[str],
+    manifest: Manifest,
+    python: Path,
+    placement: Placement,
+    workdir: Path,
+    output_dir: Path,
+    extra_env: dict[str, str],
+) -> int:
+    """Phases 7 and 8."""
+    from .run import entry_command, job_environment, run_child, working_dir
 
     # 7: the entry point.
     argv = entry_command(manifest, placement.code, python, output_dir, user_args)
@@ -181,7 +240,8 @@ def _run_placed(
         say("running", f"skipped (--no-run); prepared in {workdir}")
         return 0
     stage = Stage("running")
-    code = run_child(argv, job_environment(manifest, placement.venv, output_dir), cwd)
+    env = {**job_environment(manifest, placement.venv, output_dir), **extra_env}
+    code = run_child(argv, env, cwd)
     stage.done(f"exit code {code}")
 
     # 8: the outputs, whatever the exit code.

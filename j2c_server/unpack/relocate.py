@@ -58,9 +58,15 @@ class PathMap:
         return self._pattern.sub(lambda match: self._table[match.group(1)], data)
 
 
-def fix_venv(venv: Path, interpreter: Interpreter, moves: dict[str, str]) -> int:
-    """Point the venv at ``interpreter`` and rewrite moved paths; return how many files changed."""
-    changed = _point_at_interpreter(venv, interpreter)
+def fix_venv(
+    venv: Path, interpreter: Interpreter, moves: dict[str, str], *, home: Path | None = None
+) -> int:
+    """Point the venv at ``interpreter`` and rewrite moved paths; return how many files changed.
+
+    ``home`` is where the venv will run when that is not where it is now (the layer cache
+    relocates a venv in a temporary folder, then renames it into place).
+    """
+    changed = _point_at_interpreter(venv, interpreter, home or venv)
     if moves:
         rewrite = PathMap(moves)
         for path in _files_with_paths(venv):
@@ -69,12 +75,13 @@ def fix_venv(venv: Path, interpreter: Interpreter, moves: dict[str, str]) -> int
 
 
 def verify_venv(venv: Path) -> None:
-    """Raise VenvBroken unless ``<venv>/bin/python`` runs as this venv."""
+    """Raise VenvBroken unless ``<venv>/bin/python`` runs as this venv (``-B``: writing no
+    bytecode into it, which may be the layer cache's shared, read-only copy)."""
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
     try:
         probe = subprocess.run(
-            [str(python), "-I", "-c", "import sys; print(sys.prefix)"],
+            [str(python), "-I", "-B", "-c", "import sys; print(sys.prefix)"],
             capture_output=True,
             text=True,
             env=env,
@@ -96,11 +103,22 @@ def verify_venv(venv: Path) -> None:
         )
 
 
-def _point_at_interpreter(venv: Path, interpreter: Interpreter) -> int:
+def mentions(venv: Path, paths: list[str]) -> bool:
+    """Does any file that relocation rewrites hold one of ``paths`` (e.g. the project's)?"""
+    finder = PathMap({path: "" for path in paths})
+    for path in _files_with_paths(venv):
+        if path.stat().st_size <= SCRIPT_LIMIT:
+            data = path.read_bytes()
+            if b"\0" not in data and finder(data) != data:
+                return True
+    return False
+
+
+def _point_at_interpreter(venv: Path, interpreter: Interpreter, home: Path) -> int:
     cfg = venv / "pyvenv.cfg"
     if not cfg.is_file():
         raise VenvBroken(f"the venv layer has no pyvenv.cfg at {cfg}")
-    changed = _rewrite(cfg, lambda data: _config_for(data, interpreter, venv))
+    changed = _rewrite(cfg, lambda data: _config_for(data, interpreter, home))
     for link in (venv / "bin").glob("python*"):
         if link.is_symlink() and not _points_inside(link, venv):
             link.unlink()

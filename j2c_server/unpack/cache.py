@@ -1,0 +1,700 @@
+"""The per-node layer cache: verified blobs and extracted (and relocated) layers, kept between jobs.
+
+Enabled by ``--cache-dir DIR`` or ``J2C_UNPACK_CACHE=DIR``; bounded by ``--cache-max`` /
+``J2C_UNPACK_CACHE_MAX`` (default 20G). Layout (all private to the cache's owner)::
+
+    DIR/entries/<key>/meta.json       what the entry is, its size and its fingerprint
+    DIR/entries/<key>/tree/           an extracted layer, files and folders read-only
+    DIR/entries/b-<hex>/data.tar.zst  a verified blob
+    DIR/locks/<key>.make, .use        flock files (kept; a few bytes each)
+    DIR/tmp/                          entries being built; renamed into entries/ when complete
+
+Keys: ``code-<hex>`` (a code layer is never rewritten), ``venv-<hex>-<placement>`` (a venv
+relocated for one placement: the path it runs at and this interpreter), ``b-<hex>`` (a blob).
+
+- **Concurrency**: an entry is built under an exclusive ``.make`` lock, so jobs starting at once
+  extract a layer once (the others wait, then use it). It is built under ``tmp/`` and renamed into
+  ``entries/`` only when complete, so a crashed build is never found (its leftovers are removed
+  by the next build of that key, or by eviction).
+- **In use**: a job holds a shared ``.use`` lock on every entry it uses until it exits; eviction
+  takes it exclusively without waiting, so an entry in use is never evicted.
+- **Bounded**: at every start, the least recently used entries (the ``.use`` file's mtime is
+  touched on every use) are evicted until the cache holds at most the cap.
+- **Not poisonable**: the cache folder must be private (homes.py's ownership rules); every entry,
+  lock and tree file must belong to this user (or ``J2C_UNPACK_CACHE_UID``, an operator's cache
+  user) and be writable by no one else. A tree's fingerprint (every name, mode, size, mtime and
+  inode) is compared with the one recorded when it was built; a blob whose stat changed is hashed
+  again. An entry that fails is refused (logged) and built again.
+
+How a job uses a venv entry: in relocate mode it runs **in place** (read-only, at
+``entries/<key>/tree``) unless it lives inside the project or embeds the project's path
+(editable installs); otherwise the tree is **materialised** into the job's home by hard links
+(copies across filesystems), then the few files that name another path are rewritten, each one
+replaced by a new file (a rename), so the cache's inodes are never written. Cached files have no
+write bits: a job that writes a venv file gets EACCES; one that chmods it first changes its mode
+or mtime, which the fingerprint catches at the next use. The code layer is always **copied**
+(the job's working tree is its own and writable). A venv entry is started once when it is built
+(before it is sealed) and not again while its fingerprint and the interpreter binary are the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..models import Layer, LayerRole
+from .errors import LocalIOError
+from .homes import Placement, _others_could_change
+from .interpreter import Interpreter
+from .log import Stage, say, size_text
+
+CACHE_ENV = "J2C_UNPACK_CACHE"
+CACHE_MAX_ENV = "J2C_UNPACK_CACHE_MAX"
+CACHE_UID_ENV = "J2C_UNPACK_CACHE_UID"
+DEFAULT_MAX = "20G"
+LAYOUT = "1"  # part of every key: a changed layout never reads old entries
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class Bypass(Exception):
+    """The cache cannot serve this job (a lock or folder is not usable): run without it."""
+
+
+class _Refused(Exception):
+    """An entry failed its checks: it is not used, and is built again."""
+
+
+def parse_size(text: str) -> int:
+    """``"20G"``, ``"500M"``, ``"1234"`` -> bytes (binary units)."""
+    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = cleaned.rstrip("KMGT"), cleaned[len(cleaned.rstrip("KMGT")) :]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise LocalIOError(
+            f"the cache size cap {text!r} is not a size like 20G or 500M", field="cache_max"
+        ) from None
+    return int(value)
+
+
+@dataclass
+class _Item:
+    """One layer as the cache serves it to this job."""
+
+    layer: Layer
+    key: str
+    home: Path  # where the job needs the layer
+    built_for: Path  # the path a venv entry is relocated for (the code: its home)
+    use_fd: int = -1
+    meta: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def hex(self) -> str:
+        return self.layer.digest.removeprefix("sha256:")
+
+    @property
+    def is_venv(self) -> bool:
+        return self.layer.role == LayerRole.venv
+
+
+@dataclass(frozen=True)
+class Prepared:
+    placement: Placement  # the venv's home may now be inside the cache
+    python: Path
+    env: dict[str, str] = field(default_factory=dict)  # for the job, on top of its own
+
+
+def open_cache(folder: Path | None, max_text: str | None) -> Cache | None:
+    """The cache named by the option or ``J2C_UNPACK_CACHE``; None when none is configured or
+    it is refused (said in the log: the job then runs without it)."""
+    chosen = str(folder) if folder else os.environ.get(CACHE_ENV, "")
+    if not chosen.strip():
+        return None
+    max_bytes = parse_size(max_text or os.environ.get(CACHE_MAX_ENV) or DEFAULT_MAX)
+    owners = {os.geteuid()}
+    if (extra := os.environ.get(CACHE_UID_ENV, "").strip()).isdigit():
+        owners.add(int(extra))
+    root = Path(os.path.abspath(chosen))
+    try:
+        if not root.exists():
+            root.mkdir(parents=True, mode=0o700)
+        why = _others_could_change(root)
+        st = os.lstat(root)
+        if why and st.st_uid in owners and not st.st_mode & 0o022:
+            why = None  # an operator's cache user owns it: the rest of the chain was checked
+        if why:
+            say("cache", f"not used: {root} {why}")
+            return None
+        for name in ("entries", "locks", "tmp"):
+            sub = root / name
+            with contextlib.suppress(FileExistsError):
+                sub.mkdir(mode=0o700)
+            if problem := _unsafe(os.lstat(sub), owners, folder=True):
+                say("cache", f"not used: {sub} {problem}")
+                return None
+    except OSError as exc:
+        say("cache", f"not used: {root} cannot be prepared ({exc.strerror or exc})")
+        return None
+    return Cache(root, max_bytes, frozenset(owners))
+
+
+def _unsafe(st: os.stat_result, owners: frozenset[int] | set[int], *, folder: bool) -> str | None:
+    if st.st_uid not in owners:
+        return f"belongs to uid {st.st_uid}"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if folder and not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_mode & 0o022:
+        return "is writable by group or others"
+    return None
+
+
+class Cache:
+    def __init__(self, root: Path, max_bytes: int, owners: frozenset[int]) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.owners = owners
+        self.entries = root / "entries"
+        self.locks = root / "locks"
+        self.tmp = root / "tmp"
+        self._held: list[int] = []
+        self._code_old = ""  # the code layer's source path, for the job being prepared
+
+    def close(self) -> None:
+        """Release this job's use locks (at exit: its entries may be evicted from now on)."""
+        for fd in self._held:
+            os.close(fd)
+        self._held.clear()
+
+    # ------------------------------------------------------------------ the job's layers
+
+    def prepare(
+        self,
+        manifest_uri: str,
+        layers: list[Layer],
+        placement: Placement,
+        interpreter: Interpreter,
+    ) -> Prepared:
+        """Phases 4-6 through the cache: every layer's entry found (or built once), then
+        materialised or used in place; the venv proved to run. Raises Bypass before anything
+        is written to the job's homes when the cache cannot serve the job."""
+        self._code_old = next(x.source_path for x in layers if x.role == LayerRole.code)
+        items = [self._plan(layer, placement, interpreter) for layer in layers]
+        items.sort(key=lambda item: item.key)  # one lock order for every job: no deadlock
+        stage = Stage("cache", f"{self.root}")
+        for item in items:
+            item.use_fd = self._lock(item.key, "use", fcntl.LOCK_SH)
+        missing = [item for item in items if not self._found(item, repair=False)]
+        made: list[_Item] = []
+        makes: list[int] = []
+        try:
+            for item in missing:
+                makes.append(self._lock(item.key, "make", fcntl.LOCK_EX))
+                if self._found(item, repair=True):
+                    say("cache", f"{_name(item)}: made by another job meanwhile")
+                else:
+                    made.append(item)
+            if made:
+                self._build_all(manifest_uri, made, placement, interpreter)
+        finally:
+            for fd in makes:
+                os.close(fd)
+        for item in items:
+            os.utime(item.use_fd)  # least recently used = oldest mtime
+        hits = len(items) - len(made)
+        stage.done(f"{hits} of {len(items)} layers from the cache, {len(made)} built")
+        self.evict()  # also on warm starts: a lowered cap, or entries freed since
+        return self._materialise(items, placement, interpreter)
+
+    def _plan(self, layer: Layer, placement: Placement, interpreter: Interpreter) -> _Item:
+        hexdigest = layer.digest.removeprefix("sha256:")
+        home = placement.homes[layer.role]
+        if layer.role != LayerRole.venv:
+            return _Item(layer, f"code-{hexdigest}-{LAYOUT}", home, home)
+        # Original paths: relocated for that path. Relocate mode: for its own path in the cache.
+        where = str(home) if placement.mode == "original" else "in-place"
+        # The interpreter's identity too: a new image (same path, other binary) makes a new
+        # entry, so an entry's proof that it runs (at build) holds for every later use.
+        base = os.stat(interpreter.executable)
+        identity = [str(interpreter.executable), base.st_size, base.st_mtime_ns, base.st_ino]
+        facts = json.dumps([LAYOUT, hexdigest, where, identity])
+        key = f"venv-{hexdigest[:32]}-{hashlib.sha256(facts.encode()).hexdigest()[:16]}"
+        built_for = home if placement.mode == "original" else self.entries / key / "tree"
+        return _Item(layer, key, home, built_for)
+
+    def _lock(self, key: str, kind: str, how: int) -> int:
+        path = self.locks / f"{key}.{kind}"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
+        except OSError as exc:
+            raise Bypass(f"{path} cannot be opened ({exc.strerror or exc})") from None
+        if why := _unsafe(os.fstat(fd), self.owners, folder=False):
+            os.close(fd)
+            raise Bypass(f"{path} {why}")
+        try:
+            fcntl.flock(fd, how)
+        except OSError as exc:  # e.g. ENOLCK: a filesystem without flock (some NFS setups)
+            os.close(fd)
+            raise Bypass(f"{path} cannot be locked ({exc.strerror or exc})") from None
+        if kind == "use":
+            self._held.append(fd)
+        return fd
+
+    # ------------------------------------------------------------------ is it there and sound?
+
+    def _found(self, item: _Item, *, repair: bool) -> bool:
+        """The entry is there and passes its checks. With ``repair`` (the make lock is held),
+        a refused one is removed, when no other job uses it, so that it is built again."""
+        try:
+            item.meta = self._check_tree(item.key)
+            return True
+        except FileNotFoundError:
+            return False
+        except _Refused as exc:
+            if not repair:
+                return False
+            say("cache", f"{_name(item)}: entry refused ({exc}); building it again")
+            self._discard(item.key, item.use_fd)
+            return False
+
+    def _check_tree(self, key: str) -> dict[str, object]:
+        entry = self.entries / key
+        meta = self._read_meta(entry)
+        tree = entry / "tree"
+        if why := _unsafe(os.lstat(tree), self.owners, folder=True):
+            raise _Refused(f"its tree {why}")
+        if _fingerprint(tree, self.owners) != meta.get("fingerprint"):
+            raise _Refused("its files changed since it was built")
+        return meta
+
+    def _read_meta(self, entry: Path) -> dict[str, object]:
+        st = os.lstat(entry)  # FileNotFoundError: not there
+        if why := _unsafe(st, self.owners, folder=True):
+            raise _Refused(f"{entry} {why}")
+        try:
+            fd = os.open(entry / "meta.json", os.O_RDONLY | _OPEN_FLAGS)
+        except FileNotFoundError:
+            raise _Refused("it has no meta.json (an incomplete entry)") from None
+        except OSError as exc:
+            raise _Refused(f"its meta.json cannot be read ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as handle:
+            if why := _unsafe(os.fstat(handle.fileno()), self.owners, folder=False):
+                raise _Refused(f"its meta.json {why}")
+            try:
+                meta = json.loads(handle.read())
+            except ValueError:
+                raise _Refused("its meta.json is not JSON") from None
+        if not isinstance(meta, dict):
+            raise _Refused("its meta.json is not an object")
+        return meta
+
+    def _discard(self, key: str, use_fd: int) -> None:
+        """Remove an entry, if no other job holds it (else raise Bypass: it is theirs)."""
+        try:
+            fcntl.flock(use_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fcntl.flock(use_fd, fcntl.LOCK_SH)
+            raise Bypass(f"the refused entry {key} is in use by another job") from None
+        try:
+            self._remove(self.entries / key)
+        finally:
+            fcntl.flock(use_fd, fcntl.LOCK_SH)
+
+    def _remove(self, path: Path) -> None:
+        if not os.path.lexists(path):
+            return
+        aside = self.tmp / f"removed-{path.name}-{secrets.token_hex(4)}"
+        try:
+            os.rename(path, aside)
+        except OSError as exc:
+            raise Bypass(f"{path} cannot be removed ({exc.strerror or exc})") from None
+        _rmtree(aside)
+
+    # ------------------------------------------------------------------ building entries
+
+    def _build_all(
+        self, manifest_uri: str, made: list[_Item], placement: Placement, interpreter: Interpreter
+    ) -> None:
+        from .space import check_free_space
+
+        blob_dir = self.tmp / f"download-{os.getpid()}-{secrets.token_hex(4)}"
+        check_free_space([item.layer for item in made], placement, blob_dir)
+        blobs = self._blobs(manifest_uri, [item.layer for item in made], blob_dir)
+        stage = Stage("extracting")
+        total = 0
+        for item in sorted(made, key=lambda i: i.is_venv):
+            total += self._build(item, blobs[item.hex], interpreter)
+        stage.done(f"{size_text(total)} written into the cache")
+
+    def _blobs(self, manifest_uri: str, layers: list[Layer], blob_dir: Path) -> dict[str, Path]:
+        """Each layer's verified blob in the cache: found, or downloaded (once) and kept."""
+        from .fetch import download_layers
+
+        found: dict[str, Path] = {}
+        makes: list[int] = []
+        wanted: list[Layer] = []
+        try:
+            for layer in sorted(layers, key=lambda item: item.digest):
+                key = f"b-{layer.digest.removeprefix('sha256:')}"
+                self._lock(key, "use", fcntl.LOCK_SH)
+                if path := self._blob(key, layer, repair=False):
+                    found[layer.digest.removeprefix("sha256:")] = path
+                    continue
+                makes.append(self._lock(key, "make", fcntl.LOCK_EX))
+                if path := self._blob(key, layer, repair=True):
+                    found[layer.digest.removeprefix("sha256:")] = path
+                else:
+                    wanted.append(layer)
+            if wanted:
+                try:
+                    for fetched in download_layers(manifest_uri, wanted, blob_dir):
+                        hexdigest = fetched.layer.digest.removeprefix("sha256:")
+                        found[hexdigest] = self._keep_blob(f"b-{hexdigest}", fetched.path)
+                finally:
+                    _rmtree(blob_dir)
+        finally:
+            for fd in makes:
+                os.close(fd)
+        return found
+
+    def _blob(self, key: str, layer: Layer, *, repair: bool) -> Path | None:
+        """The cached blob, checked: its stat as recorded, else its sha256 again. With
+        ``repair`` (the make lock is held) a refused one is removed."""
+        entry = self.entries / key
+        try:
+            meta = self._read_meta(entry)
+            data = entry / "data.tar.zst"
+            st = os.lstat(data)
+            if why := _unsafe(st, self.owners, folder=False):
+                raise _Refused(f"its blob {why}")
+            if _blob_stat(st) != meta.get("stat"):
+                from .fetch import _file_sha256
+
+                if _file_sha256(data) != layer.digest.removeprefix("sha256:"):
+                    raise _Refused("its blob no longer matches its digest")
+                meta["stat"] = _blob_stat(st)
+                _write_json(entry / "meta.json", meta)
+                say("cache", f"blob {key[2:14]}: changed on disk, sha256 checked again: ok")
+            return data
+        except FileNotFoundError:
+            return None
+        except _Refused as exc:
+            if repair:
+                say("cache", f"blob {key[2:14]}: entry refused ({exc}); fetching it again")
+                self._remove(entry)
+            return None
+
+    def _keep_blob(self, key: str, downloaded: Path) -> Path:
+        building = self._building(key)
+        data = building / "data.tar.zst"
+        os.replace(downloaded, data)
+        os.chmod(data, 0o444)
+        st = os.lstat(data)
+        _write_json(
+            building / "meta.json", {"kind": "blob", "bytes": st.st_size, "stat": _blob_stat(st)}
+        )
+        os.rename(building, self.entries / key)
+        return self.entries / key / "data.tar.zst"
+
+    def _building(self, key: str) -> Path:
+        """A fresh build folder for ``key`` (the make lock is held), earlier leftovers removed."""
+        for leftover in self.tmp.glob(f"{key}.*"):
+            say("cache", f"removing {leftover.name}, left by a build that did not finish")
+            _rmtree(leftover)
+        building = self.tmp / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
+        building.mkdir(mode=0o700)
+        return building
+
+    def _build(self, item: _Item, blob: Path, interpreter: Interpreter) -> int:
+        from .extract import extract_layer
+        from .relocate import fix_venv, mentions, verify_venv
+
+        building = self._building(item.key)
+        tree = building / "tree"
+        result = extract_layer(blob, tree, venv=item.is_venv, max_bytes=item.layer.unpacked_size)
+        say(
+            "extracting",
+            f"{item.layer.role.value} layer: {result.entries} entries into the cache ({item.key})",
+        )
+        meta: dict[str, object] = {
+            "kind": "tree",
+            "digest": item.layer.digest,
+            "built_for": str(item.built_for),
+        }
+        if item.is_venv:
+            old = item.layer.source_path
+            moves = {} if Path(old) == item.built_for else {old: str(item.built_for)}
+            changed = fix_venv(tree, interpreter, moves, home=item.built_for)
+            meta["rewritten"] = changed
+            meta["mentions_code"] = mentions(tree, [self._code_old])
+            # Started once before it is sealed: a start-up hook that edits the venv (a site
+            # .pth appending a CA to certifi's bundle, say) does so now, not in a later job,
+            # where the fingerprint would refuse the entry.
+            verify_venv(tree)
+        _read_only(tree)
+        meta["fingerprint"] = _fingerprint(tree, self.owners)
+        meta["bytes"] = result.bytes
+        _write_json(building / "meta.json", meta)
+        os.rename(building, self.entries / item.key)
+        item.meta = meta
+        return result.bytes
+
+    # ------------------------------------------------------------------ into the job
+
+    def _materialise(
+        self, items: list[_Item], placement: Placement, interpreter: Interpreter
+    ) -> Prepared:
+        from .relocate import fix_venv, verify_venv
+
+        stage = Stage("materialising")
+        homes = dict(placement.homes)
+        moves = dict(placement.moves)
+        said = []
+        python = interpreter.executable
+        env: dict[str, str] = {}
+        for item in sorted(items, key=lambda i: i.is_venv):  # code first: a venv may be inside
+            tree = self.entries / item.key / "tree"
+            if not item.is_venv:
+                files = _copy_tree(tree, item.home, link=False)
+                said.append(f"code copied ({files} files)")
+                continue
+            code_moved = str(placement.code) != self._code_old
+            inside = item.home.is_relative_to(placement.code)
+            if (
+                placement.mode == "relocate"
+                and not inside
+                and not (code_moved and item.meta.get("mentions_code"))
+            ):
+                homes[LayerRole.venv] = tree
+                moves[item.layer.source_path] = str(tree)
+                # Python would write missing bytecode into the shared tree (root ignores modes).
+                env["PYTHONDONTWRITEBYTECODE"] = "1"
+                said.append(f"venv used in place at {tree}")
+            else:
+                files = _copy_tree(tree, item.home, link=True)
+                rewrite = {}
+                if item.built_for != item.home:
+                    rewrite[str(item.built_for)] = str(item.home)
+                if code_moved:
+                    rewrite[self._code_old] = str(placement.code)
+                changed = 0
+                if rewrite:  # rewritten files are new ones: the cache's inodes stay as they are
+                    changed = fix_venv(item.home, interpreter, rewrite)
+                    verify_venv(item.home)
+                said.append(f"venv linked into {item.home} ({files} files, {changed} rewritten)")
+            # Otherwise the venv is the entry as built and proved to run (its fingerprint says
+            # so): it is not started again here.
+            python = homes[LayerRole.venv] / "bin" / "python"
+        stage.done("; ".join(said))
+        return Prepared(replace(placement, homes=homes, moves=moves), python, env)
+
+    # ------------------------------------------------------------------ bounded
+
+    def evict(self) -> None:
+        """Remove least recently used entries not in use until the cache holds at most the cap;
+        also what crashed builds and removals left in tmp/."""
+        for leftover in self.tmp.iterdir():
+            key = leftover.name.split(".")[0]
+            if leftover.name.startswith(("removed-", "download-")) and not _recent(leftover):
+                _rmtree(leftover)
+            elif "." in leftover.name:
+                fd = self._try_lock(key, "make")
+                if fd is not None:
+                    _rmtree(leftover)
+                    os.close(fd)
+        sizes: list[tuple[float, str, int]] = []
+        for entry in self.entries.iterdir():
+            try:
+                size = int(self._read_meta(entry).get("bytes", 0))  # type: ignore[call-overload]
+            except (_Refused, OSError, TypeError, ValueError):
+                size = 0
+            try:
+                used = os.stat(self.locks / f"{entry.name}.use").st_mtime
+            except OSError:
+                used = 0.0
+            sizes.append((used, entry.name, size))
+        total = sum(size for _, _, size in sizes)
+        for _, key, size in sorted(sizes):
+            if total <= self.max_bytes:
+                break
+            fd = self._try_lock(key, "use")
+            if fd is None:
+                continue  # in use by a running job
+            try:
+                self._remove(self.entries / key)
+            except Bypass as exc:
+                say("cache", f"cannot evict {key}: {exc}")
+                continue
+            finally:
+                os.close(fd)
+            total -= size
+            say("cache", f"evicted {key} ({size_text(size)}, least recently used)")
+        say("cache", f"{size_text(total)} in the cache (cap {size_text(self.max_bytes)})")
+
+    def _try_lock(self, key: str, kind: str) -> int | None:
+        try:
+            fd = os.open(self.locks / f"{key}.{kind}", os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+
+def _name(item: _Item) -> str:
+    return f"{item.layer.role.value} layer {item.hex[:12]}"
+
+
+def _recent(path: Path) -> bool:
+    """Younger than an hour: perhaps still being written by a running job."""
+    with contextlib.suppress(OSError):
+        return time.time() - os.lstat(path).st_mtime < 3600
+    return False
+
+
+def _blob_stat(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_mode]
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
+    os.replace(temporary, path)
+
+
+def _walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Every entry under ``root`` (relative path, entry), sorted, without following links."""
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        with os.scandir(os.path.join(root, rel)) as listing:
+            children = sorted(listing, key=lambda e: e.name)
+        for child in children:
+            child_rel = f"{rel}/{child.name}" if rel else child.name
+            yield child_rel, child
+            if child.is_dir(follow_symlinks=False):
+                todo.append(child_rel)
+
+
+def _fingerprint(tree: Path, owners: frozenset[int] | set[int]) -> str:
+    """sha256 over every entry's name, type, mode, size, mtime and inode (never its ctime or
+    link count: materialising by hard links changes both). Raises _Refused for an entry that
+    belongs to someone else or that group or others could write."""
+    digest = hashlib.sha256()
+    for rel, entry in _walk(tree):
+        st = entry.stat(follow_symlinks=False)
+        if st.st_uid not in owners:
+            raise _Refused(f"{rel} belongs to uid {st.st_uid}")
+        if stat.S_ISLNK(st.st_mode):
+            digest.update(
+                f"{rel}\0L\0{os.readlink(entry.path)}\n".encode("utf-8", "surrogateescape")
+            )
+            continue
+        if st.st_mode & 0o222:
+            raise _Refused(f"{rel} is writable")
+        line = f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n"
+        digest.update(line.encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def _read_only(tree: Path) -> None:
+    """No write bits anywhere (folders last, deepest first): the cache's files are shared."""
+    folders = [tree]
+    for _, entry in _walk(tree):
+        if entry.is_dir(follow_symlinks=False):
+            folders.append(Path(entry.path))
+        elif entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) & ~0o222)
+    for folder in reversed(folders):
+        os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) & ~0o222)
+
+
+def _copy_tree(source: Path, target: Path, *, link: bool) -> int:
+    """``source``'s tree into ``target`` (absent or empty): files hard-linked when ``link`` and
+    the filesystem allows it, else copied (with owner write: the job's own copy); folders
+    writable by their owner; symlinks recreated. The number of files."""
+    target.mkdir(parents=True, exist_ok=True)
+    if any(target.iterdir()):
+        raise LocalIOError(f"cannot materialise a cached layer into {target}: it is not empty")
+    files = 0
+    folders: list[tuple[str, int]] = []
+    can_link = link
+    try:
+        for rel, entry in _walk(source):
+            path = os.path.join(target, rel)
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(path, 0o700)
+                folders.append((path, stat.S_IMODE(st.st_mode) | 0o700))
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(entry.path), path)
+            else:
+                files += 1
+                if can_link:
+                    try:
+                        os.link(entry.path, path, follow_symlinks=False)
+                        continue
+                    except OSError:
+                        can_link = False  # another filesystem, or links not allowed: copy
+                _copy_file(entry.path, path, st)
+        for path, mode in reversed(folders):
+            os.chmod(path, mode)
+    except OSError as exc:
+        raise LocalIOError(
+            f"cannot materialise a cached layer into {target}: {exc.strerror or exc} "
+            f"({exc.filename or target})"
+        ) from None
+    return files
+
+
+def _copy_file(source: str, target: str, st: os.stat_result) -> None:
+    with open(source, "rb") as src:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+        try:
+            left = st.st_size
+            try:
+                while left > 0:  # reflinks or in-kernel copies where the filesystem can
+                    sent = os.copy_file_range(src.fileno(), fd, left)
+                    if sent == 0:
+                        break
+                    left -= sent
+            except OSError:
+                left = -1
+            if left != 0:
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+                src.seek(0)
+                while chunk := src.read(1024 * 1024):
+                    os.write(fd, chunk)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o200)
+            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(fd)
+
+
+def _rmtree(path: Path) -> None:
+    """rmtree of a tree whose folders are read-only."""
+
+    def writable_parent(function: Callable[[str], object], name: str, _: object) -> None:
+        os.chmod(os.path.dirname(name), stat.S_IRWXU)
+        function(name)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=writable_parent)

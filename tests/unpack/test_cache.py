@@ -1,0 +1,433 @@
+"""The per-node layer cache (``--cache-dir``), through the real j2c-unpack subprocess.
+
+Warm starts need no store, concurrent starts extract once, a crashed build is never used, an
+entry in use is never evicted, a poisoned entry is refused and made again, and each placement
+has its own relocated venv. The tests run as root: "another user" is uid 12345.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.projects import make_venv, write
+from tests.unpack.conftest import JOB_PY, PublishedLab, SmallJob
+from tests.unpack.helpers import UNPACK, publish_project, run_unpack
+
+OTHER_USER = 12345
+BUILT = "into the cache ("  # the log line of one extraction into the cache
+
+
+def start(uri: str, cache: Path, *options: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*UNPACK, uri, "--cache-dir", str(cache), *options, "--"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def unpack(uri: str, cache: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    done = run_unpack(uri, "--cache-dir", str(cache), "--paths", "relocate", *options)
+    assert done.returncode == 0, done.stderr
+    assert "USER CODE RAN" in done.stdout
+    return done
+
+
+def entries(cache: Path, prefix: str = "") -> list[Path]:
+    return sorted(p for p in (cache / "entries").iterdir() if p.name.startswith(prefix))
+
+
+def venv_tree(cache: Path) -> Path:
+    (entry,) = entries(cache, "venv-")
+    return entry / "tree"
+
+
+def test_a_warm_start_needs_no_store(small_job: SmallJob, tmp_path: Path) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    cold = unpack(uri, cache)
+    assert cold.stderr.count(BUILT) == 2
+    shutil.rmtree(small_job.store / "blobs")  # the store's layers are gone
+
+    warm = unpack(uri, cache)
+
+    assert "2 of 2 layers from the cache, 0 built" in warm.stderr
+    assert "downloading" not in warm.stderr and BUILT not in warm.stderr
+    assert "venv used in place" in warm.stderr
+    assert oct(os.stat(cache).st_mode & 0o777) == "0o700"
+
+
+def test_concurrent_starts_extract_each_layer_once(small_job: SmallJob, tmp_path: Path) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    jobs = [start(uri, cache, "--paths", "relocate") for _ in range(3)]
+    results = [(job.wait(120), *job.communicate()) for job in jobs]
+
+    assert [code for code, _, _ in results] == [0, 0, 0], results
+    assert all("USER CODE RAN" in out for _, out, _ in results)
+    logs = "".join(err for _, _, err in results)
+    assert logs.count(BUILT) == 2, logs  # code and venv, once each
+    assert logs.count("downloading: 2 layers") == 1
+    assert len(entries(cache, "venv-")) == 1
+
+
+def big_job(tmp_path: Path, store: Path) -> str:
+    """A code layer of 1,500 incompressible 40 kB files: its extraction takes a while."""
+    project = tmp_path / "big" / "project"
+    write(project / "job.py", JOB_PY)
+    for number in range(1500):
+        (project / "data" / f"{number // 100}").mkdir(parents=True, exist_ok=True)
+        (project / "data" / f"{number // 100}" / f"{number}.bin").write_bytes(os.urandom(40_000))
+    return publish_project(project, store, "job.py", venv=make_venv(tmp_path / "big" / "venv"))
+
+
+def test_a_build_killed_mid_extraction_is_never_used(tmp_path: Path, store: Path) -> None:
+    uri = big_job(tmp_path, store)
+    cache = tmp_path / "cache"
+    job = start(uri, cache, "--paths", "relocate")
+    deadline = time.monotonic() + 60
+    while not list((cache / "tmp").glob("code-*/tree/data/1")) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    job.send_signal(signal.SIGKILL)
+    job.communicate()
+    assert list((cache / "tmp").glob("code-*")), "killed after the build ended: no crash tested"
+    assert not entries(cache, "code-")  # only a complete build is renamed into place
+
+    again = unpack(uri, cache)
+
+    assert "left by a build that did not finish" in again.stderr
+    assert again.stderr.count(BUILT) == 2
+    (code,) = entries(cache, "code-")
+    assert len(list((code / "tree" / "data").rglob("*.bin"))) == 1500
+    assert not list((cache / "tmp").glob("code-*"))
+
+
+def test_a_planted_half_entry_is_refused(small_job: SmallJob, tmp_path: Path) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    unpack(uri, cache)
+    (code,) = entries(cache, "code-")
+    shutil.rmtree(code)
+    (code / "tree").mkdir(parents=True)  # as if renamed before it was complete: no meta.json
+    (code / "tree" / "job.py").write_text("print('PLANTED')")
+
+    again = unpack(uri, cache)
+
+    assert "entry refused (it has no meta.json" in again.stderr
+    assert "PLANTED" not in again.stdout
+    assert again.stderr.count(BUILT) == 1
+
+
+WAIT_JOB = """\
+import os, pathlib, sys, time
+print("USER CODE RAN", flush=True)
+go = pathlib.Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.02)
+"""
+
+
+def test_eviction_never_removes_an_entry_in_use(tmp_path: Path, store: Path) -> None:
+    first = tmp_path / "first"
+    write(first / "wait.py", WAIT_JOB)
+    waiting = publish_project(first, store, "wait.py", venv=make_venv(tmp_path / "venv-1"))
+    second = tmp_path / "second"
+    write(second / "job.py", JOB_PY)
+    other = publish_project(second, store, "job.py", venv=make_venv(tmp_path / "venv-2"))
+    cache = tmp_path / "cache"
+    go = tmp_path / "go"
+    running = subprocess.Popen(
+        [*UNPACK, waiting, "--cache-dir", str(cache), "--paths", "relocate", "--", str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert running.stdout is not None
+    assert "USER CODE RAN" in running.stdout.readline()
+    in_use = entries(cache)
+    assert len(in_use) == 4  # 2 layers + 2 blobs
+
+    squeezed = unpack(other, cache, "--cache-max", "1")  # every entry is over the cap
+
+    assert "evicted" not in squeezed.stderr  # the first job's entries and its own are in use
+    assert set(in_use) <= set(entries(cache))
+    go.touch()
+    assert running.wait(60) == 0
+    running.communicate()
+
+    after = unpack(other, cache, "--cache-max", "1")
+
+    evicted = {line.split()[3] for line in after.stderr.splitlines() if "cache: evicted" in line}
+    assert {entry.name for entry in in_use} <= evicted  # free now (and the blobs not needed)
+    assert not set(in_use) & set(entries(cache))
+    assert len(entries(cache, "venv-")) == len(entries(cache, "code-")) == 1  # in use: kept
+
+
+def test_the_least_recently_used_entries_go_first(small_job: SmallJob, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    used: dict[str, set[str]] = {}
+    for name, when in (("first", 3), ("a", 1), ("b", 2)):  # a is the least recently used
+        project = tmp_path / name
+        write(project / "job.py", f"# {name}\n{JOB_PY}")
+        before = {e.name for e in entries(cache)} if cache.exists() else set()
+        unpack(publish_project(project, small_job.store, "job.py", venv=small_job.venv), cache)
+        used[name] = {e.name for e in entries(cache)} - before
+        for key in used[name]:
+            os.utime(cache / "locks" / f"{key}.use", (when, when))
+    last = tmp_path / "last"
+    write(last / "job.py", JOB_PY)
+    done = unpack(
+        publish_project(last, small_job.store, "job.py", venv=small_job.venv),
+        cache,
+        "--cache-max",
+        "1",
+    )
+
+    order = [line.split()[3] for line in done.stderr.splitlines() if "cache: evicted" in line]
+    assert order[:2] == sorted(used["a"]) and order[2:4] == sorted(used["b"]), order
+    assert not (used["a"] | used["b"]) & {e.name for e in entries(cache)}
+
+
+def poison_group_writable(tree: Path) -> None:
+    os.chmod(tree / "job.py", 0o664)
+
+
+def poison_content(tree: Path) -> None:
+    path = tree / "job.py"
+    mode = path.stat().st_mode
+    os.chmod(path, 0o644)
+    path.write_text("print('USER CODE RAN', 'POISONED')\n")
+    os.chmod(path, mode)
+
+
+def poison_owner(tree: Path) -> None:
+    os.chown(tree / "job.py", OTHER_USER, OTHER_USER, follow_symlinks=False)
+
+
+def poison_meta_owner(tree: Path) -> None:
+    os.chown(tree.parent / "meta.json", OTHER_USER, OTHER_USER)
+
+
+@pytest.mark.parametrize(
+    ("poison", "why"),
+    [
+        (poison_group_writable, "job.py is writable"),
+        (poison_content, "its files changed since it was built"),
+        (poison_owner, "job.py belongs to uid 12345"),
+        (poison_meta_owner, "its meta.json belongs to uid 12345"),
+    ],
+)
+def test_a_poisoned_entry_is_refused_and_made_again(
+    small_job: SmallJob, tmp_path: Path, poison: object, why: str
+) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    unpack(uri, cache)
+    (code,) = entries(cache, "code-")
+    poison(code / "tree")  # type: ignore[operator]
+
+    again = unpack(uri, cache)
+
+    assert f"entry refused ({why})" in again.stderr
+    assert "POISONED" not in again.stdout
+    assert again.stderr.count(BUILT) == 1
+    assert (code / "tree" / "job.py").read_text() == JOB_PY
+
+
+def test_a_changed_blob_is_checked_again(small_job: SmallJob, tmp_path: Path) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    unpack(uri, cache)
+    shutil.rmtree(cache / "entries" / entries(cache, "code-")[0].name)
+    for entry in entries(cache, "b-"):
+        data = entry / "data.tar.zst"
+        os.chmod(data, 0o644)
+        with data.open("r+b") as handle:
+            handle.write(b"\0")  # a flipped first byte: the stat changes, the digest breaks
+        os.chmod(data, 0o444)
+
+    again = unpack(uri, cache)
+
+    assert "no longer matches its digest" in again.stderr
+    assert "downloading: 1 layers" in again.stderr  # the code's blob; the venv's tree is there
+
+
+def test_each_placement_has_its_own_relocated_venv(tmp_path: Path, store: Path) -> None:
+    lab = tmp_path / "lab"
+    write(lab / "project" / "job.py", "import sys\nprint('PREFIX', sys.prefix)\n" + JOB_PY)
+    venv = make_venv(lab / "venv")
+    uri = publish_project(lab / "project", store, "job.py", venv=venv)
+    lab.rename(tmp_path / "lab moved away")  # the original paths are free
+    cache = tmp_path / "cache"
+
+    relocated = unpack(uri, cache)
+    again = unpack(uri, cache)
+    original = run_unpack(uri, "--cache-dir", str(cache))
+    original_again = run_unpack(uri, "--cache-dir", str(cache))
+
+    in_place = venv_tree_for(cache, relocated.stdout)
+    assert f"PREFIX {in_place}" in again.stdout
+    assert "0 built" in again.stderr
+    assert original.returncode == 0, original.stderr
+    assert f"PREFIX {venv}" in original.stdout
+    assert "1 of 2 layers from the cache, 1 built" in original.stderr  # the code is shared
+    assert "2 of 2 layers from the cache" in original_again.stderr
+    assert f"venv linked into {venv}" in original_again.stderr
+    assert f"PREFIX {venv}" in original_again.stdout
+    assert not venv.exists()  # the job's copy is removed after it; the cache's stays
+    configs = sorted((e / "tree" / "pyvenv.cfg").read_text() for e in entries(cache, "venv-"))
+    assert len(configs) == 2
+    assert any(c.rstrip().endswith(f" {venv}") for c in configs)
+    assert any(c.rstrip().endswith(f" {in_place}") for c in configs)
+
+
+def venv_tree_for(cache: Path, stdout: str) -> Path:
+    (line,) = [line for line in stdout.splitlines() if line.startswith("PREFIX ")]
+    path = Path(line.removeprefix("PREFIX "))
+    assert path.is_relative_to(cache / "entries")
+    return path
+
+
+def test_a_job_writing_into_a_linked_venv_file_does_not_poison_the_cache(
+    tmp_path: Path, store: Path
+) -> None:
+    lab = tmp_path / "lab"
+    job = (
+        "import pathlib, sys\n"
+        "[site] = pathlib.Path(sys.prefix).glob('lib/python*/site-packages')\n"
+        "victim = site / 'j2c_marker.py'\n"
+        "print('USER CODE RAN', 'SAW POISON', 'poisoned' in victim.read_text())\n"
+        "with victim.open('a') as f:\n"  # root ignores the read-only mode: it succeeds
+        "    f.write('poisoned = 1\\n')\n"
+    )
+    write(lab / "project" / "job.py", job)
+    venv = make_venv(lab / "venv")
+    [site] = venv.glob("lib/python*/site-packages")
+    write(site / "j2c_marker.py", "shipped = 1\n")
+    uri = publish_project(lab / "project", store, "job.py", venv=venv)
+    lab.rename(tmp_path / "lab moved away")
+    cache = tmp_path / "cache"
+
+    first = run_unpack(uri, "--cache-dir", str(cache))
+    second = run_unpack(uri, "--cache-dir", str(cache))
+
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    assert "SAW POISON False" in first.stdout
+    assert "its files changed since it was built" in second.stderr
+    assert "SAW POISON False" in second.stdout  # the entry was made again from the blob
+
+
+def test_a_cache_folder_others_can_write_is_not_used(small_job: SmallJob, tmp_path: Path) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+
+    done = unpack(uri, cache)
+
+    assert "cache: not used" in done.stderr and "writable by others" in done.stderr
+    assert not (cache / "entries").exists()
+
+
+def test_a_bad_cap_is_an_error_naming_it(small_job: SmallJob, tmp_path: Path) -> None:
+    done = run_unpack(
+        small_job.publish(), "--cache-dir", str(tmp_path / "c"), "--cache-max", "lots"
+    )
+    assert done.returncode == 74
+    assert "'lots' is not a size" in done.stderr
+
+
+def lab_report(stdout: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_lab_venv_inside_its_project_is_linked_and_relocated_from_the_cache(
+    published_lab: PublishedLab, tmp_path: Path
+) -> None:
+    """numpy, a console script and editable installs of project packages (which embed the
+    project's path): the venv cannot run in place, so it is linked and its few files rewritten."""
+    cache = tmp_path / "cache"
+    runs = []
+    for number in range(3):
+        workdir = tmp_path / f"job-{number}"
+        done = run_unpack(
+            published_lab.manifest_uri,
+            "--cache-dir",
+            str(cache),
+            "--paths",
+            "relocate",
+            "--workdir",
+            str(workdir),
+        )
+        assert done.returncode == 0, done.stderr
+        runs.append((workdir, done))
+
+    for workdir, done in runs:
+        result = lab_report(done.stdout)
+        code = workdir / "code"
+        assert result["prefix"] == str(code / ".venv")
+        assert result["numpy_sum"] == 45
+        assert Path(result["mylib"]).is_relative_to(code)  # editable: into this job's code
+        assert Path(result["flatpkg"]).is_relative_to(code)
+        assert result["hello"]
+    assert runs[0][1].stderr.count(BUILT) == 2
+    for _, done in runs[1:]:
+        assert "2 of 2 layers from the cache, 0 built" in done.stderr  # no rewrite poisoned it
+        assert "venv linked into" in done.stderr
+
+
+def test_the_lab_at_its_original_paths_from_the_cache(
+    original_paths_free: PublishedLab, tmp_path: Path
+) -> None:
+    lab = original_paths_free
+    cache = tmp_path / "cache"
+    first = run_unpack(lab.manifest_uri, "--cache-dir", str(cache))
+    second = run_unpack(lab.manifest_uri, "--cache-dir", str(cache))
+
+    for done in (first, second):
+        assert done.returncode == 0, done.stderr
+        assert lab_report(done.stdout)["prefix"] == str(lab.venv)
+    assert f"venv linked into {lab.venv}" in second.stderr
+    assert "0 rewritten" in second.stderr  # relocated for this placement when it was cached
+    assert "2 of 2 layers from the cache, 0 built" in second.stderr
+    assert not lab.project.exists()  # the job's copies went; the cache keeps its own
+
+
+# Like a CA-injecting site hook: appends to a file of the venv at start-up, unless already there.
+APPENDING_HOOK = (
+    "import os, sys; p = os.path.join(sys.prefix, 'bundle.pem'); "
+    "t = open(p).read() if os.path.exists(p) else ''; "
+    "'EXTRA' in t or open(p, 'a').write('EXTRA\\n')\n"
+)
+
+
+def test_a_venv_that_edits_itself_or_lacks_bytecode_stays_warm(tmp_path: Path, store: Path) -> None:
+    project = tmp_path / "lab" / "project"
+    write(project / "job.py", "import shipped_module\n" + JOB_PY)  # no bytecode shipped for it
+    venv = make_venv(tmp_path / "lab" / "venv")
+    write(venv / "bundle.pem", "SHIPPED\n")
+    [site] = venv.glob("lib/python*/site-packages")
+    write(site / "zz_hook.pth", APPENDING_HOOK)
+    write(site / "shipped_module.py", "VALUE = 1\n")
+    uri = publish_project(project, store, "job.py", venv=venv)
+    cache = tmp_path / "cache"
+
+    # As on a node: Python writes bytecode (this machine's environment turns that off).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    options = ("--cache-dir", str(cache), "--paths", "relocate")
+    cold = run_unpack(uri, *options, env=env)
+    warm = run_unpack(uri, *options, env=env)
+
+    assert cold.returncode == 0 and "USER CODE RAN" in cold.stdout, cold.stderr
+    assert "2 of 2 layers from the cache, 0 built" in warm.stderr, warm.stderr
+    assert "refused" not in warm.stderr
