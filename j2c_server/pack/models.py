@@ -47,6 +47,9 @@ class PackSpec(_Model):
     threads: int = Field(0, ge=-1, description="zstd worker threads; 0 or -1 = one per core.")
     soft_limit_bytes: int = Field(2048 * MIB, ge=1, description="Warn above this total size.")
     hard_limit_bytes: int = Field(20480 * MIB, ge=1, description="Refuse above this total size.")
+    layer_cache_max_bytes: int = Field(
+        2048 * MIB, ge=0, description="The lab's layer cache is pruned (LRU) above this."
+    )
     args: list[str] = Field(default_factory=list, description="Arguments for the entry point.")
     source_image: str | None = None
     never_pack: list[Path] = Field(
@@ -68,6 +71,7 @@ class PackSpec(_Model):
             "threads": settings.threads,
             "soft_limit_bytes": settings.soft_limit_mb * MIB,
             "hard_limit_bytes": settings.hard_limit_mb * MIB,
+            "layer_cache_max_bytes": settings.layer_cache_max_mb * MIB,
         }
         given = {key: value for key, value in fields.items() if value is not None}
         return cls.model_validate({**defaults, **given})

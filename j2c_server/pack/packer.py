@@ -117,7 +117,7 @@ def pack(
             field=_FIELD[largest.role],
             hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
         )
-    cache = LayerCache(Path(cache_dir))
+    cache = LayerCache(Path(cache_dir), max_bytes=spec.layer_cache_max_bytes)
     layers: list[PackedLayer] = []
     warnings = list(plan.warnings)
     for scanned in prepared.layers:

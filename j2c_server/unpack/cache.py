@@ -53,10 +53,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..models import Layer, LayerRole
+from ..units import byte_size
 from .errors import LocalIOError
 from .homes import Placement, _others_could_change
 from .interpreter import Interpreter
-from .log import Stage, say, size_text
+from .log import Stage, say
 
 CACHE_ENV = "J2C_UNPACK_CACHE"
 CACHE_MAX_ENV = "J2C_UNPACK_CACHE_MAX"
@@ -336,7 +337,7 @@ class Cache:
         total = 0
         for item in sorted(made, key=lambda i: i.is_venv):
             total += self._build(item, blobs[item.hex], interpreter)
-        stage.done(f"{size_text(total)} written into the cache")
+        stage.done(f"{byte_size(total)} written into the cache")
 
     def _blobs(self, manifest_uri: str, layers: list[Layer], blob_dir: Path) -> dict[str, Path]:
         """Each layer's verified blob in the cache: found, or downloaded (once) and kept."""
@@ -540,8 +541,8 @@ class Cache:
             finally:
                 os.close(fd)
             total -= size
-            say("cache", f"evicted {key} ({size_text(size)}, least recently used)")
-        say("cache", f"{size_text(total)} in the cache (cap {size_text(self.max_bytes)})")
+            say("cache", f"evicted {key} ({byte_size(size)}, least recently used)")
+        say("cache", f"{byte_size(total)} in the cache (cap {byte_size(self.max_bytes)})")
 
     def _try_lock(self, key: str, kind: str) -> int | None:
         try:

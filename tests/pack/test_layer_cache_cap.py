@@ -3,7 +3,6 @@ few used always stay, and their index records go with them. Through the real pac
 
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 
@@ -11,8 +10,8 @@ import pytest
 
 from j2c_server.config import PackSettings
 from j2c_server.models import LayerRole
-from j2c_server.pack import PackSpec, pack, packer
-from j2c_server.pack.fingerprint import DEFAULT_MAX_BYTES, KEEP_RECENT, LayerCache
+from j2c_server.pack import PackSpec, pack
+from j2c_server.pack.fingerprint import DEFAULT_MAX_BYTES, KEEP_RECENT
 
 
 def edit(project: Path, number: int) -> None:
@@ -24,15 +23,16 @@ def blobs(cache: Path) -> set[str]:
     return {p.name for p in (cache / "blobs").glob("*.tar.zst")}
 
 
-@pytest.fixture
-def capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The packer's cache with a 1-byte cap: every blob beyond the last few is over it."""
-    monkeypatch.setattr(packer, "LayerCache", functools.partial(LayerCache, max_bytes=1))
+def test_the_setting_reaches_the_packers_cache() -> None:
+    spec = PackSpec.from_settings(PackSettings(layer_cache_max_mb=3), code_path=".", call_path="x")
+    assert spec.layer_cache_max_bytes == 3 * 1024 * 1024
 
 
 def test_edits_beyond_the_cap_evict_the_oldest_layers(
-    capped: None, spec: PackSpec, project: Path, cache: Path
+    spec: PackSpec, project: Path, cache: Path
 ) -> None:
+    # A 1-byte cap: every blob beyond the last few is over it.
+    spec = spec.model_copy(update={"layer_cache_max_bytes": 1})
     digests = []
     for number in range(6):
         edit(project, number)
