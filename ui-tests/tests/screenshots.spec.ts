@@ -25,7 +25,10 @@ test('screenshots of the Compute panel and a job log, light and dark', async ({
   await openComputePanel(page);
   await sidebar.locator('.j2c-Preflight').scrollIntoViewIfNeeded();
   const toast = page.locator('.Toastify__toast');
-  await expect(toast).toBeVisible({ timeout: 30000 }); // "Job train.py succeeded"
+  // "Job train.py succeeded" (beside the send's own "first send of this project" note)
+  await expect(toast.filter({ hasText: 'succeeded' })).toBeVisible({
+    timeout: 30000
+  });
   await page.evaluate(() =>
     (
       window as unknown as {
