@@ -64,7 +64,9 @@ class Server:
         self.http = AsyncHTTPClient()
 
     async def __aenter__(self) -> Server:
-        env = {**os.environ, "J2C_DATA_DIR": str(self.data), "PYTHONPATH": str(HERE)}
+        # This folder (the lag probe) and whatever PYTHONPATH names: the j2c under test.
+        paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**os.environ, "J2C_DATA_DIR": str(self.data), "PYTHONPATH": os.pathsep.join(paths)}
         env.pop("J2C_CONFIG", None)
         self.process = subprocess.Popen(
             [
@@ -80,6 +82,7 @@ class Server:
                 "--ServerApp.jpserver_extensions={'j2c_server': True, 'lagprobe': True}",
             ],
             env=env,
+            cwd=self.data,  # not a checkout: ``-m`` puts the cwd first on sys.path
             stdout=subprocess.DEVNULL,
             stderr=open(self.data / "server.log", "wb"),  # noqa: SIM115
         )

@@ -26,7 +26,6 @@ import asyncio
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,40 +55,6 @@ while not os.path.exists(stop) and time.time() - start < limit:
 """
 
 
-class ScaleServer(Server):
-    """``pipeline.Server`` with this process's ``PYTHONPATH`` kept (the j2c under test)."""
-
-    async def __aenter__(self) -> ScaleServer:
-        paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        env = {**os.environ, "J2C_DATA_DIR": str(self.data), "PYTHONPATH": os.pathsep.join(paths)}
-        env.pop("J2C_CONFIG", None)
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jupyter_server",
-                "--no-browser",
-                f"--port={self.port}",
-                "--ip=127.0.0.1",
-                f"--IdentityProvider.token={self.token}",
-                f"--ServerApp.root_dir={self.root}",
-                "--ServerApp.allow_root=True",
-                "--ServerApp.jpserver_extensions={'j2c_server': True, 'lagprobe': True}",
-            ],
-            env=env,
-            cwd=self.data,  # not this folder: ``-m`` puts the cwd first on sys.path
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.data / "server.log", "wb"),  # noqa: SIM115
-        )
-        for _ in range(300):
-            try:
-                await self.get("api/status")
-                return self
-            except OSError:
-                await asyncio.sleep(0.1)
-        raise RuntimeError("the Jupyter server did not start; see server.log")
-
-
 class Meter:
     """CPU seconds of a process (and its threads) over a window, as % of one core."""
 
@@ -110,7 +75,7 @@ class Meter:
 class Viewer:
     """One websocket following one job; records each numeric line's print → receive delay."""
 
-    def __init__(self, server: ScaleServer, job_id: str) -> None:
+    def __init__(self, server: Server, job_id: str) -> None:
         self.server = server
         self.job_id = job_id
         # (printed, print -> websocket, print -> persisted in the registry)
@@ -138,7 +103,7 @@ class Viewer:
                         self.lines.set()
 
 
-async def submit(server: ScaleServer, args: list[str], count: int) -> list[str]:
+async def submit(server: Server, args: list[str], count: int) -> list[str]:
     body = {"code_path": "scale", "call_path": "scale/stamp.py", "args": args, "new": True}
     ids: list[str] = []
     for start in range(0, count, 10):  # a few at a time: each submit scans the project
@@ -149,7 +114,7 @@ async def submit(server: ScaleServer, args: list[str], count: int) -> list[str]:
     return ids
 
 
-async def idle_phase(server: ScaleServer, meter: Meter, args: argparse.Namespace) -> dict[str, Any]:
+async def idle_phase(server: Server, meter: Meter, args: argparse.Namespace) -> dict[str, Any]:
     stop = server.root / "stop-idle"
     jobs = await submit(server, ["0", str(stop), str(JOB_LIMIT_S)], args.idle_jobs)
     first = [Viewer(server, job) for job in jobs]
@@ -179,7 +144,7 @@ async def idle_phase(server: ScaleServer, meter: Meter, args: argparse.Namespace
     return out
 
 
-async def live_phase(server: ScaleServer, meter: Meter, args: argparse.Namespace) -> dict[str, Any]:
+async def live_phase(server: Server, meter: Meter, args: argparse.Namespace) -> dict[str, Any]:
     stop = server.root / "stop-live"
     jobs = await submit(server, [str(args.rate), str(stop), str(JOB_LIMIT_S)], args.jobs)
     viewers = [Viewer(server, job) for job in jobs for _ in range(args.viewers)]
@@ -224,7 +189,7 @@ async def main(args: argparse.Namespace) -> None:
         os.utime(root / "scale" / "stamp.py", (old, old))
         data = Path(tmp) / "data"
         data.mkdir()
-        async with ScaleServer(root, data) as server:
+        async with Server(root, data) as server:
             assert server.process is not None
             meter = Meter(server.process.pid)
             # Killed (SIGTERM, e.g. by `timeout`): the jobs still stop and the server goes.
