@@ -7,7 +7,7 @@ read. The cache directory (tagged with ``CACHEDIR.TAG`` so that no scan ever pac
 - ``blobs/<hex>.tar.zst``: finished layers, named by the sha256 of their compressed bytes;
 - ``layers/<fingerprint>.json``: fingerprint → digest, sizes and entry count.
 
-Bounded: after every new blob, the least recently used blobs (a hit touches its blob's mtime) are
+Bounded: after every new blob, the least recently used blobs (a hit sets its blob's access time) are
 removed until the blobs add up to at most ``max_bytes`` (``pack.layer_cache_max_mb``); the
 :data:`KEEP_RECENT` most recently used blobs are always kept (the layers of the last sends, which
 may be uploading right now, even when one is larger than the cap), and so is the blob just
@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,8 +90,11 @@ class LayerCache:
         try:
             cached = CachedLayer(**json.loads((self.index / f"{key}.json").read_text()))
             blob = self.blob_path(cached.digest)
-            if blob.stat().st_size == cached.size:
-                os.utime(blob)  # used now: the last to be evicted
+            st = blob.stat()
+            if st.st_size == cached.size:
+                # Used now (the last to be evicted): its access time, never its mtime, which
+                # dates the manifest (the same layers must give the same manifest digest).
+                os.utime(blob, ns=(time.time_ns(), st.st_mtime_ns))
                 return cached
         except (OSError, ValueError, TypeError):
             pass
@@ -126,8 +130,8 @@ class LayerCache:
                 continue
             with contextlib.suppress(OSError):
                 st = path.stat()
-                blobs.append((st.st_mtime, path, st.st_size))
-        blobs.sort(reverse=True)  # most recently used first
+                blobs.append((max(st.st_atime, st.st_mtime), path, st.st_size))
+        blobs.sort(reverse=True)  # most recently used (or written) first
         total = sum(size for _, _, size in blobs)
         removed: list[Path] = []
         for _, path, size in reversed(blobs[KEEP_RECENT:]):
