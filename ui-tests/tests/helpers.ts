@@ -74,3 +74,13 @@ export async function expectStatus(
 export function countLines(text: string, pattern: RegExp): number {
   return text.split('\n').filter(line => pattern.test(line)).length;
 }
+
+/** Each `epoch N/epochs` line of the example's training log is there exactly once. */
+export function expectEveryEpochOnce(text: string, epochs: number): void {
+  for (let epoch = 1; epoch <= epochs; epoch++) {
+    expect(
+      countLines(text, new RegExp(`^epoch ${epoch}/${epochs} `)),
+      `epoch ${epoch}`
+    ).toBe(1);
+  }
+}

@@ -3,6 +3,7 @@ import * as fs from 'fs';
 
 import {
   countLines,
+  expectEveryEpochOnce,
   expectStatus,
   lastLogPanel,
   logText,
@@ -279,12 +280,7 @@ test.describe('j2c extension', () => {
     await expectStatus(restored, 'running', 30000);
     await expectStatus(restored, 'succeeded');
     const text = await logText(page, jobId);
-    for (let epoch = 1; epoch <= EPOCHS; epoch++) {
-      expect(
-        countLines(text, new RegExp(`^epoch ${epoch}/${EPOCHS} `)),
-        `epoch ${epoch}`
-      ).toBe(1);
-    }
+    expectEveryEpochOnce(text, EPOCHS);
   });
 
   test('a dropped connection resumes the log with no line lost or twice', async ({
@@ -316,12 +312,7 @@ test.describe('j2c extension', () => {
     await expectStatus(panel, 'succeeded');
     expect(drops).toBe(2);
     const text = await logText(page, jobId);
-    for (let epoch = 1; epoch <= EPOCHS; epoch++) {
-      expect(
-        countLines(text, new RegExp(`^epoch ${epoch}/${EPOCHS} `)),
-        `epoch ${epoch}`
-      ).toBe(1);
-    }
+    expectEveryEpochOnce(text, EPOCHS);
     expect(countLines(text, /^\[j2c\] succeeded/)).toBe(1);
   });
 

@@ -8,6 +8,7 @@ import * as path from 'path';
 
 import {
   countLines,
+  expectEveryEpochOnce,
   expectStatus,
   lastLogPanel,
   logText,
@@ -122,12 +123,7 @@ test.describe('small UI truths', () => {
     await expect(connection).toHaveCount(0, { timeout: 10000 });
     await expectStatus(panel, 'succeeded');
     const text = await logText(page, jobId);
-    for (let epoch = 1; epoch <= EPOCHS; epoch++) {
-      expect(
-        countLines(text, new RegExp(`^epoch ${epoch}/${EPOCHS} `)),
-        `epoch ${epoch}`
-      ).toBe(1);
-    }
+    expectEveryEpochOnce(text, EPOCHS);
   });
 
   test('status lines sit before and after the output, live and replayed', async ({
