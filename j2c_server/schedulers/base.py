@@ -91,6 +91,14 @@ def required_image(spec: JobSpec, settings: J2CSettings) -> str:
     return image
 
 
+def not_a_memory_size(memory: str) -> InvalidInput:
+    """What a backend raises for a memory request its own units cannot express."""
+    return InvalidInput(
+        f"resources.memory: {memory!r} is not a memory size (e.g. '16Gi', '8G', '512Mi')",
+        field="resources.memory",
+    )
+
+
 class SchedulerBase:
     """What a backend declares about itself; subclasses implement :class:`Scheduler` too."""
 

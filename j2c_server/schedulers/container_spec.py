@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
-from .base import JobSpec, required_image
+from .base import JobSpec, not_a_memory_size, required_image
 from .container_settings import ContainerSettings
 
 LABEL_MANAGED_BY = "j2c.io/managed-by"
@@ -106,11 +106,7 @@ def _resources(spec: JobSpec, cfg: ContainerSettings, gpus: list[str]) -> dict[s
     if spec.resources.memory is not None:
         memory = size_bytes(spec.resources.memory)
         if memory is None:
-            raise InvalidInput(
-                f"resources.memory: {spec.resources.memory!r} is not a memory size "
-                "(e.g. '16Gi', '8G', '512Mi')",
-                field="resources.memory",
-            )
+            raise not_a_memory_size(spec.resources.memory)
         host["Memory"] = memory
     if cfg.shm_size:
         shm = size_bytes(cfg.shm_size)

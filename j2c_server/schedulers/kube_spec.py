@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
-from .base import JobSpec, required_image
+from .base import JobSpec, not_a_memory_size, required_image
 from .kube_settings import KubernetesSettings
 
 CONTAINER_NAME = "j2c"
@@ -68,11 +68,7 @@ def _resources(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
     if spec.resources.memory is not None:
         memory = memory_quantity(spec.resources.memory)
         if memory is None:
-            raise InvalidInput(
-                f"resources.memory: {spec.resources.memory!r} is not a memory size "
-                "(e.g. '16Gi', '8G', '512Mi')",
-                field="resources.memory",
-            )
+            raise not_a_memory_size(spec.resources.memory)
         limits["memory"] = memory
     if spec.resources.gpus:
         limits[kube.gpu_resource] = str(spec.resources.gpus)
