@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inputs import bench_project, bench_venv
 
+from j2c_server.jobs.pack_worker import PackWorkers
 from j2c_server.pack import PackSpec
-from j2c_server.packworker import PackWorkers
 
 TARGET_S = 0.3
 

@@ -11,7 +11,7 @@ from traitlets import Dict, Unicode
 from . import __version__
 from .config import J2CSettings, load_settings
 from .handlers import routes
-from .service import JobService
+from .jobs.service import JobService
 
 
 class J2CApp(ExtensionApp):

@@ -133,7 +133,7 @@ else:
 
 
 class MlflowSettings(_Section):
-    """Tracking jobs in MLflow (``j2c_server.tracking``); off while no tracking URI is known."""
+    """Tracking jobs in MLflow (:mod:`~.jobs.tracking`); off while no tracking URI is known."""
 
     tracking_uri: str | None = Field(
         None, description="The tracking server (http(s)://...); default: MLFLOW_TRACKING_URI."

@@ -40,9 +40,9 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler, WebSocketP
 from .config import J2CSettings
 from .defaults import defaults_for_browser
 from .errors import InvalidInput, J2CError, validation_error_to_j2c
+from .jobs.service import JobService
 from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 from .schedulers import capabilities, known_backends
-from .service import JobService
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MethodT = TypeVar("MethodT", bound=Callable[..., Any])

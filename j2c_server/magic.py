@@ -46,7 +46,7 @@ from .errors import InvalidInput, J2CError
 from .models import Event, EventKind, JobRecord, JobResults, JobStatus
 
 if TYPE_CHECKING:
-    from .service import JobService
+    from .jobs.service import JobService
 
 T = TypeVar("T")
 CELLS_DIR = Path(".j2c") / "cells"
@@ -78,7 +78,7 @@ class BackgroundService:
     async def _open(settings: J2CSettings) -> JobService:
         # Made on the service's own loop. Not start()-ed: the kernel drives the jobs it submits
         # or follows; adopting everyone's orphaned jobs is the server's and watchers' work.
-        from .service import JobService
+        from .jobs.service import JobService
 
         return JobService(settings, log=log)
 

@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from ..jobs.results import describe_results
 from ..models import Event, EventKind, JobRecord
-from ..results import describe_results
 from .output import json_text
 from .render import TerminalRenderer, stage_line
 from .session import resolve_job
 
 if TYPE_CHECKING:
-    from ..service import JobService
+    from ..jobs.service import JobService
 
 # The events ``logs`` prints as text: the job's output, its status changes and its errors.
 LOG_KINDS = frozenset({EventKind.log, EventKind.status, EventKind.error})

@@ -21,7 +21,7 @@ from .session import detach_signals, follow_until, open_service, resolve_job
 from .submit import DETACHED_EXIT
 
 if TYPE_CHECKING:
-    from ..service import JobService
+    from ..jobs.service import JobService
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from ..errors import InvalidInput, NotFound
 from ..models import Event, JobRecord
 
 if TYPE_CHECKING:
-    from ..service import JobService
+    from ..jobs.service import JobService
 
 log = logging.getLogger("j2c")
 DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -26,7 +26,7 @@ async def open_service(settings: J2CSettings) -> AsyncIterator[JobService]:
     """A service for one command. It is not ``start()``-ed: adopting every orphaned job is for
     long-lived processes (the server, detached watchers); a command drives only the job it
     submits, or one it follows that nobody else drives."""
-    from ..service import JobService
+    from ..jobs.service import JobService
 
     service = JobService(settings, log=log)
     try:

@@ -34,7 +34,7 @@ from .render import TerminalRenderer, exit_code_of
 from .session import detach_signals, follow_until, open_service
 
 if TYPE_CHECKING:
-    from ..service import JobService
+    from ..jobs.service import JobService
 
 DETACHED_EXIT = 130
 

@@ -9,7 +9,7 @@ package is imported here only, so a job without ``--output-uri`` never loads it.
 Once the files are up, ``<output URI>/.j2c-outputs.json`` (:data:`INDEX_NAME`) says what is
 there — each uploaded file's name, size and sha256 — and which files failed and why. It is
 written last and also when some files failed, so the server's results stage can list the
-outputs of any backend from the store alone (``j2c_server.results`` reads it). A file of the
+outputs of any backend from the store alone (``j2c_server.jobs.results`` reads it). A file of the
 job named like the index is not uploaded: that name is the index's.
 """
 

@@ -92,7 +92,7 @@ def kernel(cli_project: Path, cli_venv: Path, cli_env: dict[str, str]) -> Iterat
 
 def registry_jobs(data_dir: str) -> list[JobRecord]:
     """The jobs a fresh service sees (as the server and the CLI would)."""
-    from j2c_server.service import JobService
+    from j2c_server.jobs.service import JobService
 
     async def read() -> list[JobRecord]:
         service = JobService(J2CSettings(data_dir=data_dir))

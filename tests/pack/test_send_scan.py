@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from j2c_server.jobs.pack_worker import PackWorkers, Scan
 from j2c_server.pack import PackResult, PackSpec
-from j2c_server.packworker import PackWorkers, Scan
 from tests.support.jobs import settle
 
 

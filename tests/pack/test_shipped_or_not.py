@@ -16,9 +16,9 @@ from tornado.httpclient import HTTPClientError
 
 from j2c_server.config import J2CSettings
 from j2c_server.errors import PackError
+from j2c_server.jobs.pipeline import pack_spec
 from j2c_server.models import JobRecord, JobRequest, JobStatus, LayerRole
 from j2c_server.pack import ExcludeRule, PackSpec, pack, preflight
-from j2c_server.pipeline import pack_spec
 from tests.support.jobs import TRAIN_PY, job_body
 from tests.support.projects import backdate, make_venv, site_packages, write
 

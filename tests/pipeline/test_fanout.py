@@ -21,10 +21,10 @@ import pytest
 from j2c_server import eventbus
 from j2c_server.config import load_settings
 from j2c_server.errors import NotFound
-from j2c_server.journal import Journal
+from j2c_server.jobs.journal import Journal
+from j2c_server.jobs.service import JobService
 from j2c_server.models import Event, EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.registry import Registry
-from j2c_server.service import JobService
 
 _WRITER = """
 import asyncio, sys

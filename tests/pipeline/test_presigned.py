@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 
 from j2c_server.config import J2CSettings
+from j2c_server.jobs.service import JobService
 from j2c_server.models import JobRequest, JobStatus
-from j2c_server.service import JobService
 from tests.support.jobs import TRAIN_PY
 from tests.support.s3 import FAKE_SECRET_ACCESS_KEY, S3Target
 

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 from j2c_server.config import load_settings
+from j2c_server.jobs.service import JobService
 from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.registry import Registry
-from j2c_server.service import JobService
 from tests.support.jobs import TRAIN_PY
 
 _OTHER_PROCESS_WRITER = """

@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from j2c_server.config import load_settings
+from j2c_server.jobs.service import JobService
 from j2c_server.models import Event, EventKind, JobRequest, JobStatus
-from j2c_server.service import JobService
 from tests.support.jobs import TRAIN_PY, final_status, follow, log_lines, submit
 
 

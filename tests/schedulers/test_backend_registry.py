@@ -1,4 +1,4 @@
-"""Backends by name: the built-in table, a plug-in added by another package's entry point (no
+"""Clients by name: the built-in table, a plug-in added by another package's entry point (no
 fork of j2c), each backend's settings section typed by its own model, and what it supports."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class EchoScheduler(SchedulerBase):
 CHECK = """
 import json
 from j2c_server.config import load_settings
-from j2c_server.pipeline import job_spec
+from j2c_server.jobs.pipeline import job_spec
 from j2c_server.schedulers import make_scheduler, scheduler_class, known_backends
 settings = load_settings(overrides={"scheduler": {"echo": {"greeting": "hi"}}})
 print(json.dumps({

@@ -437,7 +437,7 @@ async def test_slurmrestd_outage_is_scheduler_unavailable_until_it_is_back(
 async def test_example_project_succeeds_through_the_job_service(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    from j2c_server.service import JobService
+    from j2c_server.jobs.service import JobService
 
     project = tmp_path / "digits"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns(".venv", "outputs"))

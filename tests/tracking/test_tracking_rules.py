@@ -1,4 +1,4 @@
-"""The rules of ``j2c_server.tracking`` that need no tracking server: which status closes a
+"""The rules of ``j2c_server.jobs.tracking`` that need no tracking server: which status closes a
 run, what a job and a link may show of the URI, and which MLFLOW_* variables may pass."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from j2c_server.config import ConfigError, J2CSettings, load_settings
+from j2c_server.jobs.tracking import _closing_status, _public_uri, run_url
 from j2c_server.models import JobStatus
-from j2c_server.tracking import _closing_status, _public_uri, run_url
 
 
 @pytest.mark.parametrize(

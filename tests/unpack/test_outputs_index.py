@@ -2,7 +2,7 @@
 stage makes of it when an upload failed: which outputs, and why.
 
 Real ``j2c-unpack`` runs (``tests/unpack/helpers.run_unpack``) into a ``file://`` store; the
-results stage's reader (``j2c_server.results.collect_outputs``) then reads that store.
+results stage's reader (``j2c_server.jobs.results.collect_outputs``) then reads that store.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 import time
 from pathlib import Path
 
+from j2c_server.jobs.results import collect_outputs
 from j2c_server.models import JobRecord, JobRequest, JobResults, JobStatus
-from j2c_server.results import collect_outputs
 from j2c_server.storage import open_store
 from j2c_server.unpack.errors import ExitCode
 from tests.unpack.conftest import SmallJob

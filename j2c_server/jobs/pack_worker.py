@@ -4,10 +4,10 @@
 they would share its GIL and the event loop would wait for it (tens of milliseconds at p99 while
 a large venv is packed); in a separate, niced process the loop keeps its latency.
 
-A worker is ``python -m j2c_server.packworker``: it reads one JSON request per line on stdin and
-answers with progress lines, then one result (or error) line, on stdout. Workers are kept for
-the next request; one whose caller gives up (a cancelled job) is killed, so it stops burning CPU
-at once. A worker exits when its stdin closes, so it never outlives its parent for long.
+A worker is ``python -m j2c_server.jobs.pack_worker``: it reads one JSON request per line on
+stdin and answers with progress lines, then one result (or error) line, on stdout. Workers are
+kept for the next request; one whose caller gives up (a cancelled job) is killed, so it stops
+burning CPU at once. A worker exits when its stdin closes, so it never outlives its parent for long.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import errors
-from .errors import J2CError
-from .models import LayerRole
-from .pack import PackPlan, PackProgress, PackResult, PackSpec, pack, preflight
-from .pack.changes import ScanReport, scan_report
-from .pack.plan import Prepared, prepare
+from .. import errors
+from ..errors import J2CError
+from ..models import LayerRole
+from ..pack import PackPlan, PackProgress, PackResult, PackSpec, pack, preflight
+from ..pack.changes import ScanReport, scan_report
+from ..pack.plan import Prepared, prepare
 
 NICENESS = 10
 LINE_LIMIT = 64 * 1024 * 1024  # a plan or result is one JSON line

@@ -17,15 +17,15 @@ import socket
 import time
 import uuid
 
-from .backends import Backends
-from .config import J2CSettings
-from .errors import Conflict, J2CError
-from .eventbus import EventBus
+from ..config import J2CSettings
+from ..errors import Conflict, J2CError
+from ..eventbus import EventBus
+from ..models import EventKind, JobRecord, JobStatus, StageState
+from ..registry import EventDraft, LeaseLost, Registry
+from .clients import Clients
 from .journal import Journal
-from .models import EventKind, JobRecord, JobStatus, StageState
 from .pipeline import Pipeline
-from .registry import EventDraft, LeaseLost, Registry
-from .watching import Log
+from .watch_stage import Log
 
 LEASE_TTL_S = 10.0
 RENEW_EVERY_S = 3.0
@@ -47,7 +47,7 @@ class JobDriver:
         registry: Registry,
         bus: EventBus,
         settings: J2CSettings,
-        backends: Backends,
+        clients: Clients,
         log: Log,
     ) -> None:
         self.job_id = job_id
@@ -55,7 +55,7 @@ class JobDriver:
         self.registry = registry
         self.log = log
         self.journal = Journal(registry, bus, job_id, owner=owner)
-        self.pipeline = Pipeline(settings, self.journal, backends, log)
+        self.pipeline = Pipeline(settings, self.journal, clients, log)
         self.task: asyncio.Task[None] | None = None
         self._stop_reason: str | None = None
 

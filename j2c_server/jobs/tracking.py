@@ -33,11 +33,11 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from .config import J2CSettings, MlflowSettings
+from ..config import J2CSettings, MlflowSettings
+from ..models import EventKind, JobRecord, JobResults, JobStatus, LayerRole, Manifest, TrackingRun
+from ..registry import Registry
+from ..schedulers.base import JobSpec
 from .journal import Journal
-from .models import EventKind, JobRecord, JobResults, JobStatus, LayerRole, Manifest, TrackingRun
-from .registry import Registry
-from .schedulers.base import JobSpec
 
 API = "/api/2.0/mlflow"
 _GIT_TIMEOUT_S = 5.0

@@ -1,4 +1,4 @@
-"""``python -m j2c_server.watch JOB_ID``: a detached watcher that outlives the CLI or kernel.
+"""``python -m j2c_server.jobs.detached_watcher JOB_ID``: a watcher that outlives the CLI or kernel.
 
 Started by :meth:`JobService.run_detached_watcher` in its own session. It reads the spawner's
 settings from stdin (JSON; not from the command line, where other users could read it), takes
@@ -14,8 +14,8 @@ import logging
 import signal
 import sys
 
-from .config import J2CSettings, load_settings, validate_settings
-from .errors import J2CError
+from ..config import J2CSettings, load_settings, validate_settings
+from ..errors import J2CError
 from .service import JobService
 
 log = logging.getLogger("j2c.watch")
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if len(args) != 1:
-        print("usage: python -m j2c_server.watch JOB_ID", file=sys.stderr)
+        print("usage: python -m j2c_server.jobs.detached_watcher JOB_ID", file=sys.stderr)
         return 2
     try:
         return asyncio.run(_watch(_settings_from_stdin(), args[0]))

@@ -15,12 +15,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .backoff import Backoff, retry_async
-from .errors import SchedulerUnavailable
+from ..backoff import Backoff, retry_async
+from ..errors import SchedulerUnavailable
+from ..models import EventKind, JobHandle, JobRecord, JobStatus
+from ..registry import EventDraft, RecordChange
+from ..schedulers.base import LogLine, Scheduler, SchedulerState
 from .journal import Journal, status_change
-from .models import EventKind, JobHandle, JobRecord, JobStatus
-from .registry import EventDraft, RecordChange
-from .schedulers.base import LogLine, Scheduler, SchedulerState
 
 MAX_BATCH = 1000
 QUEUE_LINES = 10_000  # bounded: a job printing faster than we persist waits for us

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
-from .config import J2CSettings
-from .packworker import PackWorkers, Scan
-from .schedulers import make_scheduler
-from .schedulers.base import Scheduler
-from .storage import open_store
-from .storage.base import ObjectStore
+from ..config import J2CSettings
+from ..schedulers import make_scheduler
+from ..schedulers.base import Scheduler
+from ..storage import open_store
+from ..storage.base import ObjectStore
+from .pack_worker import PackWorkers, Scan
 
 
-class Backends:
+class Clients:
     """Opens each client on first use and closes them all at the end."""
 
     def __init__(self, settings: J2CSettings) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .models import JobRecord, JobRequest, JobStatus, SendDecision
-from .pack.changes import ScanReport
-from .units import count
+from ..models import JobRecord, JobRequest, JobStatus, SendDecision
+from ..pack.changes import ScanReport
+from ..units import count
 
 # Request fields that say how a send is run, not what it is: they never split a job.
 _NOT_SETTINGS = {"new"}

@@ -20,26 +20,26 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from . import sending
-from .artifacts import ArtifactFile, copy_into_project, open_artifact
-from .backends import Backends
-from .config import J2CSettings
-from .driver import LEASE_TTL_S, JobDriver, new_owner
-from .errors import Conflict, J2CError
-from .eventbus import EventBus, Fanout, FanoutClosed
-from .jobenv import check_request_env, mask_env
+from ..artifacts import ArtifactFile, copy_into_project, open_artifact
+from ..config import J2CSettings
+from ..errors import Conflict, J2CError
+from ..eventbus import EventBus, Fanout, FanoutClosed
+from ..jobenv import check_request_env, mask_env
+from ..models import Event, EventKind, JobRecord, JobRequest, JobStatus
+from ..pack import PackPlan, make_manifest
+from ..paths import resolve_request
+from ..private import private_dir, private_opener
+from ..registry import open_registry
+from ..schedulers import check_resources, scheduler_class
+from ..storage.base import manifest_key
+from . import send_rule
+from .clients import Clients
 from .journal import Journal
-from .models import Event, EventKind, JobRecord, JobRequest, JobStatus
-from .pack import PackPlan, make_manifest
-from .paths import resolve_request
+from .lease import LEASE_TTL_S, JobDriver, new_owner
 from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
 from .preflight_checks import check_store_for_submit, warn_store_at_preflight
-from .private import private_dir, private_opener
-from .registry import open_registry
-from .schedulers import check_resources, scheduler_class
-from .sending import job_key, request_key
-from .storage.base import manifest_key
-from .watching import Log
+from .send_rule import job_key, request_key
+from .watch_stage import Log
 
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 WATCH_RETRY_S = 1.0
@@ -73,7 +73,7 @@ class JobService:
             idle_s=LEASE_TTL_S,
         )
         self.owner = new_owner()
-        self.backends = Backends(settings)
+        self.clients = Clients(settings)
         self._drivers: dict[str, JobDriver] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._started = False
@@ -87,7 +87,7 @@ class JobService:
         if self._started:
             return
         self._started = True
-        self.backends.packers.warm()
+        self.clients.packers.warm()
         self._spawn(self._adopt_forever(), "j2c-adopt")
 
     async def stop(self) -> None:
@@ -103,7 +103,7 @@ class JobService:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.backends.close()
+        await self.clients.close()
         await asyncio.to_thread(self.registry.close)  # waits for calls in flight
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
@@ -130,7 +130,7 @@ class JobService:
             registry=self.registry,
             bus=self.bus,
             settings=self.settings,
-            backends=self.backends,
+            clients=self.clients,
             log=self.log,
         )
         self._drivers[job_id] = driver
@@ -157,7 +157,7 @@ class JobService:
         draft = self._draft(await self._resolve(request))
         check_store_for_submit(self.settings, draft.scheduler)
         earlier = await self.registry.latest_like(draft)
-        scan = await self.backends.packers.scan(
+        scan = await self.clients.packers.scan(
             pack_spec(self.settings, draft),
             layer_cache_dir(self.settings),
             compare=earlier.content or None if earlier is not None else None,
@@ -170,16 +170,16 @@ class JobService:
                 "message": "waiting to be packed",
                 "key": job_key(draft.request_key or "", content),
                 "content": content,
-                "decision": sending.new_job(draft.request, scan.report, earlier),
+                "decision": send_rule.new_job(draft.request, scan.report, earlier),
             }
         )
         first = {"kind": EventKind.status, "status": JobStatus.pending, "text": record.message}
         record, created = await self.registry.create_or_attach(record, first)
         if created:
-            self.backends.scans[record.id] = scan  # the pipeline packs from this walk
+            self.clients.scans[record.id] = scan  # the pipeline packs from this walk
             self.bus.publish(record.id)
         else:
-            record = record.model_copy(update={"decision": sending.attached(record)})
+            record = record.model_copy(update={"decision": send_rule.attached(record)})
         if not record.status.terminal and (
             created or await self.registry.lease_owner(record.id) is None
         ):
@@ -189,7 +189,7 @@ class JobService:
     async def preflight(self, request: JobRequest) -> PackPlan:
         """What packing this request would ship, leave out and warn about; writes nothing."""
         record = self._draft(await self._resolve(request))
-        plan = await self.backends.packers.preflight(pack_spec(self.settings, record))
+        plan = await self.clients.packers.preflight(pack_spec(self.settings, record))
         return warn_store_at_preflight(plan, self.settings, record.scheduler)
 
     async def dry_run(self, request: JobRequest) -> dict[str, Any]:
@@ -198,13 +198,13 @@ class JobService:
         document (``native_spec``: a Kubernetes batch/v1 Job, a container create request)
         shows that instead."""
         record = self._draft(await self._resolve(request))
-        async with self.backends.pack_slots:
-            result, packed_at = await self.backends.packers.pack(
+        async with self.clients.pack_slots:
+            result, packed_at = await self.clients.packers.pack(
                 pack_spec(self.settings, record), layer_cache_dir(self.settings)
             )
         image = job_image(self.settings, record)
         manifest = make_manifest(result, source_image=image, created_at=packed_at)
-        store = self.backends.store()
+        store = self.clients.store()
         spec = job_spec(self.settings, record, store.uri(manifest_key(manifest.digest())), store)
         spec = spec.model_copy(update={"env": mask_env(spec.env, self.settings.scheduler.pass_env)})
         native = scheduler_class(record.scheduler).native_spec(spec, self.settings)
@@ -248,7 +248,7 @@ class JobService:
                 with contextlib.suppress(Conflict):
                     record = await journal.status(JobStatus.cancelled, "cancelled")
             return record
-        await self.backends.scheduler(record.handle.scheduler).cancel(record.handle)
+        await self.clients.scheduler(record.handle.scheduler).cancel(record.handle)
         if await self.registry.lease_owner(job_id) is None:
             self._drive(job_id)  # someone must record how it ended
         return record
@@ -319,15 +319,15 @@ class JobService:
                 await asyncio.sleep(WATCH_RETRY_S)
 
     def run_detached_watcher(self, job_id: str) -> int:
-        """Start ``python -m j2c_server.watch <job_id>`` in its own session, so the job keeps
-        being watched after this process (a CLI, a kernel) exits; returns its PID. It takes the
-        lease as soon as it is free, watches to the end and exits."""
+        """Start ``python -m j2c_server.jobs.detached_watcher <job_id>`` in its own session, so
+        the job keeps being watched after this process (a CLI, a kernel) exits; returns its PID. It
+        takes the lease as soon as it is free, watches to the end and exits."""
         logs = self.settings.data_path() / "watchers"
         private_dir(logs)
         settings = self.settings.model_copy(update={"data_dir": str(self.settings.data_path())})
         with open(logs / f"{job_id}.log", "ab", opener=private_opener) as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "j2c_server.watch", job_id],
+                [sys.executable, "-m", "j2c_server.jobs.detached_watcher", job_id],
                 stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 
-from .config import J2CSettings
-from .errors import ConfigError
-from .pack.models import PackPlan, PackWarning
-from .schedulers.container_settings import ContainerSettings
+from ..config import J2CSettings
+from ..errors import ConfigError
+from ..pack.models import PackPlan, PackWarning
+from ..schedulers.container_settings import ContainerSettings
 
 # Schedulers whose jobs run on machines other than the server's.
 REMOTE_SCHEDULERS = frozenset({"slurm", "kubernetes"})

@@ -7,7 +7,7 @@ fingerprint, blobs by digest). Each stage is compared with the same stage of the
 previous job, and the event says what was reused and why anything ran again
 ("venv layer reused: unchanged since job X", "configure re-run: args changed since job X").
 
-Packing, hashing and compressing run in niced worker processes (``packworker``), at most
+Packing, hashing and compressing run in niced worker processes (:mod:`.pack_worker`), at most
 ``settings.pack.max_concurrent_packs`` at a time.
 """
 
@@ -21,12 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backends import Backends
-from .config import J2CSettings
-from .errors import ConfigError, PackError
-from .jobenv import job_env, mask_env
-from .journal import Journal, ProgressMeter
-from .models import (
+from ..config import J2CSettings
+from ..errors import ConfigError, PackError
+from ..jobenv import job_env, mask_env
+from ..models import (
     EventKind,
     JobHandle,
     JobRecord,
@@ -38,7 +36,7 @@ from .models import (
     StageRecord,
     StageState,
 )
-from .pack import (
+from ..pack import (
     PackPlan,
     PackProgress,
     PackResult,
@@ -46,15 +44,17 @@ from .pack import (
     make_manifest,
     publish,
 )
+from ..schedulers import scheduler_class
+from ..schedulers.base import JobSpec, SchedulerState
+from ..storage.base import ObjectStore, blob_key
+from ..storage.redact import redact_url
+from ..units import byte_size as _size
+from ..units import count as _count
+from .clients import Clients
+from .journal import Journal, ProgressMeter
 from .results import collect_outputs
-from .schedulers import scheduler_class
-from .schedulers.base import JobSpec, SchedulerState
-from .storage.base import ObjectStore, blob_key
-from .storage.redact import redact_url
 from .tracking import abandon_run, finish_run, start_run
-from .units import byte_size as _size
-from .units import count as _count
-from .watching import Log, Watcher, until_available
+from .watch_stage import Log, Watcher, until_available
 
 LAST_LINES = 20
 
@@ -176,13 +176,13 @@ class Pipeline:
         self,
         settings: J2CSettings,
         journal: Journal,
-        backends: Backends,
+        clients: Clients,
         log: Log,
     ) -> None:
         self.settings = settings
         self.journal = journal
         self.registry = journal.registry
-        self.backends = backends
+        self.clients = clients
         self.log = log
         # Set (synchronously, on the loop) just before submitting: from then on a cancel goes to
         # the scheduler instead of interrupting this task.
@@ -286,9 +286,9 @@ class Pipeline:
         )
         await self._started(Stage.scan, scan_inputs, "scan: walking the project and the venv")
         # The send already walked the tree to decide on this job: pack from that walk.
-        scan = self.backends.scans.pop(self.job_id, None)
+        scan = self.clients.scans.pop(self.job_id, None)
         if scan is None or scan.spec != spec or not scan.fresh:
-            scan = await self.backends.packers.scan(spec, layer_cache_dir(self.settings))
+            scan = await self.clients.packers.scan(spec, layer_cache_dir(self.settings))
         plan = scan.report.plan
         refuse_if_over_limit(plan)
         files = sum(layer.files for layer in plan.layers)
@@ -312,10 +312,10 @@ class Pipeline:
         pack_inputs = StageInputs({"scan": scan_inputs.key, "level": spec.compression_level})
         await self._started(Stage.pack, pack_inputs, "pack: writing changed layers")
         async with (
-            self.backends.pack_slots,
+            self.clients.pack_slots,
             self.journal.progress(Stage.pack, total_bytes=plan.total_bytes) as meter,
         ):
-            result, packed_at = await self.backends.packers.pack(
+            result, packed_at = await self.clients.packers.pack(
                 spec, layer_cache_dir(self.settings), _pack_progress(meter), scan
             )
         await self._pack_finished(pack_inputs, result, previous)
@@ -370,7 +370,7 @@ class Pipeline:
     async def _upload(
         self, record: JobRecord, result: PackResult, packed_at: float, previous: JobRecord | None
     ) -> tuple[Manifest, str]:
-        store = self.backends.store()
+        store = self.clients.store()
         # Dated by its layers, not by now: the same layers give the same manifest digest.
         manifest = make_manifest(
             result, source_image=job_image(self.settings, record), created_at=packed_at
@@ -433,7 +433,7 @@ class Pipeline:
             }
         )
         await self._started(Stage.configure, inputs, "configure: building the job spec")
-        store = self.backends.store()
+        store = self.clients.store()
         job_manifest = await self._presigned_manifest(store, manifest) if presign else manifest_uri
         spec = job_spec(self.settings, record, job_manifest, store)
         state, text = _explain_configure(inputs, previous)
@@ -481,7 +481,7 @@ class Pipeline:
             return None
         self.submitting = True
         await self._started(Stage.submit, inputs, f"submit: sending the job to {record.scheduler}")
-        scheduler = self.backends.scheduler(record.scheduler)
+        scheduler = self.clients.scheduler(record.scheduler)
         handle = await until_available(
             lambda: scheduler.submit(spec), f"submit of {self.job_id}", self.log, attempts=6
         )
@@ -508,7 +508,7 @@ class Pipeline:
         inputs = StageInputs({"handle": handle.id})
         again = " again (the process that watched it stopped)" if resumed else ""
         await self._started(Stage.watch, inputs, f"watch: following {handle.id}{again}")
-        scheduler = self.backends.scheduler(handle.scheduler)
+        scheduler = self.clients.scheduler(handle.scheduler)
         state = await Watcher(
             self.journal,
             scheduler,
@@ -525,10 +525,10 @@ class Pipeline:
         inputs = StageInputs({"handle": handle.id})
         await self._started(Stage.results, inputs, "results: collecting exit code and outputs")
         record = await self.registry.get(self.job_id)
-        results = await self.backends.scheduler(handle.scheduler).results(handle)
+        results = await self.clients.scheduler(handle.scheduler).results(handle)
         exit_code = state.exit_code if state.exit_code is not None else results.exit_code
         results = await collect_outputs(
-            self.backends.store(),
+            self.clients.store(),
             record,
             results.model_copy(update={"exit_code": exit_code}),
             uploaded=not self.settings.storage.presign_for_jobs,

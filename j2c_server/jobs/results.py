@@ -20,11 +20,11 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import StorageError
-from .models import Artifact, JobRecord, JobResults, OutputFailure
-from .storage import ObjectStore
-from .storage.errors import ObjectNotFound
-from .unpack.outputs import INDEX_NAME
+from ..errors import StorageError
+from ..models import Artifact, JobRecord, JobResults, OutputFailure
+from ..storage import ObjectStore
+from ..storage.errors import ObjectNotFound
+from ..unpack.outputs import INDEX_NAME
 
 log = logging.getLogger(__name__)
 
