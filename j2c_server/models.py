@@ -5,7 +5,9 @@ output, the registry and ``j2c-unpack``. The TypeScript types in ``src/models.ts
 from their JSON schema (``python -m j2c_server.schema_export``) and a test checks they agree.
 
 This module imports only pydantic and the standard library: ``j2c-unpack`` loads it inside the
-training container, where start-up time matters.
+training container, where start-up time matters. It stays one module, over 400 lines, on
+purpose: it is the whole wire contract and the one source the TypeScript types are generated
+from, so a change of a shape and of every shape that holds it is one reviewable diff.
 """
 
 from __future__ import annotations

@@ -78,8 +78,7 @@ class StageView:
 
 def stage_line(stage: str, state: str, seconds: float | None, text: str | None) -> str:
     took = f" {seconds:.1f}s" if seconds is not None else ""
-    # The pipeline's texts start with the stage's name ("scan: 12 files"); it is the label.
-    detail = (text or "").removeprefix(f"{stage}: ")
+    detail = text or ""  # the stage's name is the label, never part of the text
     return f"{stage:<9} {state}{took}{'  ' + detail if detail else ''}"
 
 

@@ -25,6 +25,7 @@ from ..registry import EventDraft, LeaseLost, Registry
 from .clients import Clients
 from .journal import Journal
 from .pipeline import Pipeline
+from .stage_text import describe
 from .watch_stage import Log
 
 LEASE_TTL_S = 10.0
@@ -136,7 +137,8 @@ class JobDriver:
                     "kind": EventKind.stage,
                     "stage": stage,
                     "state": StageState.failed,
-                    "text": f"{stage.value} failed: {message}",
+                    "text": describe(stage, StageState.failed, {"error": message}),
+                    "data": {"error": message},
                 }
                 for stage in running
             ]

@@ -4,8 +4,8 @@ Every stage is idempotent and keyed by a hash of its inputs, stored with its out
 ``JobRecord.stages``. A job that is resumed (after a restart) goes straight to watching once it
 was submitted; before that, its stages run again and find their work already done (layers by
 fingerprint, blobs by digest). Each stage is compared with the same stage of the project's
-previous job, and the event says what was reused and why anything ran again
-("venv layer reused: unchanged since job X", "configure re-run: args changed since job X").
+previous job; the event's data says what was reused (and from which job) and why anything ran
+again, and :mod:`.stage_text` turns that data into the event's words.
 
 Packing, hashing and compressing run in niced worker processes (:mod:`.pack_worker`), at most
 ``settings.pack.max_concurrent_packs`` at a time.
@@ -13,23 +13,17 @@ Packing, hashing and compressing run in niced worker processes (:mod:`.pack_work
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..config import J2CSettings
-from ..errors import ConfigError, PackError
-from ..jobenv import job_env, mask_env
+from ..jobenv import mask_env
 from ..models import (
     EventKind,
     JobHandle,
     JobRecord,
     JobStatus,
-    Layer,
     LayerRole,
     Manifest,
     Stage,
@@ -37,136 +31,31 @@ from ..models import (
     StageState,
 )
 from ..pack import (
-    PackPlan,
     PackProgress,
     PackResult,
     PackSpec,
     make_manifest,
     publish,
 )
-from ..schedulers import scheduler_class
 from ..schedulers.base import JobSpec, SchedulerState
-from ..storage.base import ObjectStore, blob_key
 from ..storage.redact import redact_url
-from ..units import byte_size as _size
-from ..units import count as _count
 from .clients import Clients
+from .job_inputs import (
+    job_image,
+    job_spec,
+    layer_cache_dir,
+    pack_spec,
+    presigned_manifest,
+    refuse_if_over_limit,
+)
 from .journal import Journal, ProgressMeter
 from .results import collect_outputs
+from .stage_keys import StageInputs, configure_changes, digest_of, pack_outcome, reused_since
+from .stage_text import describe
 from .tracking import abandon_run, finish_run, start_run
 from .watch_stage import Log, Watcher, until_available
 
 LAST_LINES = 20
-
-
-def digest_of(value: Any) -> str:
-    """A short, stable hash of a JSON-able value."""
-    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:24]
-
-
-@dataclass
-class StageInputs:
-    """A stage's inputs by name; the key hashes them all, the parts say what changed."""
-
-    values: dict[str, Any]
-
-    @property
-    def parts(self) -> dict[str, str]:
-        return {name: digest_of(value) for name, value in self.values.items()}
-
-    @property
-    def key(self) -> str:
-        return digest_of(self.parts)
-
-    def changed_since(self, record: StageRecord) -> list[str]:
-        before: dict[str, str] = record.output.get("inputs", {})
-        return [name for name, part in self.parts.items() if before.get(name) != part]
-
-
-def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:
-    """The packer's spec for a (resolved) request. Args and env stay out of the manifest:
-    they go on the job's command line and environment, so changing them reuses the upload."""
-    request = record.request
-    return PackSpec.from_settings(
-        settings.pack,
-        code_path=request.code_path,
-        call_path=request.call_path,
-        venv_path=request.venv_path,
-        excludes=request.excludes,
-        includes=request.includes,
-        compression_level=request.compression_level,
-        source_image=job_image(settings, record),
-        never_pack=[settings.data_path()],
-        secret_scan_cache=layer_cache_dir(settings),
-    )
-
-
-def layer_cache_dir(settings: J2CSettings) -> Path:
-    """Where packed layers are kept between runs (the packer reuses them by fingerprint)."""
-    return settings.data_path() / "layers"
-
-
-def job_image(settings: J2CSettings, record: JobRecord) -> str | None:
-    return record.request.image or settings.lab_image()
-
-
-def job_spec(
-    settings: J2CSettings, record: JobRecord, manifest_uri: str, store: ObjectStore
-) -> JobSpec:
-    """What the scheduler gets: ``j2c-unpack <manifest> --output-uri <store> -- <args>`` in the
-    job's image, with the request's env, ``J2C_JOB_ID`` and where the store is (never a
-    credential). With presigned URLs the job has no way to write to the store, so its outputs
-    stay where the scheduler keeps them."""
-    request = record.request
-    unpack = scheduler_class(record.scheduler).unpack_command(settings)
-    outputs = (
-        []
-        if settings.storage.presign_for_jobs
-        else [
-            "--output-uri",
-            store.uri(f"jobs/{record.id}/outputs"),
-        ]
-    )
-    return JobSpec(
-        key=f"j2c-{record.id}",
-        job_id=record.id,
-        name=record.name,
-        image=job_image(settings, record),
-        command=[*unpack, manifest_uri, *outputs, "--", *request.args],
-        env={
-            **job_env(request.env, settings.scheduler.pass_env),
-            **store_location_env(settings, store),
-            "J2C_JOB_ID": record.id,
-        },
-        resources=request.resources,
-    )
-
-
-def store_location_env(settings: J2CSettings, store: ObjectStore) -> dict[str, str]:
-    """The ``J2C_STORAGE__*`` settings ``j2c-unpack`` needs to reach an S3-compatible store
-    (endpoint, region, addressing): locations only, credentials come from the cluster."""
-    if store.kind != "s3":
-        return {}
-    chosen = {
-        "ENDPOINT_URL": settings.storage.endpoint_url,
-        "REGION": settings.storage.region,
-        "ADDRESSING_STYLE": settings.storage.addressing_style,
-    }
-    return {f"J2C_STORAGE__{name}": value for name, value in chosen.items() if value}
-
-
-def refuse_if_over_limit(plan: PackPlan) -> None:
-    """A plan over the hard limit is refused before anything is packed, naming the field of
-    its largest layer."""
-    if plan.refused:
-        largest = max(plan.layers, key=lambda layer: layer.bytes)
-        field = "venv_path" if largest.role == LayerRole.venv else "code_path"
-        raise PackError(
-            plan.refused,
-            field=field,
-            hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
-        )
 
 
 class Pipeline:
@@ -210,7 +99,10 @@ class Pipeline:
 
     # ------------------------------------------------------------------ stage records
 
-    async def _started(self, stage: Stage, inputs: StageInputs, text: str) -> None:
+    async def _started(
+        self, stage: Stage, inputs: StageInputs, data: dict[str, Any] | None = None
+    ) -> None:
+        text = describe(stage, StageState.started, data or {})
         started = StageRecord(
             stage=stage, key=inputs.key, state=StageState.started, started_at=time.time()
         )
@@ -218,20 +110,19 @@ class Pipeline:
         def apply(record: JobRecord) -> None:
             record.stages[stage.value] = started
 
-        await self.journal.stage(stage, StageState.started, text, change=apply)
+        await self.journal.stage(stage, StageState.started, text, data=data, change=apply)
 
     async def _finished(
         self,
         stage: Stage,
         inputs: StageInputs,
-        state: str,
-        text: str,
+        final: StageState,
         output: dict[str, Any],
+        data: dict[str, Any],
         *,
-        data: dict[str, Any] | None = None,
         change: Callable[[JobRecord], None] | None = None,
     ) -> None:
-        final = StageState(state)  # finished or reused
+        text = describe(stage, final, data)
 
         def apply(record: JobRecord) -> None:
             now = time.time()
@@ -284,7 +175,7 @@ class Pipeline:
                 "includes": spec.includes,
             }
         )
-        await self._started(Stage.scan, scan_inputs, "scan: walking the project and the venv")
+        await self._started(Stage.scan, scan_inputs)
         # The send already walked the tree to decide on this job: pack from that walk.
         scan = self.clients.scans.pop(self.job_id, None)
         if scan is None or scan.spec != spec or not scan.fresh:
@@ -292,25 +183,23 @@ class Pipeline:
         plan = scan.report.plan
         refuse_if_over_limit(plan)
         files = sum(layer.files for layer in plan.layers)
-        excluded = sum(group.count for group in plan.excluded)
-        layers = " and ".join(f"{layer.role.value}" for layer in plan.layers)
-        summary = f"scan: {_count(files, 'file')}, {_size(plan.total_bytes)} ({layers} layer"
-        summary += "s)" if len(plan.layers) > 1 else ")"
-        if excluded:
-            summary += f"; {excluded} paths left out"
-        for warning in plan.warnings:
-            summary += f"; warning: {warning.message}"
         await self._finished(
             Stage.scan,
             scan_inputs,
-            "finished",
-            summary,
+            StageState.finished,
             {"files": files, "bytes": plan.total_bytes},
-            data={"plan": plan.model_dump(mode="json")},
+            {
+                "files": files,
+                "bytes": plan.total_bytes,
+                "layers": [layer.role.value for layer in plan.layers],
+                "excluded": sum(group.count for group in plan.excluded),
+                "warnings": [warning.message for warning in plan.warnings],
+                "plan": plan.model_dump(mode="json"),
+            },
         )
 
         pack_inputs = StageInputs({"scan": scan_inputs.key, "level": spec.compression_level})
-        await self._started(Stage.pack, pack_inputs, "pack: writing changed layers")
+        await self._started(Stage.pack, pack_inputs)
         async with (
             self.clients.pack_slots,
             self.journal.progress(Stage.pack, total_bytes=plan.total_bytes) as meter,
@@ -324,47 +213,15 @@ class Pipeline:
     async def _pack_finished(
         self, inputs: StageInputs, result: PackResult, previous: JobRecord | None
     ) -> None:
-        earlier = _layers_of(previous)
-        lines: list[str] = []
-        layers: list[dict[str, Any]] = []
-        for packed in result.layers:
-            layer = packed.layer
-            role = layer.role.value
-            before = earlier.get(layer.digest)
-            since = before["since"] if before else None
-            if packed.reused:
-                origin = f"since job {since}" if since else "since an earlier pack"
-                lines.append(f"{role} layer reused: unchanged {origin}")
-            elif before:
-                lines.append(f"{role} layer re-packed: same content as job {since}")
-            else:
-                changed = (
-                    f"changed since job {previous.id}"
-                    if previous is not None and previous.stages.get(Stage.pack.value)
-                    else "first pack of this project"
-                )
-                lines.append(
-                    f"{role} layer packed: {_count(layer.files, 'file')}, {_size(layer.size)} "
-                    f"({changed})"
-                )
-            layers.append(
-                {
-                    "role": role,
-                    "digest": layer.digest,
-                    "size": layer.size,
-                    "reused": packed.reused,
-                    "since": since or self.job_id,
-                }
-            )
+        facts, layers = pack_outcome(result, previous, self.job_id)
         all_reused = all(packed.reused for packed in result.layers)
         keyed = StageInputs({**inputs.values, "layers": [entry["digest"] for entry in layers]})
         await self._finished(
             Stage.pack,
             keyed,
-            "reused" if all_reused else "finished",
-            "; ".join(lines),
+            StageState.reused if all_reused else StageState.finished,
             {"layers": layers},
-            data={"layers": layers, "seconds": round(result.seconds, 3)},
+            {"layers": facts, "seconds": round(result.seconds, 3)},
         )
 
     async def _upload(
@@ -383,23 +240,19 @@ class Pipeline:
             }
         )
         total = sum(packed.layer.size for packed in result.layers)
-        await self._started(Stage.upload, inputs, "upload: sending missing layers")
+        await self._started(Stage.upload, inputs)
         async with self.journal.progress(Stage.upload, total_bytes=total) as meter:
             published = await publish(store, result, manifest, meter.bytes_callback())
         sent = published.bytes_uploaded
-        if not published.uploaded and not published.manifest_uploaded:
-            since = _since(previous, Stage.upload, inputs)
-            text = "upload reused: layers and manifest already in the store" + (
-                f" (since job {since})" if since else ""
-            )
-            state = "reused"
-        else:
-            sent_what = [f"{role.value} layer" for role in published.uploaded] or ["manifest"]
-            text = f"uploaded {', '.join(sent_what)} ({_size(sent)})"
-            if published.already_present:
-                present = ", ".join(f"{role.value} layer" for role in published.already_present)
-                text += f"; {present} already in the store"
-            state = "finished"
+        nothing_sent = not published.uploaded and not published.manifest_uploaded
+        state = StageState.reused if nothing_sent else StageState.finished
+        facts = {
+            "uploaded": [role.value for role in published.uploaded],
+            "already_present": [role.value for role in published.already_present],
+            "bytes_uploaded": sent,
+            "manifest_uri": published.manifest_uri,
+            "reused_from": reused_since(previous, Stage.upload, inputs) if nothing_sent else None,
+        }
         manifest_uri = published.manifest_uri
 
         def apply(job: JobRecord) -> None:
@@ -409,9 +262,8 @@ class Pipeline:
             Stage.upload,
             inputs,
             state,
-            text,
             {"manifest_uri": manifest_uri, "bytes_uploaded": sent},
-            data={"bytes_uploaded": sent, "manifest_uri": manifest_uri},
+            facts,
             change=apply,
         )
         return manifest, manifest_uri
@@ -432,11 +284,15 @@ class Pipeline:
                 "presign": presign,
             }
         )
-        await self._started(Stage.configure, inputs, "configure: building the job spec")
+        await self._started(Stage.configure, inputs)
         store = self.clients.store()
-        job_manifest = await self._presigned_manifest(store, manifest) if presign else manifest_uri
+        job_manifest = (
+            await presigned_manifest(self.settings, store, manifest, self.job_id)
+            if presign
+            else manifest_uri
+        )
         spec = job_spec(self.settings, record, job_manifest, store)
-        state, text = _explain_configure(inputs, previous)
+        state, changes = configure_changes(inputs, previous)
         shown = spec.model_copy(
             update={
                 "command": [redact_url(part) for part in spec.command],
@@ -447,32 +303,10 @@ class Pipeline:
             Stage.configure,
             inputs,
             state,
-            text,
             {"spec": shown.model_dump(mode="json")},
-            data={"image": spec.image, "command": shown.command},
+            {**changes, "image": spec.image, "command": shown.command},
         )
         return spec
-
-    async def _presigned_manifest(self, store: ObjectStore, manifest: Manifest) -> str:
-        """A per-job manifest whose layers carry presigned URLs, itself presigned: the job needs
-        no storage credentials. Recorded and shown only redacted."""
-        expiry = self.settings.storage.presign_expiry_s
-        layers: list[Layer] = []
-        for layer in manifest.layers:
-            url = await store.presign(blob_key(layer.digest), expires_s=expiry)
-            if url is None:
-                raise ConfigError(
-                    f"storage.presign_for_jobs is on but the {store.kind} store cannot presign "
-                    "URLs",
-                    field="storage.presign_for_jobs",
-                )
-            layers.append(layer.model_copy(update={"url": url}))
-        resolved = manifest.model_copy(update={"layers": layers})
-        key = f"jobs/{self.job_id}/manifest.json"
-        await store.put_bytes(key, resolved.canonical_json())
-        url = await store.presign(key, expires_s=expiry)
-        assert url is not None  # the layers were presigned by the same store
-        return url
 
     async def _submit(self, record: JobRecord, spec: JobSpec) -> JobHandle | None:
         inputs = StageInputs({"spec": spec.key, "configure": digest_of(spec.model_dump())})
@@ -480,7 +314,7 @@ class Pipeline:
             await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
             return None
         self.submitting = True
-        await self._started(Stage.submit, inputs, f"submit: sending the job to {record.scheduler}")
+        await self._started(Stage.submit, inputs, {"scheduler": record.scheduler})
         scheduler = self.clients.scheduler(record.scheduler)
         handle = await until_available(
             lambda: scheduler.submit(spec), f"submit of {self.job_id}", self.log, attempts=6
@@ -492,9 +326,9 @@ class Pipeline:
         await self._finished(
             Stage.submit,
             inputs,
-            "finished",
-            f"submitted to {record.scheduler} as {handle.id}",
+            StageState.finished,
             {"handle": handle.model_dump(mode="json")},
+            {"scheduler": record.scheduler, "scheduler_job_id": handle.id},
             change=apply,
         )
         current = await self.journal.status(JobStatus.submitted, f"submitted as {handle.id}")
@@ -506,8 +340,8 @@ class Pipeline:
 
     async def _watch(self, handle: JobHandle, *, resumed: bool) -> SchedulerState:
         inputs = StageInputs({"handle": handle.id})
-        again = " again (the process that watched it stopped)" if resumed else ""
-        await self._started(Stage.watch, inputs, f"watch: following {handle.id}{again}")
+        facts = {"scheduler_job_id": handle.id, "resumed": resumed}
+        await self._started(Stage.watch, inputs, facts)
         scheduler = self.clients.scheduler(handle.scheduler)
         state = await Watcher(
             self.journal,
@@ -517,13 +351,13 @@ class Pipeline:
             log=self.log,
         ).run()
         await self._finished(
-            Stage.watch, inputs, "finished", f"watch: job ended ({state.status.value})", {}
+            Stage.watch, inputs, StageState.finished, {}, {"status": state.status.value}
         )
         return state
 
     async def _results(self, handle: JobHandle, state: SchedulerState) -> None:
         inputs = StageInputs({"handle": handle.id})
-        await self._started(Stage.results, inputs, "results: collecting exit code and outputs")
+        await self._started(Stage.results, inputs)
         record = await self.registry.get(self.job_id)
         results = await self.clients.scheduler(handle.scheduler).results(handle)
         exit_code = state.exit_code if state.exit_code is not None else results.exit_code
@@ -554,7 +388,12 @@ class Pipeline:
             job.exit_code = exit_code
 
         await self._finished(
-            Stage.results, inputs, "finished", f"results: {text}", {}, change=apply
+            Stage.results,
+            inputs,
+            StageState.finished,
+            {},
+            {"exit_code": exit_code, "status": final.value},
+            change=apply,
         )
         await self.journal.write([{"kind": EventKind.result, "text": text, "data": data}])
         await self.journal.status(final, state.message or text)
@@ -570,27 +409,3 @@ def _pack_progress(meter: ProgressMeter) -> Callable[[PackProgress], None]:
         meter.add(progress.bytes_done - before[0], progress.files_done - before[1])
 
     return report
-
-
-def _explain_configure(inputs: StageInputs, previous: JobRecord | None) -> tuple[str, str]:
-    earlier = previous.stages.get(Stage.configure.value) if previous else None
-    if previous is None or earlier is None:
-        return "finished", "configure: job spec built"
-    if earlier.key == inputs.key:
-        return "reused", f"configure reused: unchanged since job {previous.id}"
-    changed = ", ".join(inputs.changed_since(earlier))
-    return "finished", f"configure re-run: {changed} changed since job {previous.id}"
-
-
-def _layers_of(record: JobRecord | None) -> dict[str, dict[str, Any]]:
-    if record is None or Stage.pack.value not in record.stages:
-        return {}
-    layers: list[dict[str, Any]] = record.stages[Stage.pack.value].output.get("layers", [])
-    return {entry["digest"]: entry for entry in layers}
-
-
-def _since(previous: JobRecord | None, stage: Stage, inputs: StageInputs) -> str | None:
-    earlier = previous.stages.get(stage.value) if previous else None
-    if previous is not None and earlier is not None and earlier.key == inputs.key:
-        return previous.id
-    return None

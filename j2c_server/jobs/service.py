@@ -34,9 +34,9 @@ from ..schedulers import check_resources, scheduler_class
 from ..storage.base import manifest_key
 from . import send_rule
 from .clients import Clients
+from .job_inputs import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
 from .journal import Journal
 from .lease import LEASE_TTL_S, JobDriver, new_owner
-from .pipeline import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
 from .preflight_checks import check_store_for_submit, warn_store_at_preflight
 from .send_rule import job_key, request_key
 from .watch_stage import Log

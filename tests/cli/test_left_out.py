@@ -75,7 +75,7 @@ def test_plain_renderer_prints_the_notes_after_the_scan_line() -> None:
             kind=EventKind.stage,
             stage=Stage.scan,
             state="finished",
-            text="scan: 3 files",
+            text="3 files",
             data={"plan": plan().model_dump(mode="json")},
         )
     )

@@ -16,7 +16,7 @@ from tornado.httpclient import HTTPClientError
 
 from j2c_server.config import J2CSettings
 from j2c_server.errors import PackError
-from j2c_server.jobs.pipeline import pack_spec
+from j2c_server.jobs.job_inputs import pack_spec
 from j2c_server.models import JobRecord, JobRequest, JobStatus, LayerRole
 from j2c_server.pack import ExcludeRule, PackSpec, pack, preflight
 from tests.support.jobs import TRAIN_PY, job_body

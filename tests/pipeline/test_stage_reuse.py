@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.jobs.stage_text import describe
+from j2c_server.models import EventKind, JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, settle, stage_events, submit
 
 
@@ -42,7 +43,7 @@ async def test_new_run_of_the_same_request_reuses_pack_upload_and_configure(
     assert stages["pack"] == ("reused", f"code layer reused: unchanged since job {first}")
     assert stages["upload"][0] == "reused"
     assert f"since job {first}" in stages["upload"][1]
-    assert stages["configure"] == ("reused", f"configure reused: unchanged since job {first}")
+    assert stages["configure"] == ("reused", f"unchanged since job {first}")
     assert stages["submit"][0] == "finished"
 
 
@@ -55,7 +56,7 @@ async def test_changed_arg_reruns_configure_and_submit_only(
     assert stages["upload"][0] == "reused"
     assert stages["configure"] == (
         "finished",
-        f"configure re-run: args changed since job {first}",
+        f"args changed since job {first}: job spec rebuilt",
     )
     assert stages["submit"][0] == "finished"
 
@@ -75,7 +76,7 @@ async def test_changed_code_repacks_the_code_layer_and_reuses_the_venv(
     assert f"changed since job {first}" in text
     assert stages["upload"][0] == "finished"
     assert "already in the store" in stages["upload"][1]
-    assert stages["configure"][1] == f"configure re-run: manifest changed since job {first}"
+    assert stages["configure"][1] == f"manifest changed since job {first}: job spec rebuilt"
 
 
 async def test_stage_records_keep_keys_and_outputs(
@@ -96,3 +97,26 @@ async def test_stage_records_keep_keys_and_outputs(
         stage.key and stage.state in ("finished", "reused") for stage in record.stages.values()
     )
     assert record.stages["upload"].output["manifest_uri"] == record.manifest_uri
+
+
+async def test_every_stage_event_reads_as_its_data_says(
+    jp_fetch: Any, jp_ws_fetch: Any, project: Path
+) -> None:
+    """The words are made from the data alone: a front end can rebuild every stage event's text,
+    and the data names the job a reused layer and upload come from."""
+    first, _ = await _run(jp_fetch, jp_ws_fetch, args=["--lines", "1"])
+    record = await submit(jp_fetch, args=["--lines", "2"])
+    events = await follow(jp_ws_fetch, record.id)
+    staged = [event for event in events if event.kind == EventKind.stage]
+    assert len(staged) == 14  # started and finished/reused, seven stages
+    for event in staged:
+        assert event.stage is not None and event.state is not None
+        assert event.text == describe(event.stage, event.state, event.data)
+        assert not event.text.startswith(f"{event.stage.value}:")
+    done = stage_events(events)
+    (layer,) = done["pack"].data["layers"]
+    assert (layer["outcome"], layer["reused_from"]) == ("reused", first)
+    assert done["upload"].data["reused_from"] == first
+    assert done["configure"].data["changed"] == ["args"]
+    assert done["configure"].data["since"] == first
+    assert done["submit"].data["scheduler"] == "local"

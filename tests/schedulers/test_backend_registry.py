@@ -45,7 +45,7 @@ class EchoScheduler(SchedulerBase):
 CHECK = """
 import json
 from j2c_server.config import load_settings
-from j2c_server.jobs.pipeline import job_spec
+from j2c_server.jobs.job_inputs import job_spec
 from j2c_server.schedulers import make_scheduler, scheduler_class, known_backends
 settings = load_settings(overrides={"scheduler": {"echo": {"greeting": "hi"}}})
 print(json.dumps({

@@ -1,0 +1,127 @@
+"""What a job is given: the packer's spec, and the scheduler's job spec with its command, env and
+image; the presigned manifest when jobs get no storage credentials.
+
+Pure functions of the settings and the job's record (and the store, for its URIs), shared by the
+pipeline's stages and by the service's dry run and preflight.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import J2CSettings
+from ..errors import ConfigError, PackError
+from ..jobenv import job_env
+from ..models import JobRecord, Layer, LayerRole, Manifest
+from ..pack import PackPlan, PackSpec
+from ..schedulers import scheduler_class
+from ..schedulers.base import JobSpec
+from ..storage.base import ObjectStore, blob_key
+
+
+def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:
+    """The packer's spec for a (resolved) request. Args and env stay out of the manifest:
+    they go on the job's command line and environment, so changing them reuses the upload."""
+    request = record.request
+    return PackSpec.from_settings(
+        settings.pack,
+        code_path=request.code_path,
+        call_path=request.call_path,
+        venv_path=request.venv_path,
+        excludes=request.excludes,
+        includes=request.includes,
+        compression_level=request.compression_level,
+        source_image=job_image(settings, record),
+        never_pack=[settings.data_path()],
+        secret_scan_cache=layer_cache_dir(settings),
+    )
+
+
+def layer_cache_dir(settings: J2CSettings) -> Path:
+    """Where packed layers are kept between runs (the packer reuses them by fingerprint)."""
+    return settings.data_path() / "layers"
+
+
+def job_image(settings: J2CSettings, record: JobRecord) -> str | None:
+    return record.request.image or settings.lab_image()
+
+
+def job_spec(
+    settings: J2CSettings, record: JobRecord, manifest_uri: str, store: ObjectStore
+) -> JobSpec:
+    """What the scheduler gets: ``j2c-unpack <manifest> --output-uri <store> -- <args>`` in the
+    job's image, with the request's env, ``J2C_JOB_ID`` and where the store is (never a
+    credential). With presigned URLs the job has no way to write to the store, so its outputs
+    stay where the scheduler keeps them."""
+    request = record.request
+    unpack = scheduler_class(record.scheduler).unpack_command(settings)
+    outputs = (
+        []
+        if settings.storage.presign_for_jobs
+        else [
+            "--output-uri",
+            store.uri(f"jobs/{record.id}/outputs"),
+        ]
+    )
+    return JobSpec(
+        key=f"j2c-{record.id}",
+        job_id=record.id,
+        name=record.name,
+        image=job_image(settings, record),
+        command=[*unpack, manifest_uri, *outputs, "--", *request.args],
+        env={
+            **job_env(request.env, settings.scheduler.pass_env),
+            **store_location_env(settings, store),
+            "J2C_JOB_ID": record.id,
+        },
+        resources=request.resources,
+    )
+
+
+def store_location_env(settings: J2CSettings, store: ObjectStore) -> dict[str, str]:
+    """The ``J2C_STORAGE__*`` settings ``j2c-unpack`` needs to reach an S3-compatible store
+    (endpoint, region, addressing): locations only, credentials come from the cluster."""
+    if store.kind != "s3":
+        return {}
+    chosen = {
+        "ENDPOINT_URL": settings.storage.endpoint_url,
+        "REGION": settings.storage.region,
+        "ADDRESSING_STYLE": settings.storage.addressing_style,
+    }
+    return {f"J2C_STORAGE__{name}": value for name, value in chosen.items() if value}
+
+
+def refuse_if_over_limit(plan: PackPlan) -> None:
+    """A plan over the hard limit is refused before anything is packed, naming the field of
+    its largest layer."""
+    if plan.refused:
+        largest = max(plan.layers, key=lambda layer: layer.bytes)
+        field = "venv_path" if largest.role == LayerRole.venv else "code_path"
+        raise PackError(
+            plan.refused,
+            field=field,
+            hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
+        )
+
+
+async def presigned_manifest(
+    settings: J2CSettings, store: ObjectStore, manifest: Manifest, job_id: str
+) -> str:
+    """A per-job manifest whose layers carry presigned URLs, itself presigned: the job needs
+    no storage credentials. Recorded and shown only redacted."""
+    expiry = settings.storage.presign_expiry_s
+    layers: list[Layer] = []
+    for layer in manifest.layers:
+        url = await store.presign(blob_key(layer.digest), expires_s=expiry)
+        if url is None:
+            raise ConfigError(
+                f"storage.presign_for_jobs is on but the {store.kind} store cannot presign URLs",
+                field="storage.presign_for_jobs",
+            )
+        layers.append(layer.model_copy(update={"url": url}))
+    resolved = manifest.model_copy(update={"layers": layers})
+    key = f"jobs/{job_id}/manifest.json"
+    await store.put_bytes(key, resolved.canonical_json())
+    url = await store.presign(key, expires_s=expiry)
+    assert url is not None  # the layers were presigned by the same store
+    return url
