@@ -9,26 +9,19 @@ thread of its own with its own loop and the cell talks to it through
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import contextlib
 import hashlib
 import os
-import queue
 import shlex
 import sys
-import threading
-import time
-from collections.abc import Coroutine, Mapping
-from concurrent.futures import Future
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .cli import commands
 from .cli import jobs as cli_jobs
-from .cli.commands import LogPrinter, Streams, detached_message
+from .cli.commands import LogPrinter, Streams
 from .cli.options import (
     VENV_REASON,
     build_request,
@@ -37,215 +30,20 @@ from .cli.options import (
     load_cli_config,
     script_args,
 )
-from .cli.render import StageBoard, exit_code_of, is_stderr_line, scan_notes
-from .cli.session import log, resolve_job
+from .cli.session import resolve_job
 from .cli.submit import submit as submit_command
-from .config import J2CSettings
 from .defaults import choose_venv, project_root
 from .errors import InvalidInput, J2CError
-from .models import Event, EventKind, JobRecord, JobResults, JobStatus
+from .magic_runtime import BackgroundService, Job, background_service, watch
 
 if TYPE_CHECKING:
-    from .jobs.service import JobService
+    pass
 
-T = TypeVar("T")
 CELLS_DIR = Path(".j2c") / "cells"
-UPDATE_INTERVAL_S = 0.1
-_POLL_S = 0.2
 _USAGE = (
     "usage: %j2c submit [OPTIONS] [ENTRY] [-- ARGS...] | status JOB | logs JOB [-f] "
     "| cancel JOB | list\n       %%j2c [OPTIONS] [-- ARGS...]  (the cell is the entry point)"
 )
-
-
-# --------------------------------------------------------------------------- the service thread
-
-
-class BackgroundService:
-    """One :class:`JobService` on its own thread and event loop, shared by the kernel's cells."""
-
-    def __init__(self, settings: J2CSettings) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="j2c-service", daemon=True
-        )
-        self._thread.start()
-        self.service: JobService = self.call(self._open(settings))
-        # Jobs this kernel submitted or followed and did not see end: handed off at exit.
-        self.jobs: set[str] = set()
-
-    @staticmethod
-    async def _open(settings: J2CSettings) -> JobService:
-        # Made on the service's own loop. Not start()-ed: the kernel drives the jobs it submits
-        # or follows; adopting everyone's orphaned jobs is the server's and watchers' work.
-        from .jobs.service import JobService
-
-        return JobService(settings, log=log)
-
-    def spawn(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.spawn(coro).result()
-
-    def close(self) -> None:
-        """Hand the jobs this kernel may still drive to detached watchers, then stop.
-
-        Runs at interpreter exit, when thread pools (the registry's included) take no more
-        work: nothing here may read the registry. A watcher given a finished job just exits;
-        one given a job whose lease this process could not release takes over when it expires.
-        """
-        for job_id in sorted(self.jobs):
-            self.service.run_detached_watcher(job_id)
-        with contextlib.suppress(RuntimeError):  # "cannot schedule new futures after shutdown"
-            self.call(self.service.stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-
-_services: dict[str, BackgroundService] = {}
-_services_lock = threading.Lock()
-
-
-def background_service(settings: J2CSettings) -> BackgroundService:
-    """The kernel's service for these settings, started on first use."""
-    key = settings.model_dump_json()
-    with _services_lock:
-        if key not in _services:
-            _services[key] = BackgroundService(settings)
-        return _services[key]
-
-
-@atexit.register
-def _close_services() -> None:
-    with _services_lock:
-        while _services:
-            _services.popitem()[1].close()
-
-
-# --------------------------------------------------------------------------- the job handle
-
-
-class Job:
-    """A j2c job seen from the notebook: ``status``, ``logs()``, ``wait()``, ``cancel()``,
-    ``results()``."""
-
-    def __init__(self, runner: BackgroundService, job_id: str) -> None:
-        self._runner = runner
-        self.id = job_id
-
-    def record(self) -> JobRecord:
-        return self._runner.call(self._runner.service.get(self.id))
-
-    @property
-    def status(self) -> JobStatus:
-        return self.record().status
-
-    def logs(self, after: int = 0) -> str:
-        """Everything the job printed so far (stdout and stderr, in order)."""
-        events = self._runner.call(self._runner.service.events(self.id, after))
-        return "\n".join(e.text or "" for e in events if e.kind == EventKind.log)
-
-    def wait(self, *, quiet: bool = False) -> JobRecord:
-        """Follow the job in this cell's output until it ends; an interrupt detaches."""
-        watch(self._runner, self.id, quiet=quiet)
-        return self.record()
-
-    def cancel(self) -> JobRecord:
-        return self._runner.call(self._runner.service.cancel(self.id))
-
-    def results(self) -> JobResults | None:
-        return self.record().results
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code_of(self.record())
-
-    def __repr__(self) -> str:
-        record = self.record()
-        code = f", exit_code={record.exit_code}" if record.exit_code is not None else ""
-        return f"<j2c Job {record.id} {record.status.value}{code}>"
-
-
-# --------------------------------------------------------------------------- live output
-
-
-class CellView:
-    """The stage board in one display handle updated in place; the job's output as prints."""
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        self.board = StageBoard()
-        self._handle: Any = None
-        self._last_update = 0.0
-
-    def handle(self, event: Event) -> None:
-        self.board.apply(event)
-        if event.kind == EventKind.log:
-            stream = sys.stderr if is_stderr_line(event) else sys.stdout
-            print(event.text or "", file=stream, flush=True)
-        elif event.kind == EventKind.error:
-            print(f"j2c: error: {event.text}", file=sys.stderr, flush=True)
-        elif event.kind in (EventKind.stage, EventKind.status):
-            for line in scan_notes(event):
-                print(f"j2c: {line}", file=sys.stderr, flush=True)
-            self.update(force=True)
-        elif event.kind == EventKind.progress:
-            self.update(force=False)
-
-    def update(self, *, force: bool) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_update < UPDATE_INTERVAL_S:
-            return
-        self._last_update = now
-        from IPython.display import display
-
-        status = self.board.status.value if self.board.status else "pending"
-        message = f" ({self.board.message})" if self.board.message else ""
-        text = "\n".join([f"j2c job {self.job_id}: {status}{message}", *self.board.lines()])
-        data = {"text/plain": text}
-        if self._handle is None:
-            self._handle = display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]
-        else:
-            self._handle.update(data, raw=True)
-
-
-def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool = False) -> bool:
-    """Render the job's events until it ends (True) or the user interrupts (False)."""
-    events: queue.Queue[Event | None] = queue.Queue()
-
-    async def pump() -> None:
-        try:
-            async for event in runner.service.stream(job_id, after):
-                events.put(event)
-        finally:
-            events.put(None)
-
-    runner.jobs.add(job_id)
-    pumping = runner.spawn(pump())
-    view = CellView(job_id)
-    try:
-        while True:
-            try:
-                event = events.get(timeout=_POLL_S)
-            except queue.Empty:
-                continue
-            if event is None:
-                pumping.result()  # re-raises what ended the stream early
-                runner.jobs.discard(job_id)  # over: nothing to hand off at exit
-                return True
-            if not quiet or event.kind != EventKind.log:
-                view.handle(event)
-    except KeyboardInterrupt:
-        # Only the cell stops following: the job goes on, driven by this kernel's service.
-        pumping.cancel()
-        message = detached_message(
-            job_id, max(after, view.board.last_seq), prog="%j2c", handle="job.wait()"
-        )
-        print(message, file=sys.stderr)
-        return False
-    finally:
-        view.update(force=True)
 
 
 # --------------------------------------------------------------------------- defaults

@@ -136,7 +136,7 @@ def test_bad_magic_option_is_a_usage_error() -> None:
 def test_the_cell_lists_what_the_scan_left_out(capsys: pytest.CaptureFixture[str]) -> None:
     import time
 
-    from j2c_server.magic import CellView
+    from j2c_server.magic_runtime import CellView
     from j2c_server.models import Event, EventKind, Stage
     from tests.cli.test_left_out import plan
 
