@@ -48,6 +48,8 @@ step "UI tests (Galata, Chromium)"
   cd ui-tests
   PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 jlpm install --immutable >/dev/null
   CI=1 jlpm playwright test
+  # Against a Lab of its own that tracks jobs in a real MLflow server (about a minute).
+  CI=1 jlpm playwright test -c playwright.tracking.config.js
 )
 
 step "all checks passed"

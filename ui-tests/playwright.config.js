@@ -23,6 +23,7 @@ function chromiumPath() {
 
 module.exports = {
   ...baseConfig,
+  testDir: './tests',
   timeout: 120000,
   workers: 1,
   retries: 0,
