@@ -35,6 +35,10 @@ write bits: a job that writes a venv file gets EACCES; one that chmods it first 
 or mtime, which the fingerprint catches at the next use. The code layer is always **copied**
 (the job's working tree is its own and writable). A venv entry is started once when it is built
 (before it is sealed) and not again while its fingerprint and the interpreter binary are the same.
+
+The file-tree operations are in :mod:`.cache_files`. What is left stays one module, over 400
+lines, on purpose: the locking protocol (make, use, evict) is only safe as a whole, and is read
+in one place.
 """
 
 from __future__ import annotations
@@ -45,15 +49,21 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..models import Layer, LayerRole
 from ..units import byte_size
+from .cache_files import (
+    Refused,
+    copy_tree,
+    fingerprint,
+    read_only,
+    rmtree,
+    write_json,
+)
 from .errors import LocalIOError
 from .homes import Placement, _others_could_change
 from .interpreter import Interpreter
@@ -70,10 +80,6 @@ _OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 class Bypass(Exception):
     """The cache cannot serve this job (a lock or folder is not usable): run without it."""
-
-
-class _Refused(Exception):
-    """An entry failed its checks: it is not used, and is built again."""
 
 
 def parse_size(text: str) -> int:
@@ -263,7 +269,7 @@ class Cache:
             return True
         except FileNotFoundError:
             return False
-        except _Refused as exc:
+        except Refused as exc:
             if not repair:
                 return False
             say("cache", f"{_name(item)}: entry refused ({exc}); building it again")
@@ -275,30 +281,30 @@ class Cache:
         meta = self._read_meta(entry)
         tree = entry / "tree"
         if why := _unsafe(os.lstat(tree), self.owners, folder=True):
-            raise _Refused(f"its tree {why}")
-        if _fingerprint(tree, self.owners) != meta.get("fingerprint"):
-            raise _Refused("its files changed since it was built")
+            raise Refused(f"its tree {why}")
+        if fingerprint(tree, self.owners) != meta.get("fingerprint"):
+            raise Refused("its files changed since it was built")
         return meta
 
     def _read_meta(self, entry: Path) -> dict[str, object]:
         st = os.lstat(entry)  # FileNotFoundError: not there
         if why := _unsafe(st, self.owners, folder=True):
-            raise _Refused(f"{entry} {why}")
+            raise Refused(f"{entry} {why}")
         try:
             fd = os.open(entry / "meta.json", os.O_RDONLY | _OPEN_FLAGS)
         except FileNotFoundError:
-            raise _Refused("it has no meta.json (an incomplete entry)") from None
+            raise Refused("it has no meta.json (an incomplete entry)") from None
         except OSError as exc:
-            raise _Refused(f"its meta.json cannot be read ({exc.strerror})") from None
+            raise Refused(f"its meta.json cannot be read ({exc.strerror})") from None
         with os.fdopen(fd, "rb") as handle:
             if why := _unsafe(os.fstat(handle.fileno()), self.owners, folder=False):
-                raise _Refused(f"its meta.json {why}")
+                raise Refused(f"its meta.json {why}")
             try:
                 meta = json.loads(handle.read())
             except ValueError:
-                raise _Refused("its meta.json is not JSON") from None
+                raise Refused("its meta.json is not JSON") from None
         if not isinstance(meta, dict):
-            raise _Refused("its meta.json is not an object")
+            raise Refused("its meta.json is not an object")
         return meta
 
     def _discard(self, key: str, use_fd: int) -> None:
@@ -321,7 +327,7 @@ class Cache:
             os.rename(path, aside)
         except OSError as exc:
             raise Bypass(f"{path} cannot be removed ({exc.strerror or exc})") from None
-        _rmtree(aside)
+        rmtree(aside)
 
     # ------------------------------------------------------------------ building entries
 
@@ -364,7 +370,7 @@ class Cache:
                         hexdigest = fetched.layer.digest.removeprefix("sha256:")
                         found[hexdigest] = self._keep_blob(f"b-{hexdigest}", fetched.path)
                 finally:
-                    _rmtree(blob_dir)
+                    rmtree(blob_dir)
         finally:
             for fd in makes:
                 os.close(fd)
@@ -379,19 +385,19 @@ class Cache:
             data = entry / "data.tar.zst"
             st = os.lstat(data)
             if why := _unsafe(st, self.owners, folder=False):
-                raise _Refused(f"its blob {why}")
+                raise Refused(f"its blob {why}")
             if _blob_stat(st) != meta.get("stat"):
                 from .fetch import _file_sha256
 
                 if _file_sha256(data) != layer.digest.removeprefix("sha256:"):
-                    raise _Refused("its blob no longer matches its digest")
+                    raise Refused("its blob no longer matches its digest")
                 meta["stat"] = _blob_stat(st)
-                _write_json(entry / "meta.json", meta)
+                write_json(entry / "meta.json", meta)
                 say("cache", f"blob {key[2:14]}: changed on disk, sha256 checked again: ok")
             return data
         except FileNotFoundError:
             return None
-        except _Refused as exc:
+        except Refused as exc:
             if repair:
                 say("cache", f"blob {key[2:14]}: entry refused ({exc}); fetching it again")
                 self._remove(entry)
@@ -403,7 +409,7 @@ class Cache:
         os.replace(downloaded, data)
         os.chmod(data, 0o444)
         st = os.lstat(data)
-        _write_json(
+        write_json(
             building / "meta.json", {"kind": "blob", "bytes": st.st_size, "stat": _blob_stat(st)}
         )
         os.rename(building, self.entries / key)
@@ -413,7 +419,7 @@ class Cache:
         """A fresh build folder for ``key`` (the make lock is held), earlier leftovers removed."""
         for leftover in self.tmp.glob(f"{key}.*"):
             say("cache", f"removing {leftover.name}, left by a build that did not finish")
-            _rmtree(leftover)
+            rmtree(leftover)
         building = self.tmp / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
         building.mkdir(mode=0o700)
         return building
@@ -444,10 +450,10 @@ class Cache:
             # .pth appending a CA to certifi's bundle, say) does so now, not in a later job,
             # where the fingerprint would refuse the entry.
             verify_venv(tree)
-        _read_only(tree)
-        meta["fingerprint"] = _fingerprint(tree, self.owners)
+        read_only(tree)
+        meta["fingerprint"] = fingerprint(tree, self.owners)
         meta["bytes"] = result.bytes
-        _write_json(building / "meta.json", meta)
+        write_json(building / "meta.json", meta)
         os.rename(building, self.entries / item.key)
         item.meta = meta
         return result.bytes
@@ -468,7 +474,7 @@ class Cache:
         for item in sorted(items, key=lambda i: i.is_venv):  # code first: a venv may be inside
             tree = self.entries / item.key / "tree"
             if not item.is_venv:
-                files = _copy_tree(tree, item.home, link=False)
+                files = copy_tree(tree, item.home, link=False)
                 said.append(f"code copied ({files} files)")
                 continue
             code_moved = str(placement.code) != self._code_old
@@ -484,7 +490,7 @@ class Cache:
                 env["PYTHONDONTWRITEBYTECODE"] = "1"
                 said.append(f"venv used in place at {tree}")
             else:
-                files = _copy_tree(tree, item.home, link=True)
+                files = copy_tree(tree, item.home, link=True)
                 rewrite = {}
                 if item.built_for != item.home:
                     rewrite[str(item.built_for)] = str(item.home)
@@ -509,17 +515,17 @@ class Cache:
         for leftover in self.tmp.iterdir():
             key = leftover.name.split(".")[0]
             if leftover.name.startswith(("removed-", "download-")) and not _recent(leftover):
-                _rmtree(leftover)
+                rmtree(leftover)
             elif "." in leftover.name:
                 fd = self._try_lock(key, "make")
                 if fd is not None:
-                    _rmtree(leftover)
+                    rmtree(leftover)
                     os.close(fd)
         sizes: list[tuple[float, str, int]] = []
         for entry in self.entries.iterdir():
             try:
                 size = int(self._read_meta(entry).get("bytes", 0))  # type: ignore[call-overload]
-            except (_Refused, OSError, TypeError, ValueError):
+            except (Refused, OSError, TypeError, ValueError):
                 size = 0
             try:
                 used = os.stat(self.locks / f"{entry.name}.use").st_mtime
@@ -570,132 +576,3 @@ def _recent(path: Path) -> bool:
 
 def _blob_stat(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_mode]
-
-
-def _write_json(path: Path, data: dict[str, object]) -> None:
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle)
-    os.replace(temporary, path)
-
-
-def _walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """Every entry under ``root`` (relative path, entry), sorted, without following links."""
-    todo = [""]
-    while todo:
-        rel = todo.pop()
-        with os.scandir(os.path.join(root, rel)) as listing:
-            children = sorted(listing, key=lambda e: e.name)
-        for child in children:
-            child_rel = f"{rel}/{child.name}" if rel else child.name
-            yield child_rel, child
-            if child.is_dir(follow_symlinks=False):
-                todo.append(child_rel)
-
-
-def _fingerprint(tree: Path, owners: frozenset[int] | set[int]) -> str:
-    """sha256 over every entry's name, type, mode, size, mtime and inode (never its ctime or
-    link count: materialising by hard links changes both). Raises _Refused for an entry that
-    belongs to someone else or that group or others could write."""
-    digest = hashlib.sha256()
-    for rel, entry in _walk(tree):
-        st = entry.stat(follow_symlinks=False)
-        if st.st_uid not in owners:
-            raise _Refused(f"{rel} belongs to uid {st.st_uid}")
-        if stat.S_ISLNK(st.st_mode):
-            digest.update(
-                f"{rel}\0L\0{os.readlink(entry.path)}\n".encode("utf-8", "surrogateescape")
-            )
-            continue
-        if st.st_mode & 0o222:
-            raise _Refused(f"{rel} is writable")
-        line = f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n"
-        digest.update(line.encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
-
-
-def _read_only(tree: Path) -> None:
-    """No write bits anywhere (folders last, deepest first): the cache's files are shared."""
-    folders = [tree]
-    for _, entry in _walk(tree):
-        if entry.is_dir(follow_symlinks=False):
-            folders.append(Path(entry.path))
-        elif entry.is_file(follow_symlinks=False):
-            os.chmod(entry.path, stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) & ~0o222)
-    for folder in reversed(folders):
-        os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) & ~0o222)
-
-
-def _copy_tree(source: Path, target: Path, *, link: bool) -> int:
-    """``source``'s tree into ``target`` (absent or empty): files hard-linked when ``link`` and
-    the filesystem allows it, else copied (with owner write: the job's own copy); folders
-    writable by their owner; symlinks recreated. The number of files."""
-    target.mkdir(parents=True, exist_ok=True)
-    if any(target.iterdir()):
-        raise LocalIOError(f"cannot materialise a cached layer into {target}: it is not empty")
-    files = 0
-    folders: list[tuple[str, int]] = []
-    can_link = link
-    try:
-        for rel, entry in _walk(source):
-            path = os.path.join(target, rel)
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                os.mkdir(path, 0o700)
-                folders.append((path, stat.S_IMODE(st.st_mode) | 0o700))
-            elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(entry.path), path)
-            else:
-                files += 1
-                if can_link:
-                    try:
-                        os.link(entry.path, path, follow_symlinks=False)
-                        continue
-                    except OSError:
-                        can_link = False  # another filesystem, or links not allowed: copy
-                _copy_file(entry.path, path, st)
-        for path, mode in reversed(folders):
-            os.chmod(path, mode)
-    except OSError as exc:
-        raise LocalIOError(
-            f"cannot materialise a cached layer into {target}: {exc.strerror or exc} "
-            f"({exc.filename or target})"
-        ) from None
-    return files
-
-
-def _copy_file(source: str, target: str, st: os.stat_result) -> None:
-    with open(source, "rb") as src:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
-        try:
-            left = st.st_size
-            try:
-                while left > 0:  # reflinks or in-kernel copies where the filesystem can
-                    sent = os.copy_file_range(src.fileno(), fd, left)
-                    if sent == 0:
-                        break
-                    left -= sent
-            except OSError:
-                left = -1
-            if left != 0:
-                os.ftruncate(fd, 0)
-                os.lseek(fd, 0, os.SEEK_SET)
-                src.seek(0)
-                while chunk := src.read(1024 * 1024):
-                    os.write(fd, chunk)
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o200)
-            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-        finally:
-            os.close(fd)
-
-
-def _rmtree(path: Path) -> None:
-    """rmtree of a tree whose folders are read-only."""
-
-    def writable_parent(function: Callable[[str], object], name: str, _: object) -> None:
-        os.chmod(os.path.dirname(name), stat.S_IRWXU)
-        function(name)
-
-    if os.path.lexists(path):
-        shutil.rmtree(path, onerror=writable_parent)
