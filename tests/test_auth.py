@@ -22,7 +22,8 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketHandler, websocket_connect
 
 from j2c_server import handlers
-from j2c_server.handlers import ACTIONS, AUTH_RESOURCE, READ, ROUTES, declared_actions, routes
+from j2c_server.handler_base import ACTIONS, AUTH_RESOURCE, READ, declared_actions
+from j2c_server.handlers import ROUTES, routes
 from j2c_server.models import JobRecord, JobStatus
 from tests.support.jobs import follow, job_body, submit
 

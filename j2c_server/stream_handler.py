@@ -1,0 +1,109 @@
+"""The websocket of one job's events: a replay from ``after``, then live events pushed from the
+job's fan-out feed (:class:`~.eventbus.Fanout`), written as pre-framed text frames so a burst
+costs one socket write."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Awaitable
+
+from jupyter_server.base.websocket import WebSocketMixin
+from tornado.iostream import StreamClosedError
+from tornado.websocket import WebSocketClosedError, WebSocketHandler, WebSocketProtocol13
+
+from .errors import J2CError
+from .handler_base import AUTH_RESOURCE, MAX_SEQ, READ, J2CErrors, ws_requires
+
+
+class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
+    """``/jobs/{id}/stream?after=N``: replays the events after N, then sends live ones, one
+    JSON text message each, and closes after the terminal status event. The job goes on when
+    the socket closes; a client that reconnects with its last seq misses nothing."""
+
+    _pump: asyncio.Task[None] | None = None
+
+    def set_default_headers(self) -> None:
+        """No page headers on a websocket (as jupyter_server's kernel websocket)."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @ws_requires(READ)
+    async def get(self, job_id: str) -> None:
+        # Bad input is a 400 before the upgrade, never a sender that dies after it.
+        self._after = self.int_argument("after", 0, maximum=MAX_SEQ)
+        await self.service.get(job_id)  # an unknown job is a 404 before the upgrade
+        await super().get(job_id)
+
+    def open(self, job_id: str) -> None:
+        super().open()
+        self._frames: list[bytes] = []
+        self._flushed: asyncio.Future[None] | None = None
+        self._pump = asyncio.create_task(self._send_events(job_id))
+
+    async def _send_events(self, job_id: str) -> None:
+        try:
+            async for event in self.service.stream(job_id, self._after):
+                slow = self._send(event.model_dump_json(exclude_defaults=True))
+                if slow is not None:
+                    # Back-pressure: a slow browser holds what the kernel's socket buffer
+                    # holds plus one step's frames, then its follower's bounded queue; then
+                    # it is caught up from the registry by seq. Never a growing buffer here.
+                    await slow
+        except (WebSocketClosedError, StreamClosedError):
+            return
+        except J2CError as exc:  # e.g. the server is stopping: 4503
+            self._flush()
+            # A close frame's reason holds at most 123 bytes.
+            self.close(4000 + exc.status_code, exc.message.encode()[:120].decode(errors="ignore"))
+            return
+        except Exception:
+            # A bug must still end the stream with a close the client can see.
+            self.log.exception("j2c: event stream of %s failed (%s)", job_id, self.scrubbed_uri)
+            self._flush()
+            self.close(1011, "internal error; see the server log")
+            return
+        self._flush()  # the close frame goes after the last event
+        self.close(1000, "job finished")
+
+    def _send(self, text: str) -> Awaitable[None] | None:
+        """Send one text message. The messages of one loop step (a burst of events) leave in
+        one socket write at the step's end, not one write and one task each as through
+        ``write_message``; returns what to await when the client reads slower than that."""
+        conn = self.ws_connection
+        if conn is None or conn.is_closing():
+            raise WebSocketClosedError
+        if not isinstance(conn, WebSocketProtocol13) or self.get_compression_options() is not None:
+            return self.write_message(text)  # a deflating connection: tornado frames it
+        self._frames.append(_text_frame(text.encode()))
+        if len(self._frames) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        if self._flushed is not None and not self._flushed.done():
+            return self._flushed
+        return None
+
+    def _flush(self) -> None:
+        stream = getattr(self.ws_connection, "stream", None)
+        if not self._frames or stream is None:
+            return
+        frames, self._frames = self._frames, []
+        with contextlib.suppress(StreamClosedError):  # the next send says so
+            self._flushed = stream.write(b"".join(frames))
+
+    def on_message(self, message: str | bytes) -> None:
+        """Clients only listen."""
+
+    def on_close(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+
+
+def _text_frame(payload: bytes) -> bytes:
+    """One unfragmented, unmasked (server to client) websocket text frame (RFC 6455, 5.2)."""
+    size = len(payload)
+    if size < 126:
+        return struct.pack("!BB", 0x81, size) + payload
+    if size <= 0xFFFF:
+        return struct.pack("!BBH", 0x81, 126, size) + payload
+    return struct.pack("!BBQ", 0x81, 127, size) + payload
