@@ -37,6 +37,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler, WebSocketProtocol13
 
+from .audit import Actor
 from .config import J2CSettings
 from .defaults import defaults_for_browser
 from .errors import InvalidInput, J2CError, validation_error_to_j2c
@@ -161,6 +162,13 @@ class J2CErrors(JupyterHandler):
     def service(self) -> JobService:
         service: JobService = self.settings["j2c_service"]
         return service
+
+    @property
+    def actor(self) -> Actor:
+        """The Jupyter user making the request (behind JupyterHub: the hub user's name)."""
+        user = self.current_user
+        name = getattr(user, "username", None) or getattr(user, "name", None) or str(user)
+        return Actor(user=str(name), frontend="rest")
 
     def int_argument(self, name: str, default: int, *, minimum: int = 0, maximum: int) -> int:
         """A query integer in ``[minimum, maximum]``, else a 400 naming the parameter."""
@@ -293,7 +301,7 @@ class JobsHandler(J2CHandler):
     # Submitting runs the user's code on the scheduler.
     @requires(EXECUTE)
     async def post(self) -> None:
-        record = await self.service.submit(self.parse_body(JobRequest))
+        record = await self.service.submit(self.parse_body(JobRequest), self.actor)
         self.set_header("Location", url_path_join(self.request.path, record.id))
         self.write_model(record, status=202)
 
@@ -305,7 +313,7 @@ class JobHandler(J2CHandler):
 
     @requires(WRITE)
     async def delete(self, job_id: str) -> None:
-        await self.service.remove(job_id)
+        await self.service.remove(job_id, self.actor)
         self.set_status(204)
         self.finish()
 
@@ -313,7 +321,7 @@ class JobHandler(J2CHandler):
 class CancelHandler(J2CHandler):
     @requires(WRITE)
     async def post(self, job_id: str) -> None:
-        self.write_model(await self.service.cancel(job_id))
+        self.write_model(await self.service.cancel(job_id, self.actor))
 
 
 class EventsHandler(J2CHandler):
@@ -363,7 +371,8 @@ class CopyArtifactHandler(ArtifactHandler):
     # Writes a file into the user's project folder.
     @requires(WRITE)
     async def post(self, job_id: str, name: str) -> None:
-        self.write_model(ArtifactCopy(path=await self.service.copy_artifact(job_id, name)))
+        path = await self.service.copy_artifact(job_id, name, self.actor)
+        self.write_model(ArtifactCopy(path=path))
 
 
 def attachment(filename: str) -> str:

@@ -50,6 +50,7 @@ from ..storage.base import ObjectStore, blob_key
 from ..storage.redact import redact_url
 from ..units import byte_size as _size
 from ..units import count as _count
+from ..usage.writer import job_submitted
 from .clients import Clients
 from .journal import Journal, ProgressMeter
 from .results import collect_outputs
@@ -498,6 +499,7 @@ class Pipeline:
             change=apply,
         )
         current = await self.journal.status(JobStatus.submitted, f"submitted as {handle.id}")
+        job_submitted(self.settings, self.clients.store(), current, self.log)
         if current.status == JobStatus.cancelling:  # asked while it was being submitted
             await scheduler.cancel(handle)
         return handle
