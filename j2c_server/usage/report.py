@@ -9,6 +9,7 @@ GPU-hours (GPUs asked x run time) and the median queue wait (submitted → runni
 from __future__ import annotations
 
 import asyncio
+import calendar
 import re
 import statistics
 import time
@@ -46,7 +47,7 @@ class Loaded(BaseModel):
 
 def _day_prefixes(since_s: float, now: float) -> list[str]:
     first = time.gmtime(now - since_s)
-    day = time.mktime((first.tm_year, first.tm_mon, first.tm_mday, 12, 0, 0, 0, 0, -1))
+    day = calendar.timegm((first.tm_year, first.tm_mon, first.tm_mday, 12, 0, 0))
     prefixes: list[str] = []
     while day <= now + 86400:
         prefixes.append(f"{USAGE_PREFIX}/{time.strftime('%Y/%m/%d', time.gmtime(day))}/")
