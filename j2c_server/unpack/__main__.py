@@ -12,6 +12,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 7. running       the entry point with the venv's interpreter; signals forwarded
 8. uploading outputs   when --output-uri is given, also after a failed run
 
+Last of all, one ``j2c: summary: {json}`` line (summary.py): phase durations, bytes downloaded
+and reused, the exit code, for a cluster's log pipeline.
+
 With ``--cache-dir`` (cache.py), phases 4-6 go through the node's layer cache: entries found or
 built once, then used in place or materialised; without a usable cache, as above.
 

@@ -17,7 +17,9 @@ from .helpers import run_unpack
 
 def _summary(stderr: str) -> dict[str, Any]:
     last = stderr.rstrip("\n").splitlines()[-1]
-    summary: dict[str, Any] = json.loads(last)
+    prefix, _, text = last.partition("{")
+    assert prefix == "j2c: summary: "  # j2c-unpack's prefix, as on every line it writes
+    summary: dict[str, Any] = json.loads("{" + text)
     assert summary["j2c_unpack"] == "summary"
     return summary
 

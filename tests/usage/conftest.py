@@ -73,7 +73,10 @@ def jp_server_config(
             "job_dir": str(cluster.job_dir),
             "cancel_grace_s": 1.0,
             # The node is this machine: j2c-unpack from this venv, this checkout's code.
-            "env": {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+            "env": {
+                "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                "PYTHONPATH": str(REPO),
+            },
         }
     for section, values in extra.items():
         overrides[section] = {**overrides.get(section, {}), **values}

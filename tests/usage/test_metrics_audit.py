@@ -75,9 +75,7 @@ async def test_user_labels_when_the_setting_enables_them(
 ) -> None:
     record = await submit(jp_fetch, args=["--lines", "1"])
     await follow(jp_ws_fetch, record.id)
-    samples = await _until(
-        jp_fetch, "j2c_jobs_finished_total", 1, scheduler="local", user=HUB_USER
-    )
+    samples = await _until(jp_fetch, "j2c_jobs_finished_total", 1, scheduler="local", user=HUB_USER)
     assert _value(samples, "j2c_jobs_submitted_total", user=HUB_USER) == 1
 
 
