@@ -46,6 +46,7 @@ from .watch_stage import Log
 
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 WATCH_RETRY_S = 1.0
+FINISH_WAIT_S = 15.0  # at most, for a driver that is writing an ended job's usage record
 
 
 class ServiceStopping(J2CError):
@@ -107,6 +108,7 @@ class JobService:
             return
         self._stopping = True
         self.fanout.close()
+        await self._let_ended_jobs_finish()
         tasks = list(self._background)
         for task in tasks:
             task.cancel()
@@ -115,6 +117,19 @@ class JobService:
                 await task
         await self.clients.close()
         await asyncio.to_thread(self.registry.close)  # waits for calls in flight
+
+    async def _let_ended_jobs_finish(self) -> None:
+        """A job that has just ended (a CLI exits on its last event) still has its driver
+        writing the usage record: wait a little for those drivers, not for running jobs."""
+        ending: list[asyncio.Task[None]] = []
+        for job_id, driver in list(self._drivers.items()):
+            if driver.task is None or driver.task.done():
+                continue
+            with contextlib.suppress(J2CError):
+                if (await self.registry.get(job_id)).status.terminal:
+                    ending.append(driver.task)
+        if ending:
+            await asyncio.wait(ending, timeout=FINISH_WAIT_S)
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
