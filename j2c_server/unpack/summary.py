@@ -1,20 +1,21 @@
 """j2c-unpack's last line: one JSON object on stderr that a cluster's log pipeline can parse.
 
 ``j2c: summary: {"j2c_unpack": "summary", "exit_code": N, "seconds": T, "phases": {name:
-seconds}, "bytes_downloaded": B, "bytes_reused": R}`` — the ``j2c: <stage>:`` prefix of every
-line j2c-unpack writes (front ends tell its lines from the job's by it), then the JSON. Phases are the ``j2c: <stage>:`` stages that
-finished (their seconds added up when one runs more than once); bytes downloaded are layer
-bytes fetched from the store, bytes reused those a node cache or an earlier try of the same job
-already held. Standard library only, as the rest of the start-up path.
+seconds}, "bytes_downloaded": B, "bytes_reused": R}``: the ``j2c: <stage>:`` prefix of every
+line j2c-unpack writes (front ends tell its lines from the job's by it), then the JSON. Phases
+are the stages that finished (their seconds added up when one runs more than once); bytes
+downloaded are layer bytes fetched from the store, bytes reused those a node cache or an
+earlier try of the same job already held. Standard library only, as the rest of the start-up
+path.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Final
 import threading
 import time
+from typing import Final
 
 PREFIX: Final = "j2c: summary: "
 _lock = threading.Lock()  # downloads report from several threads
