@@ -77,14 +77,14 @@ class JobDriver:
         if not await self.registry.acquire_lease(self.job_id, self.owner, LEASE_TTL_S):
             return
         keeper = asyncio.create_task(self._keep_lease())
-        ended_here = True  # this driver saw the job to its end (not another process)
+        ended_here = False  # this driver saw the job to its end (not another process)
         try:
-            was_over = (await self.registry.get(self.job_id)).status.terminal
-            ended_here = not was_over
+            ended_here = not (await self.registry.get(self.job_id)).status.terminal
             await self.pipeline.run()
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise  # the service is stopping: leave the job to the next owner
+            ended_here = self._stop_reason == "cancel"
             if self._stop_reason == "cancel":
                 await self._record(JobStatus.cancelled, "cancelled before it was submitted")
         except LeaseLost:
