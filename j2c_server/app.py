@@ -52,7 +52,7 @@ class J2CApp(ExtensionApp):
         if root_dir:
             # Kernels inherit it: %j2c applies the same defaults rule as the Send form.
             os.environ.setdefault("J2C_SERVER_ROOT", os.path.abspath(root_dir))
-        service = JobService(settings, root_dir=root_dir, log=self.log)
+        service = JobService(settings, root_dir=root_dir, log=self.log, frontend="rest")
         return {"j2c_service": service}
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:

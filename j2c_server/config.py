@@ -165,6 +165,26 @@ class MlflowSettings(_Section):
         return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
 
 
+class UsageSettings(_Section):
+    """Usage records in the store (:mod:`~.usage`), read back by ``j2c usage``."""
+
+    enabled: bool = Field(
+        True,
+        description="Write a record per job under usage/YYYY/MM/DD/ in the store, at submit "
+        "and at its end.",
+    )
+
+
+class MetricsSettings(_Section):
+    """The Prometheus metrics on the server's /metrics (:mod:`~.metrics`)."""
+
+    user_labels: bool = Field(
+        False,
+        description="Label job counters with the user name (one series per user: mind a large "
+        "hub's cardinality).",
+    )
+
+
 class J2CSettings(_Section):
     data_dir: str | None = Field(None, description="Registry, cache and embedded store.")
     default_image: str | None = Field(
@@ -175,6 +195,8 @@ class J2CSettings(_Section):
     pack: PackSettings = Field(default_factory=PackSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
+    usage: UsageSettings = Field(default_factory=UsageSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     # ---------------------------------------------------------------- derived values
 

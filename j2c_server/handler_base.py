@@ -22,6 +22,7 @@ from jupyter_server.log import _scrub_uri
 from pydantic import BaseModel, ValidationError
 from tornado import web
 
+from .audit import Actor
 from .config import J2CSettings
 from .errors import InvalidInput, J2CError, validation_error_to_j2c
 from .jobs.service import JobService
@@ -143,6 +144,13 @@ class J2CErrors(JupyterHandler):
     def service(self) -> JobService:
         service: JobService = self.settings["j2c_service"]
         return service
+
+    @property
+    def actor(self) -> Actor:
+        """The Jupyter user making the request (behind JupyterHub: the hub user's name)."""
+        user = self.current_user
+        name = getattr(user, "username", None) or getattr(user, "name", None) or str(user)
+        return Actor(user=str(name), frontend="rest")
 
     def int_argument(self, name: str, default: int, *, minimum: int = 0, maximum: int) -> int:
         """A query integer in ``[minimum, maximum]``, else a 400 naming the parameter."""

@@ -88,7 +88,7 @@ class JobsHandler(J2CHandler):
     # Submitting runs the user's code on the scheduler.
     @requires(EXECUTE)
     async def post(self) -> None:
-        record = await self.service.submit(self.parse_body(JobRequest))
+        record = await self.service.submit(self.parse_body(JobRequest), self.actor)
         self.set_header("Location", url_path_join(self.request.path, record.id))
         self.write_model(record, status=202)
 
@@ -100,7 +100,7 @@ class JobHandler(J2CHandler):
 
     @requires(WRITE)
     async def delete(self, job_id: str) -> None:
-        await self.service.remove(job_id)
+        await self.service.remove(job_id, self.actor)
         self.set_status(204)
         self.finish()
 
@@ -108,7 +108,7 @@ class JobHandler(J2CHandler):
 class CancelHandler(J2CHandler):
     @requires(WRITE)
     async def post(self, job_id: str) -> None:
-        self.write_model(await self.service.cancel(job_id))
+        self.write_model(await self.service.cancel(job_id, self.actor))
 
 
 class EventsHandler(J2CHandler):
@@ -158,7 +158,8 @@ class CopyArtifactHandler(ArtifactHandler):
     # Writes a file into the user's project folder.
     @requires(WRITE)
     async def post(self, job_id: str, name: str) -> None:
-        self.write_model(ArtifactCopy(path=await self.service.copy_artifact(job_id, name)))
+        path = await self.service.copy_artifact(job_id, name, self.actor)
+        self.write_model(ArtifactCopy(path=path))
 
 
 def attachment(filename: str) -> str:

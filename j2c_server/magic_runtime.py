@@ -56,7 +56,7 @@ class BackgroundService:
         # or follows; adopting everyone's orphaned jobs is the server's and watchers' work.
         from .jobs.service import JobService
 
-        return JobService(settings, log=log)
+        return JobService(settings, log=log, frontend="magic")
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)

@@ -399,6 +399,12 @@ class JobRecord(_Strict):
     exit_code: int | None = None
     results: JobResults | None = None
     last_seq: int = 0
+    user: str | None = Field(
+        None,
+        description="Who sent it: the Jupyter user (the hub user behind JupyterHub), or the "
+        "OS user for the CLI and %j2c.",
+    )
+    frontend: str | None = Field(None, description="Where it was sent from: rest, cli, magic.")
 
 
 class EventKind(str, Enum):

@@ -131,6 +131,10 @@ export interface JobRecord {
   exit_code?: number | null;
   results?: JobResults | null;
   last_seq?: number;
+  /** Who sent it: the Jupyter user (the hub user behind JupyterHub), or the OS user for the CLI and %j2c. */
+  user?: string | null;
+  /** Where it was sent from: rest, cli, magic. */
+  frontend?: string | null;
 }
 
 /**

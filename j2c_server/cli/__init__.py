@@ -18,8 +18,9 @@ def _add_commands() -> None:
     from .config_cmd import config
     from .jobs import cancel, list_jobs, logs, status
     from .submit import pack, submit
+    from .usage_cmd import usage
 
-    for command in (submit, pack, build, status, logs, cancel, list_jobs, config):
+    for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage):
         main.add_command(command)
 
 

@@ -28,7 +28,7 @@ async def open_service(settings: J2CSettings) -> AsyncIterator[JobService]:
     submits, or one it follows that nobody else drives."""
     from ..jobs.service import JobService
 
-    service = JobService(settings, log=log)
+    service = JobService(settings, log=log, frontend="cli")
     try:
         yield service
     finally:

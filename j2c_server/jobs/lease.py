@@ -22,6 +22,7 @@ from ..errors import Conflict, J2CError
 from ..eventbus import EventBus
 from ..models import EventKind, JobRecord, JobStatus, StageState
 from ..registry import EventDraft, LeaseLost, Registry
+from ..usage.writer import job_ended
 from .clients import Clients
 from .journal import Journal
 from .pipeline import Pipeline
@@ -56,6 +57,8 @@ class JobDriver:
         self.registry = registry
         self.log = log
         self.journal = Journal(registry, bus, job_id, owner=owner)
+        self.settings = settings
+        self.clients = clients
         self.pipeline = Pipeline(settings, self.journal, clients, log)
         self.task: asyncio.Task[None] | None = None
         self._stop_reason: str | None = None
@@ -75,14 +78,18 @@ class JobDriver:
         if not await self.registry.acquire_lease(self.job_id, self.owner, LEASE_TTL_S):
             return
         keeper = asyncio.create_task(self._keep_lease())
+        ended_here = False  # this driver saw the job to its end (not another process)
         try:
+            ended_here = not (await self.registry.get(self.job_id)).status.terminal
             await self.pipeline.run()
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise  # the service is stopping: leave the job to the next owner
+            ended_here = self._stop_reason == "cancel"
             if self._stop_reason == "cancel":
                 await self._record(JobStatus.cancelled, "cancelled before it was submitted")
         except LeaseLost:
+            ended_here = False
             self.log.info("j2c: job %s is driven by another process now", self.job_id)
         except J2CError as exc:
             await self._fail(exc.message, exc.to_dict())
@@ -94,6 +101,17 @@ class JobDriver:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
             await self.registry.release_lease(self.job_id, self.owner)
+        if ended_here:
+            await self._account()
+
+    async def _account(self) -> None:
+        """The ended job's usage record and metrics (never failing the job)."""
+        try:
+            record = await self.registry.get(self.job_id)
+            if record.status.terminal:
+                await job_ended(self.settings, self.clients.store(), record, self.log)
+        except Exception:  # accounting must not fail the job
+            self.log.exception("j2c: usage of job %s not recorded", self.job_id)
 
     async def _keep_lease(self) -> None:
         renewed = time.monotonic()

@@ -39,6 +39,7 @@ from ..pack import (
 )
 from ..schedulers.base import JobSpec, SchedulerState
 from ..storage.redact import redact_url
+from ..usage.writer import job_submitted
 from .clients import Clients
 from .job_inputs import (
     job_image,
@@ -332,6 +333,7 @@ class Pipeline:
             change=apply,
         )
         current = await self.journal.status(JobStatus.submitted, f"submitted as {handle.id}")
+        job_submitted(self.settings, self.clients.store(), current, self.log)
         if current.status == JobStatus.cancelling:  # asked while it was being submitted
             await scheduler.cancel(handle)
         return handle

@@ -20,7 +20,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from .. import metrics
 from ..artifacts import ArtifactFile, copy_into_project, open_artifact
+from ..audit import Actor, audit, local_actor
 from ..config import J2CSettings
 from ..errors import Conflict, J2CError
 from ..eventbus import EventBus, Fanout, FanoutClosed
@@ -32,6 +34,7 @@ from ..private import private_dir, private_opener
 from ..registry import open_registry
 from ..schedulers import check_resources, scheduler_class
 from ..storage.base import manifest_key
+from ..usage.writer import job_ended
 from . import send_rule
 from .clients import Clients
 from .job_inputs import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
@@ -43,6 +46,7 @@ from .watch_stage import Log
 
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 WATCH_RETRY_S = 1.0
+FINISH_WAIT_S = 15.0  # at most, for a driver that is writing an ended job's usage record
 
 
 class ServiceStopping(J2CError):
@@ -58,9 +62,16 @@ def new_job_id() -> str:
 
 class JobService:
     def __init__(
-        self, settings: J2CSettings, root_dir: str | None = None, log: Log | None = None
+        self,
+        settings: J2CSettings,
+        root_dir: str | None = None,
+        log: Log | None = None,
+        *,
+        frontend: str = "python",
     ) -> None:
         self.settings = settings
+        # Who acts when a call names nobody: this process's user (the CLI, %j2c).
+        self.actor = local_actor(frontend)
         self.root_dir = root_dir
         self.log: Log = log or logging.getLogger("j2c")
         self.registry = open_registry(settings.data_path())
@@ -97,6 +108,7 @@ class JobService:
             return
         self._stopping = True
         self.fanout.close()
+        await self._let_ended_jobs_finish()
         tasks = list(self._background)
         for task in tasks:
             task.cancel()
@@ -105,6 +117,19 @@ class JobService:
                 await task
         await self.clients.close()
         await asyncio.to_thread(self.registry.close)  # waits for calls in flight
+
+    async def _let_ended_jobs_finish(self) -> None:
+        """A job that has just ended (a CLI exits on its last event) still has its driver
+        writing the usage record: wait a little for those drivers, not for running jobs."""
+        ending: list[asyncio.Task[None]] = []
+        for job_id, driver in list(self._drivers.items()):
+            if driver.task is None or driver.task.done():
+                continue
+            with contextlib.suppress(J2CError):
+                if (await self.registry.get(job_id)).status.terminal:
+                    ending.append(driver.task)
+        if ending:
+            await asyncio.wait(ending, timeout=FINISH_WAIT_S)
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -150,10 +175,11 @@ class JobService:
         check_resources(scheduler, resolved.resources)
         return resolved.model_copy(update={"scheduler": scheduler})
 
-    async def submit(self, request: JobRequest) -> JobRecord:
+    async def submit(self, request: JobRequest, actor: Actor | None = None) -> JobRecord:
         """Scan what the request would ship, then attach to the job with the same request and
         content (see :mod:`.sending`) or create a new one and start its pipeline in the
         background; returns at once with the record, whose ``decision`` says which and why."""
+        actor = actor or self.actor
         draft = self._draft(await self._resolve(request))
         check_store_for_submit(self.settings, draft.scheduler)
         earlier = await self.registry.latest_like(draft)
@@ -171,6 +197,8 @@ class JobService:
                 "key": job_key(draft.request_key or "", content),
                 "content": content,
                 "decision": send_rule.new_job(draft.request, scan.report, earlier),
+                "user": actor.user,
+                "frontend": actor.frontend,
             }
         )
         first = {"kind": EventKind.status, "status": JobStatus.pending, "text": record.message}
@@ -178,8 +206,18 @@ class JobService:
         if created:
             self.clients.scans[record.id] = scan  # the pipeline packs from this walk
             self.bus.publish(record.id)
+            metrics.job_submitted(record, user_labels=self.settings.metrics.user_labels)
         else:
             record = record.model_copy(update={"decision": send_rule.attached(record)})
+        audit(
+            self.log,
+            "submit",
+            actor,
+            record.id,
+            attached=not created,
+            project=Path(record.request.code_path).name,
+            scheduler=record.scheduler,
+        )
         if not record.status.terminal and (
             created or await self.registry.lease_owner(record.id) is None
         ):
@@ -228,12 +266,13 @@ class JobService:
     async def get(self, job_id: str) -> JobRecord:
         return await self.registry.get(job_id)
 
-    async def cancel(self, job_id: str) -> JobRecord:
+    async def cancel(self, job_id: str, actor: Actor | None = None) -> JobRecord:
         """Ask the job to stop. Before submission the pipeline stops; after it, the scheduler
         is asked to cancel and the watcher records the end. A finished job is returned as is."""
         record = await self.registry.get(job_id)
         if record.status.terminal or record.status == JobStatus.cancelling:
             return record
+        audit(self.log, "cancel", actor or self.actor, job_id, status=record.status.value)
         journal = Journal(self.registry, self.bus, job_id)
         try:
             record = await journal.status(JobStatus.cancelling, "cancel requested")
@@ -247,15 +286,17 @@ class JobService:
                 # Nobody drives it: no pipeline to stop, so it is cancelled here and now.
                 with contextlib.suppress(Conflict):
                     record = await journal.status(JobStatus.cancelled, "cancelled")
+                    await job_ended(self.settings, self.clients.store(), record, self.log)
             return record
         await self.clients.scheduler(record.handle.scheduler).cancel(record.handle)
         if await self.registry.lease_owner(job_id) is None:
             self._drive(job_id)  # someone must record how it ended
         return record
 
-    async def remove(self, job_id: str) -> None:
+    async def remove(self, job_id: str, actor: Actor | None = None) -> None:
         """Forget a finished job (record and events); a job still going is a Conflict."""
         await self.registry.remove(job_id)
+        audit(self.log, "remove", actor or self.actor, job_id)
 
     @contextlib.asynccontextmanager
     async def open_artifact(self, job_id: str, name: str) -> AsyncIterator[ArtifactFile]:
@@ -265,12 +306,14 @@ class JobService:
         async with open_artifact(record, name, self.settings.storage) as artifact:
             yield artifact
 
-    async def copy_artifact(self, job_id: str, name: str) -> str:
+    async def copy_artifact(self, job_id: str, name: str, actor: Actor | None = None) -> str:
         """Copy an artifact (e.g. the executed notebook) into the job's project folder, at
         ``j2c-outputs/<job id>/<name>``; returns its path relative to the root folder."""
         record = await self.registry.get(job_id)
         async with open_artifact(record, name, self.settings.storage) as artifact:
-            return await asyncio.to_thread(copy_into_project, record, artifact, self.root_dir)
+            path = await asyncio.to_thread(copy_into_project, record, artifact, self.root_dir)
+        audit(self.log, "copy_artifact", actor or self.actor, job_id, artifact=name)
+        return path
 
     async def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         events, _ = await self.registry.events(job_id, after, limit)
@@ -283,11 +326,14 @@ class JobService:
         takes it over."""
         if self._stopping:
             raise ServiceStopping("j2c is shutting down; reconnect with your last seq")
+        metrics.follower_joined()
         try:
             async for event in self.fanout.follow(job_id, after):
                 yield event
         except FanoutClosed:
             raise ServiceStopping("j2c is shutting down; reconnect with your last seq") from None
+        finally:
+            metrics.follower_left()
 
     async def _take_over_if_unwatched(self, job_id: str) -> None:
         """A followed job quiet for a lease's time: drive it here if nobody does."""

@@ -12,6 +12,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 7. running       the entry point with the venv's interpreter; signals forwarded
 8. uploading outputs   when --output-uri is given, also after a failed run
 
+Last of all, one ``j2c: summary: {json}`` line (summary.py): phase durations, bytes downloaded
+and reused, the exit code, for a cluster's log pipeline.
+
 With ``--cache-dir`` (cache.py), phases 4-6 go through the node's layer cache: entries found or
 built once, then used in place or materialised; without a usable cache, as above.
 
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..units import byte_size
+from . import summary
 from .errors import LocalIOError, UnpackError
 from .log import Stage, say
 
@@ -123,19 +127,22 @@ def main(argv: list[str] | None = None) -> int:
     options, user_args = parse_command_line(sys.argv[1:] if argv is None else argv)
     # The default action would end the process on the spot, leaving original-path copies.
     previous = signal.signal(signal.SIGTERM, _terminate)
+    code = 1  # what Python exits with when an unexpected error gets out
     try:
-        return unpack_and_run(options, user_args)
+        code = unpack_and_run(options, user_args)
     except UnpackError as exc:
         say("failed", str(exc))
-        return int(exc.exit_code)
+        code = int(exc.exit_code)
     except KeyboardInterrupt:
         say("failed", "interrupted before the entry point started")
-        return 128 + 2
+        code = 128 + 2
     except _Terminated:
         say("failed", "stopped by SIGTERM outside the entry point's run")
-        return 128 + signal.SIGTERM
+        code = 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
+        summary.emit(code)  # the last line, whatever happened
+    return code
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:

@@ -68,6 +68,7 @@ from .errors import LocalIOError
 from .homes import Placement, _others_could_change
 from .interpreter import Interpreter
 from .log import Stage, say
+from .summary import add_bytes
 
 CACHE_ENV = "J2C_UNPACK_CACHE"
 CACHE_MAX_ENV = "J2C_UNPACK_CACHE_MAX"
@@ -221,6 +222,7 @@ class Cache:
         for item in items:
             os.utime(item.use_fd)  # least recently used = oldest mtime
         hits = len(items) - len(made)
+        add_bytes(reused=sum(i.layer.size for i in items if all(i is not m for m in made)))
         stage.done(f"{hits} of {len(items)} layers from the cache, {len(made)} built")
         self.evict()  # also on warm starts: a lowered cap, or entries freed since
         return self._materialise(items, placement, interpreter)
@@ -358,10 +360,12 @@ class Cache:
                 self._lock(key, "use", fcntl.LOCK_SH)
                 if path := self._blob(key, layer, repair=False):
                     found[layer.digest.removeprefix("sha256:")] = path
+                    add_bytes(reused=layer.size)
                     continue
                 makes.append(self._lock(key, "make", fcntl.LOCK_EX))
                 if path := self._blob(key, layer, repair=True):
                     found[layer.digest.removeprefix("sha256:")] = path
+                    add_bytes(reused=layer.size)
                 else:
                     wanted.append(layer)
             if wanted:

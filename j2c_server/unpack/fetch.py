@@ -38,6 +38,7 @@ from ..models import MANIFEST_FORMAT_VERSION, Layer, Manifest
 from ..units import byte_size
 from .errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
 from .log import Stage, say
+from .summary import add_bytes
 
 CHUNK = 1024 * 1024
 MANIFEST_LIMIT = 16 * 1024 * 1024
@@ -180,6 +181,7 @@ def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> l
         raise causes[0]
     fetched = [f.result() for f in futures]
     sent = sum(f.layer.size for f in fetched if not f.reused)
+    add_bytes(downloaded=sent, reused=sum(f.layer.size for f in fetched if f.reused))
     stage.done(f"{byte_size(sent)} fetched, {sum(f.reused for f in fetched)} reused")
     return fetched
 

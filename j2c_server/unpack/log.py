@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+from . import summary
+
 _one_line_at_a_time = threading.Lock()  # downloads report from several threads
 
 
@@ -33,5 +35,7 @@ class Stage:
     def seconds(self) -> float:
         return time.monotonic() - self.started
 
-    def done(self, summary: str) -> None:
-        say(self.name, f"{summary} in {self.seconds:.2f} s")
+    def done(self, what: str) -> None:
+        seconds = self.seconds
+        summary.phase_done(self.name, seconds)
+        say(self.name, f"{what} in {seconds:.2f} s")
