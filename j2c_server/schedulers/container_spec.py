@@ -136,10 +136,13 @@ def store_files(spec: JobSpec, settings: J2CSettings) -> list[Path]:
     return files
 
 
-def _env(spec: JobSpec, cfg: ContainerSettings) -> list[str]:
+def _env(spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings) -> list[str]:
     # Credentials in a request were refused for every backend (jobenv); what reaches here is
     # the operator's own env and pass_env.
     env = {**cfg.env, **spec.env}
+    if settings.storage.shared and file_store_root(settings) is not None:
+        # The outputs j2c-unpack uploads stay readable by the server's uid (not 0600 to the job's).
+        env["J2C_STORAGE__SHARED"] = "true"
     env.update(
         HOME=HOME,
         J2C_OUTPUT_DIR=OUTPUTS,
@@ -231,7 +234,7 @@ def render_create(
         # The whole command replaces the image's entrypoint, as a Kubernetes `command` does.
         "Entrypoint": spec.command[:1],
         "Cmd": spec.command[1:],
-        "Env": _env(spec, cfg),
+        "Env": _env(spec, settings, cfg),
         "User": cfg.job_user(),
         "WorkingDir": HOME,
         "Tty": False,
