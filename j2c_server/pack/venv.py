@@ -26,7 +26,7 @@ _PROBE = (
     "'paths': [p for p in sys.path if os.path.isdir(p)]}))"
 )
 # Installed into every venv by venv/ensurepip itself: shadowing these is expected, not news.
-VENV_TOOLING = frozenset({"pip", "setuptools", "wheel", "distribute"})
+_VENV_TOOLING = frozenset({"pip", "setuptools", "wheel", "distribute"})
 
 
 def normalize_dist_name(name: str) -> str:
@@ -171,7 +171,7 @@ def shadowed_packages(venv: Venv) -> list[tuple[str, str, str]]:
     return [
         (name, version, base[name])
         for name, version in sorted(ours.items())
-        if name in base and name not in VENV_TOOLING
+        if name in base and name not in _VENV_TOOLING
     ]
 
 

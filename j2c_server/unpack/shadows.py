@@ -8,12 +8,42 @@ without system site packages sees none of them, so nothing is shadowed there.
 
 from __future__ import annotations
 
+import os
+import re
 import site
 import sys
 from pathlib import Path
 
-from ..pack.venv import VENV_TOOLING, distributions, read_pyvenv_cfg
 from .log import say
+
+# The same rules as pack/venv.py's (unpack/ does not import pack/): a dist's folder name, PEP 503
+# names, and the packages every venv has its own copy of.
+_DIST_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+?)(-py[\d.]+)?\.(dist|egg)-info$")
+VENV_TOOLING = frozenset({"pip", "setuptools", "wheel", "distribute"})
+
+
+def distributions(directory: Path) -> dict[str, str]:
+    """Normalised project name → version for the dists installed in ``directory``."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for name in names:
+        match = _DIST_RE.match(name)
+        if match:
+            project = re.sub(r"[-_.]+", "-", match.group("name")).lower()
+            found[project] = match.group("version")
+    return found
+
+
+def read_pyvenv_cfg(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip().lower()] = value.strip()
+    return values
 
 
 def base_site_dirs() -> list[Path]:
