@@ -29,7 +29,8 @@ def store_problem(settings: J2CSettings, scheduler: str) -> str | None:
     if not url.startswith("file://") or settings.storage.shared:
         return None
     if scheduler == "container":
-        uid = int(settings.scheduler.section("container", ContainerSettings).user.split(":")[0])
+        user = settings.scheduler.section("container", ContainerSettings).job_user()
+        uid = int(user.split(":")[0])
         if uid == os.getuid():
             return None
         return (

@@ -40,6 +40,7 @@ from .container_spec import (
     parse_user,
     render_create,
     runs_root,
+    store_files,
 )
 
 __all__ = ["ContainerScheduler", "render_create"]
@@ -74,7 +75,8 @@ class ContainerScheduler(SchedulerBase):
     # ------------------------------------------------------------------ protocol
 
     async def submit(self, spec: JobSpec) -> JobHandle:
-        request = render_create(spec, self._settings, gpu_devices=[])
+        files = await asyncio.to_thread(store_files, spec, self._settings)
+        request = render_create(spec, self._settings, gpu_devices=[], files=files)
         name = request["name"]
         folder = job_folder(self._settings, spec.key)
         await asyncio.to_thread(self._prepare_folders, spec, folder)
@@ -190,7 +192,7 @@ class ContainerScheduler(SchedulerBase):
 
     def _prepare_folders(self, spec: JobSpec, folder: Path) -> None:
         """The job's HOME and outputs (and its store upload folder), writable by its uid."""
-        uid, gid = parse_user(self._cfg.user)
+        uid, gid = parse_user(self._cfg.job_user())
         folders = [folder / "home", folder / "outputs"]
         upload = output_upload_dir(spec, self._settings)
         if upload is not None:
@@ -320,7 +322,7 @@ def _collect_results(outputs: Path, code: int | None) -> JobResults:
 
 def render_dry_run(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
     """What ``--dry-run`` prints: the create request, its name and path."""
-    request = render_create(spec, settings)
+    request = render_create(spec, settings, files=store_files(spec, settings))
     return {
         "method": "POST",
         "path": f"/{settings.scheduler.section('container', ContainerSettings).api_version}"

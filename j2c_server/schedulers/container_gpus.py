@@ -27,7 +27,7 @@ from ..config import J2CSettings
 from ..errors import SchedulerError
 from .base import JobSpec
 from .container_settings import ContainerSettings
-from .container_spec import render_create
+from .container_spec import render_create, store_files
 from .local_files import is_held, read_json, write_json_atomic
 from .local_gpus import GpuLedger, detect_gpu_ids
 from .local_settings import LocalSchedulerSettings
@@ -69,7 +69,8 @@ class GpuWaiter:
             )
         local = self._settings.scheduler.section("local", LocalSchedulerSettings)
         ledger = local.gpu_ledger  # the machine-wide pool the local scheduler shares
-        request = render_create(spec, self._settings, gpu_devices=[])
+        files = store_files(spec, self._settings)
+        request = render_create(spec, self._settings, gpu_devices=[], files=files)
         write_json_atomic(
             folder / _REQUEST,
             {

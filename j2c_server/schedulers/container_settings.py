@@ -6,9 +6,12 @@ the backend (which imports the config).
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+NOT_ROOT = "1000:1000"
 
 
 class ContainerSettings(BaseModel):
@@ -22,10 +25,12 @@ class ContainerSettings(BaseModel):
         "or Docker's (/var/run/docker.sock).",
     )
     api_version: str = Field("v1.41", pattern=r"^v[0-9]+\.[0-9]+$")
-    user: str = Field(
-        "1000:1000",
+    user: str | None = Field(
+        None,
         pattern=r"^[0-9]+(:[0-9]+)?$",
-        description="uid:gid the job runs as (numeric; default: not root).",
+        description="uid:gid the job runs as (numeric). Default: the server's own uid:gid, so "
+        "the job reads the private store and the server reads what the job writes; "
+        f"{NOT_ROOT} when the server runs as root (a job never runs as root by default).",
     )
     cancel_grace_s: float = Field(10.0, ge=0, description="SIGTERM, then SIGKILL after this.")
     gpus: int | None = Field(None, ge=0, description="GPUs to hand out; default: detected.")
@@ -51,3 +56,10 @@ class ContainerSettings(BaseModel):
         default_factory=dict, description="Environment every job starts with."
     )
     poll_interval_s: float = Field(0.5, gt=0, description="How often to re-read a container.")
+
+    def job_user(self) -> str:
+        """The uid:gid jobs run as: ``user``, else the server's own (see ``user``)."""
+        if self.user:
+            return self.user
+        uid, gid = os.getuid(), os.getgid()
+        return NOT_ROOT if uid == 0 else f"{uid}:{gid}"

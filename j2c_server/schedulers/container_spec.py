@@ -6,8 +6,10 @@ container --dry-run`` prints. The container's name derives from the request's id
 
 What the job sees:
 
-- the ``file://`` store bind-mounted read-only at its own path, and the store folder its outputs
-  are uploaded to (``--output-uri``) mounted writable on top;
+- of a ``file://`` store, only its own files, each bind-mounted read-only at its own path: the
+  manifest and the layer blobs that manifest names (:func:`store_files`, which reads the
+  manifest), and the store folder its outputs are uploaded to (``--output-uri``) writable. Other
+  jobs' manifests, layers and outputs in the same store are not in the container at all;
 - ``HOME`` (``/j2c/home``) and ``$J2C_OUTPUT_DIR`` (``/j2c/outputs``): writable per-job folders
   of the host (``<runs dir>/<name>/``), so tools that write under HOME work as any uid;
 - the configured uid:gid, CPU and memory limits, GPUs as CDI devices or device requests;
@@ -18,6 +20,7 @@ What the job sees:
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,8 @@ OUTPUTS = "/j2c/outputs"
 RUNS_DIR = "containers"
 
 _SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(i?)B?$", re.IGNORECASE)
+_BLOB_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_MANIFEST_LIMIT = 16 * 1024 * 1024
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 
 
@@ -76,7 +81,7 @@ def _file_path(uri: str) -> Path | None:
 
 def output_upload_dir(spec: JobSpec, settings: J2CSettings) -> Path | None:
     """The store folder ``--output-uri`` names, when it is in the ``file://`` store."""
-    command = spec.command[: spec.command.index("--")] if "--" in spec.command else spec.command
+    command = _unpack_options(spec)
     if "--output-uri" not in command[:-1]:
         return None
     target = _file_path(command[command.index("--output-uri") + 1])
@@ -86,10 +91,58 @@ def output_upload_dir(spec: JobSpec, settings: J2CSettings) -> Path | None:
     return target
 
 
-def _env(spec: JobSpec, cfg: ContainerSettings) -> list[str]:
+def _unpack_options(spec: JobSpec) -> list[str]:
+    return spec.command[: spec.command.index("--")] if "--" in spec.command else spec.command
+
+
+def manifest_path(spec: JobSpec, settings: J2CSettings) -> Path | None:
+    """The ``file://`` store manifest ``j2c-unpack`` is given, when the store is ``file://``."""
+    root = file_store_root(settings)
+    if root is None:
+        return None
+    options = _unpack_options(spec)
+    for index, part in enumerate(options[1:], start=1):
+        if options[index - 1] == "--output-uri":
+            continue
+        path = _file_path(part)
+        if path is not None and path.suffix == ".json" and path.is_relative_to(root):
+            return path
+    return None
+
+
+def store_files(spec: JobSpec, settings: J2CSettings) -> list[Path]:
+    """The store files the job reads: its manifest, and the blobs of the layers it names (those
+    without their own ``url``). Reads the manifest: call it off the event loop. A manifest that
+    cannot be read gives only itself (``j2c-unpack`` then says what is wrong with it)."""
+    manifest = manifest_path(spec, settings)
+    root = file_store_root(settings)
+    if manifest is None or root is None:
+        return []
+    files = [manifest]
+    try:
+        with manifest.open("rb") as handle:
+            data = json.loads(handle.read(_MANIFEST_LIMIT))
+        layers = data.get("layers") if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return files
+    for layer in layers if isinstance(layers, list) else []:
+        if not isinstance(layer, dict) or layer.get("url"):
+            continue
+        digest = layer.get("digest")
+        if isinstance(digest, str) and _BLOB_DIGEST.match(digest):
+            blob = root / "blobs" / "sha256" / f"{digest.partition(':')[2]}.tar.zst"
+            if blob not in files:
+                files.append(blob)
+    return files
+
+
+def _env(spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings) -> list[str]:
     # Credentials in a request were refused for every backend (jobenv); what reaches here is
     # the operator's own env and pass_env.
     env = {**cfg.env, **spec.env}
+    if settings.storage.shared and file_store_root(settings) is not None:
+        # The outputs j2c-unpack uploads stay readable by the server's uid (not 0600 to the job's).
+        env["J2C_STORAGE__SHARED"] = "true"
     env.update(
         HOME=HOME,
         J2C_OUTPUT_DIR=OUTPUTS,
@@ -132,34 +185,45 @@ def job_folder(settings: J2CSettings, spec_key: str) -> Path:
     return runs_root(settings) / container_name(spec_key)
 
 
-def _binds(spec: JobSpec, settings: J2CSettings) -> list[str]:
+def _binds(spec: JobSpec, settings: J2CSettings, files: list[Path]) -> list[str]:
     folder = job_folder(settings, spec.key)
     binds = [f"{folder / 'home'}:{HOME}:rw", f"{folder / 'outputs'}:{OUTPUTS}:rw"]
-    store = file_store_root(settings)
-    if store is not None:
-        binds.append(f"{store}:{store}:ro")
-        upload = output_upload_dir(spec, settings)
-        if upload is not None:
-            binds.append(f"{upload}:{upload}:rw")  # on top of the read-only store
+    # One file at a time, never the store's folder: the store holds every job's code and outputs.
+    binds.extend(f"{path}:{path}:ro" for path in files)
+    upload = output_upload_dir(spec, settings)
+    if upload is not None:
+        binds.append(f"{upload}:{upload}:rw")
     credentials = settings.scheduler.section("container", ContainerSettings).credentials_dir
     if credentials:
         binds.append(f"{Path(credentials).expanduser().absolute()}:{HOME}/.aws:ro")
     return binds
 
 
+def _manifest_only(spec: JobSpec, settings: J2CSettings) -> list[Path]:
+    manifest = manifest_path(spec, settings)
+    return [manifest] if manifest is not None else []
+
+
 def render_create(
-    spec: JobSpec, settings: J2CSettings, *, gpu_devices: list[str] | None = None
+    spec: JobSpec,
+    settings: J2CSettings,
+    *,
+    gpu_devices: list[str] | None = None,
+    files: list[Path] | None = None,
 ) -> dict[str, Any]:
     """``{"name": ..., "body": ...}`` of ``POST /containers/create?name=...``. ``gpu_devices``
-    are the GPUs the ledger granted (the dry run shows the first ones)."""
+    are the GPUs the ledger granted (the dry run shows the first ones); ``files`` are the store
+    files to mount (:func:`store_files`; default: the manifest alone)."""
     cfg = settings.scheduler.section("container", ContainerSettings)
     if not spec.command:
         raise InvalidInput("the job has no command to run", field="command")
     gpus = gpu_devices
     if gpus is None:
         gpus = [str(index) for index in range(spec.resources.gpus)]
+    if files is None:
+        files = _manifest_only(spec, settings)
     host: dict[str, Any] = {
-        "Binds": _binds(spec, settings),
+        "Binds": _binds(spec, settings, files),
         "Init": True,  # a real PID 1 forwards SIGTERM and reaps what the job leaves behind
         **_resources(spec, cfg, gpus),
     }
@@ -170,8 +234,8 @@ def render_create(
         # The whole command replaces the image's entrypoint, as a Kubernetes `command` does.
         "Entrypoint": spec.command[:1],
         "Cmd": spec.command[1:],
-        "Env": _env(spec, cfg),
-        "User": cfg.user,
+        "Env": _env(spec, settings, cfg),
+        "User": cfg.job_user(),
         "WorkingDir": HOME,
         "Tty": False,
         "OpenStdin": False,

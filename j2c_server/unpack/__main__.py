@@ -8,7 +8,8 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  workdir; then the free space for the layers is checked
 4. downloading   every layer at once; verifying: each one's sha256 before it is used
 5. extracting    safely, code first
-6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs
+6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs;
+                 the venv's packages that shadow this interpreter's own are named in the log
 7. running       the entry point with the venv's interpreter; signals forwarded
 8. uploading outputs   when --output-uri is given, also after a failed run
 
@@ -239,7 +240,10 @@ def _run_prepared(
 ) -> int:
     """Phases 7 and 8."""
     from .run import entry_command, job_environment, run_child, working_dir
+    from .shadows import report_shadowed
 
+    if placement.venv is not None:
+        report_shadowed(placement.venv)
     # 7: the entry point.
     argv = entry_command(manifest, placement.code, python, output_dir, user_args)
     cwd = working_dir(manifest, placement.code)

@@ -265,7 +265,9 @@ def test_the_dry_run_shows_limits_gpus_user_and_mounts(podman: Podman, tmp_path:
     assert body["Entrypoint"] == ["j2c-unpack"] and body["User"] == "1234:1234"
     assert host["NanoCpus"] == 1_500_000_000 and host["Memory"] == 2 * 1024**3
     assert [d["PathOnHost"] for d in host["Devices"]] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
-    assert f"{store}:{store}:ro" in host["Binds"]
+    # Only the job's own store files, never the store's folder (other jobs' files are in it).
+    assert f"{store}/m.json:{store}/m.json:ro" in host["Binds"]
+    assert not [bind for bind in host["Binds"] if bind.startswith(f"{store}:")]
     assert f"{store}/jobs/j/outputs:{store}/jobs/j/outputs:rw" in host["Binds"]
     assert "J2C_STORAGE__REGION=r" in body["Env"] and "HOME=/j2c/home" in body["Env"]
     requests = podman.settings(tmp_path / "data", gpu_mode="device_requests")
@@ -299,3 +301,19 @@ def test_the_log_reader_skips_what_the_cursor_covers_and_joins_split_entries() -
     assert [line.text for line in resumed] == ["b", "c", "long line"]
     with pytest.raises(InvalidInput):
         LogCursor.parse("12")
+
+
+def test_jobs_run_as_the_servers_own_uid_by_default_but_never_as_root(
+    podman: Podman, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = JobSpec(key="k", job_id="j", name="n", image="img:1", command=["true"])
+    monkeypatch.setattr("os.getuid", lambda: 1234)
+    monkeypatch.setattr("os.getgid", lambda: 567)
+    body = render_dry_run(spec, podman.settings(tmp_path / "data"))["body"]
+    # The server's uid: the job reads its private store, the server reads the job's outputs.
+    assert body["User"] == "1234:567"
+    explicit = podman.settings(tmp_path / "data", user="2000:2000")
+    assert render_dry_run(spec, explicit)["body"]["User"] == "2000:2000"
+    monkeypatch.setattr("os.getuid", lambda: 0)
+    monkeypatch.setattr("os.getgid", lambda: 0)
+    assert render_dry_run(spec, podman.settings(tmp_path / "data"))["body"]["User"] == "1000:1000"

@@ -37,6 +37,7 @@ def test_a_whole_job_loads_no_server_side_or_s3_code(small_job: SmallJob, tmp_pa
     assert "j2c_server.unpack.run" in modules  # the job did run
     assert not {m for m in modules if m.split(".")[0] in SERVER_SIDE}
     assert "j2c_server.storage" not in modules
+    assert not {m for m in modules if m.startswith("j2c_server.pack")}  # the lab side's
 
 
 def test_no_run_prepares_everything_and_runs_nothing(small_job: SmallJob, tmp_path: Path):
