@@ -4,6 +4,7 @@ Keys are '/'-separated and relative to the store's root (the folder of a ``file:
 bucket + prefix of an ``s3://`` URL). Layout written by j2c:
 
 - ``blobs/sha256/<hex>.tar.zst``   content-addressed layers
+- ``blobs/sha256/<hex>.file``      content-addressed big files of a code layer (raw bytes)
 - ``manifests/sha256/<hex>.json``  content-addressed manifests
 - ``jobs/<job id>/...``            per-job files (resolved manifests, outputs)
 """
@@ -31,6 +32,12 @@ CONTENT_ADDRESSED_PREFIXES = ("blobs/", "manifests/")
 def blob_key(digest: str) -> str:
     algo, _, hexdigest = digest.partition(":")
     return f"blobs/{algo}/{hexdigest}.tar.zst"
+
+
+def file_blob_key(digest: str) -> str:
+    """A big file's blob: the file's own bytes, named by their sha256."""
+    algo, _, hexdigest = digest.partition(":")
+    return f"blobs/{algo}/{hexdigest}.file"
 
 
 def manifest_key(digest: str) -> str:
