@@ -16,10 +16,11 @@ def main() -> None:
 def _add_commands() -> None:
     from .build import build
     from .config_cmd import config
+    from .gc import gc
     from .jobs import cancel, list_jobs, logs, status
     from .submit import pack, submit
 
-    for command in (submit, pack, build, status, logs, cancel, list_jobs, config):
+    for command in (submit, pack, build, status, logs, cancel, list_jobs, config, gc):
         main.add_command(command)
 
 

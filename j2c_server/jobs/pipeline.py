@@ -394,7 +394,9 @@ class Pipeline:
             )
             state = "reused"
         else:
-            sent_what = [f"{role.value} layer" for role in published.uploaded] or ["manifest"]
+            sent_what = [f"{role.value} layer" for role in published.uploaded]
+            sent_what += [f"big file {path}" for path in published.files_uploaded]
+            sent_what = sent_what or ["manifest"]
             text = f"uploaded {', '.join(sent_what)} ({_size(sent)})"
             if published.already_present:
                 present = ", ".join(f"{role.value} layer" for role in published.already_present)

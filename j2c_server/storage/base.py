@@ -16,6 +16,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidInput
@@ -72,6 +73,18 @@ def check_key(key: str) -> str:
             hint="keys are relative, '/'-separated, without empty, '.' or '..' segments",
         )
     return key
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object of a listing with its size and when it was last written (Unix time)."""
+
+    key: str
+    size: int
+    modified: float
+
+
+Listing = list[StoredObject]
 
 
 class ObjectStore(ABC):
@@ -147,6 +160,10 @@ class ObjectStore(ABC):
 
     @abstractmethod
     async def list(self, prefix: str = "") -> list[str]: ...
+
+    async def list_objects(self, prefix: str = "") -> Listing:
+        """Like :meth:`list`, with each object's size and age (what ``j2c gc`` needs)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list objects with their dates")
 
     @abstractmethod
     async def delete(self, key: str) -> None: ...
