@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..models import FileBlob
 from ..units import byte_size
-from .errors import LayerCorrupt, LocalIOError, UnsafeEntry
+from .errors import DiskFull, LayerCorrupt, LocalIOError, ManifestInvalid, UnsafeEntry
 from .extract import _relative_name
 from .fetch import _download, _file_sha256, _Stopped, blob_uri, shown
 from .log import Stage, say
@@ -36,10 +36,17 @@ _CHUNK = 1024 * 1024
 
 def check_files(files: list[FileBlob]) -> list[str]:
     """Each big file's path, normalised; UnsafeEntry for one that could land outside the code
-    folder, names the folder itself, or is listed twice."""
+    folder, names the folder itself, or is listed twice; ManifestInvalid for one digest listed
+    with two sizes."""
     seen: set[str] = set()
     rels: list[str] = []
+    sizes: dict[str, int] = {}
     for blob in files:
+        if sizes.setdefault(blob.digest, blob.size) != blob.size:
+            raise ManifestInvalid(
+                f"big file {blob.path!r}: {blob.digest} is listed with two sizes",
+                field="files.size",
+            )
         try:
             rel = _relative_name(blob.path, blob.path)
         except UnsafeEntry as exc:
@@ -68,6 +75,7 @@ def place_files(manifest_uri: str, files: list[FileBlob], code_home: Path, blob_
     total = sum(blob.size for blob in unique.values())
     stage = Stage("downloading", f"{len(files)} big files, {byte_size(total)}")
     blob_dir.mkdir(parents=True, exist_ok=True)
+    _check_room(blob_dir, [b for b in unique.values() if not _present(blob_dir, b)])
     stop = threading.Event()
 
     def one(blob: FileBlob) -> tuple[Path, bool]:
@@ -93,6 +101,26 @@ def place_files(manifest_uri: str, files: list[FileBlob], code_home: Path, blob_
         _place(code_home, rel, source, blob.mode, move=last_use[blob.digest] == index)
     placing.done(f"{len(files)} big files into {code_home}")
     return sum(blob.size for blob in files)
+
+
+def _present(blob_dir: Path, blob: FileBlob) -> bool:
+    return (blob_dir / f"{blob.digest.removeprefix('sha256:')}.file").exists()
+
+
+def _check_room(blob_dir: Path, wanted: list[FileBlob]) -> None:
+    """DiskFull (74) before downloading when the blobs cannot fit (they are moved, not copied,
+    into the code folder when it is on the same filesystem, which relocate mode's is)."""
+    need = sum(blob.size for blob in wanted)
+    vfs = os.statvfs(blob_dir)
+    free = vfs.f_bavail * vfs.f_frsize
+    if need > free:
+        raise DiskFull(
+            f"not enough free space for this job's big files at {blob_dir}: they need "
+            f"{byte_size(need)}, {byte_size(free)} are free",
+            field="workdir",
+            hint="free some space, choose a --workdir on a larger disk, or read the data from "
+            "storage instead of shipping it",
+        )
 
 
 def _fetch_file(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,40 @@ def test_a_big_file_that_does_not_match_its_digest_is_corrupt(project: Path, tmp
     assert "does not match the manifest" in done.stderr and "BIG" not in done.stdout
 
 
+def test_one_digest_with_two_sizes_is_an_invalid_manifest(project: Path, tmp_path: Path):
+    def two_sizes(manifest: Manifest) -> Manifest:
+        assert manifest.files
+        files = [
+            f.model_copy(update={"size": 1}) if f.path == "data/copy.bin" else f
+            for f in manifest.files
+        ]
+        return manifest.model_copy(update={"files": files})
+
+    uri = publish_project(project, tmp_path / "store", "job.py", edit=two_sizes)
+    done = run_unpack(uri, "--workdir", str(tmp_path / "job"), "--paths", "relocate")
+    assert done.returncode == ExitCode.MANIFEST, done.stderr
+    assert "is listed with two sizes" in done.stderr
+
+
 def test_a_file_blob_model_refuses_a_bad_digest() -> None:
     with pytest.raises(ValueError, match="digest"):
         FileBlob(path="a", digest="md5:x", size=1)
+
+
+def test_big_files_that_cannot_fit_stop_before_downloading(project: Path, tmp_path: Path):
+    free = shutil.disk_usage(tmp_path).free
+
+    def huge(manifest: Manifest) -> Manifest:
+        assert manifest.files
+        files = [
+            f.model_copy(update={"size": free + 10**12}) if f.path == "tools/fetch.sh" else f
+            for f in manifest.files
+        ]
+        return manifest.model_copy(update={"files": files})
+
+    workdir = tmp_path / "job"
+    uri = publish_project(project, tmp_path / "store", "job.py", edit=huge)
+    done = run_unpack(uri, "--workdir", str(workdir), "--paths", "relocate")
+    assert done.returncode == ExitCode.LOCAL_IO, done.stderr
+    assert "not enough free space for this job's big files" in done.stderr
+    assert not list((workdir / "blobs").glob("*.file*")) and "BIG" not in done.stdout
