@@ -197,7 +197,9 @@ def _run_placed(
         if manifest.files:
             from .bigfiles import place_files
 
-            place_files(options.manifest, manifest.files, placement.code, workdir / "blobs")
+            blobs = workdir / "blobs"
+            used = cache if prepared is not None else None
+            place_files(options.manifest, manifest.files, placement.code, blobs, used)
         return _run_prepared(
             options, user_args, manifest, python, placement, workdir, output_dir, extra_env
         )

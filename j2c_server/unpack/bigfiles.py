@@ -22,6 +22,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..models import FileBlob
 from ..units import byte_size
@@ -29,6 +30,9 @@ from .errors import DiskFull, LayerCorrupt, LocalIOError, ManifestInvalid, Unsaf
 from .extract import _relative_name
 from .fetch import _download, _file_sha256, _Stopped, blob_uri, shown
 from .log import Stage, say
+
+if TYPE_CHECKING:
+    from .cache import Cache
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _CHUNK = 1024 * 1024
@@ -66,16 +70,46 @@ def file_uri(manifest_uri: str, blob: FileBlob) -> str:
     return blob_uri(manifest_uri, blob.digest, ".file", what=f"big file {blob.path}")
 
 
-def place_files(manifest_uri: str, files: list[FileBlob], code_home: Path, blob_dir: Path) -> int:
-    """Download every big file (verified), then place it in ``code_home``; the bytes placed."""
+def place_files(
+    manifest_uri: str,
+    files: list[FileBlob],
+    code_home: Path,
+    blob_dir: Path,
+    cache: Cache | None = None,
+) -> int:
+    """Download every big file (verified), then place it in ``code_home``; the bytes placed.
+    With the node's ``cache``, the blobs come from it (downloaded into it once) and are copied,
+    never moved nor linked: the job's copy is its own."""
     if not files:
         return 0
     rels = check_files(files)
-    unique = {blob.digest: blob for blob in files}
-    total = sum(blob.size for blob in unique.values())
-    stage = Stage("downloading", f"{len(files)} big files, {byte_size(total)}")
+    unique = list({blob.digest: blob for blob in files}.values())
+    sources: dict[str, Path] | None = None
+    if cache is not None:
+        from .cache import Bypass
+
+        try:
+            sources = cache.file_blobs(manifest_uri, unique)
+        except Bypass as exc:
+            say("cache", f"not used for the big files: {exc}")
+    movable = sources is None
+    if sources is None:
+        sources = download_files(manifest_uri, unique, blob_dir)
+    placing = Stage("placing files")
+    last_use = {blob.digest: index for index, blob in enumerate(files)}
+    for index, (blob, rel) in enumerate(zip(files, rels, strict=True)):
+        move = movable and last_use[blob.digest] == index
+        _place(code_home, rel, sources[blob.digest], blob.mode, move=move)
+    placing.done(f"{len(files)} big files into {code_home}")
+    return sum(blob.size for blob in files)
+
+
+def download_files(manifest_uri: str, unique: list[FileBlob], blob_dir: Path) -> dict[str, Path]:
+    """Each blob (one per digest) verified in ``blob_dir``; digest -> path."""
+    total = sum(blob.size for blob in unique)
+    stage = Stage("downloading", f"{len(unique)} big file blobs, {byte_size(total)}")
     blob_dir.mkdir(parents=True, exist_ok=True)
-    _check_room(blob_dir, [b for b in unique.values() if not _present(blob_dir, b)])
+    _check_room(blob_dir, [b for b in unique if not _present(blob_dir, b)])
     stop = threading.Event()
 
     def one(blob: FileBlob) -> tuple[Path, bool]:
@@ -86,21 +120,14 @@ def place_files(manifest_uri: str, files: list[FileBlob], code_home: Path, blob_
             raise
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, len(unique)))) as pool:
-        futures = {digest: pool.submit(one, blob) for digest, blob in unique.items()}
+        futures = {blob.digest: pool.submit(one, blob) for blob in unique}
     causes = [e for f in futures.values() if (e := f.exception()) and not isinstance(e, _Stopped)]
     if causes:
         raise causes[0]
     fetched = {digest: future.result() for digest, future in futures.items()}
     reused = sum(1 for _, was_there in fetched.values() if was_there)
     stage.done(f"{byte_size(total)} verified, {reused} reused")
-
-    placing = Stage("placing files")
-    last_use = {blob.digest: index for index, blob in enumerate(files)}
-    for index, (blob, rel) in enumerate(zip(files, rels, strict=True)):
-        source = fetched[blob.digest][0]
-        _place(code_home, rel, source, blob.mode, move=last_use[blob.digest] == index)
-    placing.done(f"{len(files)} big files into {code_home}")
-    return sum(blob.size for blob in files)
+    return {digest: path for digest, (path, _) in fetched.items()}
 
 
 def _present(blob_dir: Path, blob: FileBlob) -> bool:

@@ -82,6 +82,7 @@ def test_unpack_places_big_files_with_their_content_and_mode(project: Path, tmp_
 def test_a_warm_start_from_the_node_cache_places_them_too(project: Path, tmp_path: Path):
     uri = publish_project(project, tmp_path / "store", "job.py")
     cache = tmp_path / "node-cache"
+    said = {}
     for run in ("cold", "warm"):
         workdir = tmp_path / f"job-{run}"
         done = run_unpack(
@@ -89,6 +90,26 @@ def test_a_warm_start_from_the_node_cache_places_them_too(project: Path, tmp_pat
         )
         assert done.returncode == 0, done.stderr
         assert seen(done.stdout) == expected()
+        said[run] = done.stderr
+    assert "0 of 2 big files from the cache" in said["cold"]
+    assert "2 of 2 big files from the cache" in said["warm"]
+    assert "big file blobs" not in said["warm"]  # nothing downloaded
+    # Kept in the cache once per digest (data/train.bin and data/copy.bin share one).
+    assert len(list(cache.glob("entries/f-*/data.tar.zst"))) == 2
+
+
+def test_a_tampered_cached_big_file_is_refused_and_fetched_again(project: Path, tmp_path: Path):
+    uri = publish_project(project, tmp_path / "store", "job.py")
+    cache = tmp_path / "node-cache"
+    options = ["--paths", "relocate", "--cache-dir", str(cache)]
+    assert run_unpack(uri, "--workdir", str(tmp_path / "cold"), *options).returncode == 0
+    for blob in cache.glob("entries/f-*/data.tar.zst"):
+        blob.chmod(0o600)
+        blob.write_bytes(b"poisoned" + blob.read_bytes()[8:])
+    done = run_unpack(uri, "--workdir", str(tmp_path / "warm"), *options)
+    assert done.returncode == 0, done.stderr
+    assert "no longer matches its digest" in done.stderr
+    assert seen(done.stdout) == expected()
 
 
 def _with_path(path: str):  # type: ignore[no-untyped-def]
