@@ -46,7 +46,7 @@ from ..pack import (
 )
 from ..schedulers import scheduler_class
 from ..schedulers.base import JobSpec, SchedulerState
-from ..storage.base import ObjectStore, blob_key
+from ..storage.base import ObjectStore, blob_key, file_blob_key
 from ..storage.redact import redact_url
 from ..units import byte_size as _size
 from ..units import count as _count
@@ -469,7 +469,13 @@ class Pipeline:
                     field="storage.presign_for_jobs",
                 )
             layers.append(layer.model_copy(update={"url": url}))
-        resolved = manifest.model_copy(update={"layers": layers})
+        files = [  # big files: presigned like the layers (same store, so presign works)
+            blob.model_copy(
+                update={"url": await store.presign(file_blob_key(blob.digest), expires_s=expiry)}
+            )
+            for blob in manifest.files or []
+        ]
+        resolved = manifest.model_copy(update={"layers": layers, "files": files or None})
         key = f"jobs/{self.job_id}/manifest.json"
         await store.put_bytes(key, resolved.canonical_json())
         url = await store.presign(key, expires_s=expiry)
