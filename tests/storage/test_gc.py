@@ -166,3 +166,22 @@ def test_ages_and_manifest_references_parse() -> None:
     uri = f"https://host/b/prefix/manifests/sha256/{hexdigest}.json?X-Amz-Signature=1"
     assert referenced_manifest(uri) == f"manifests/sha256/{hexdigest}.json"
     assert referenced_manifest(None) is None
+
+
+async def test_a_send_of_old_content_dates_its_manifest_so_gc_keeps_it(tmp_path: Path) -> None:
+    from j2c_server.pack import PackSpec, make_manifest, pack, publish
+    from tests.support.projects import make_project
+
+    project = make_project(tmp_path / "project", secrets=False)
+    spec = PackSpec(code_path=project, call_path="train.py")
+    store = open_store((tmp_path / "store").as_uri())
+    result = pack(spec, tmp_path / "cache")
+    manifest = make_manifest(result, created_at=1.0)
+    await publish(store, result, manifest)
+    for path in (tmp_path / "store").rglob("*"):
+        os.utime(path, (time.time() - 60 * DAY,) * 2)  # sent two months ago
+    # Sent again today by a job this registry does not know (another lab): same manifest.
+    again = await publish(store, result, manifest)
+    assert not again.manifest_uploaded and again.bytes_uploaded == 0
+    report = await collect_garbage(store, [], older_than_s=30 * DAY, dry_run=False)
+    assert report.removed == [] and report.kept_manifests == 1 and report.kept_blobs == 1
