@@ -356,7 +356,11 @@ class Pipeline:
                     "since": since or self.job_id,
                 }
             )
-        all_reused = all(packed.reused for packed in result.layers)
+        for packed_file in result.files:  # big files: their own blobs (pack/packer.py)
+            if not packed_file.reused:
+                blob = packed_file.file
+                lines.append(f"big file {blob.path} packed: {_size(blob.size)}, its own blob")
+        all_reused = all(p.reused for p in result.layers) and all(f.reused for f in result.files)
         keyed = StageInputs({**inputs.values, "layers": [entry["digest"] for entry in layers]})
         await self._finished(
             Stage.pack,
