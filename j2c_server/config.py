@@ -81,7 +81,19 @@ class PackSettings(_Section):
         2048,
         ge=1,
         description="Cap of the lab's layer cache: least recently used layers are removed "
-        "beyond it (the last 4 used are always kept).",
+        "beyond it (the last 4 used, and each project's last sends, are always kept).",
+    )
+    layer_cache_keep_sends: int = Field(
+        2,
+        ge=0,
+        description="Sends per project whose blobs (layers and big files) the layer cache "
+        "always keeps, whatever the cap.",
+    )
+    big_file_mb: float = Field(
+        1.0,
+        ge=0,
+        description="Code files of at least this size travel as their own blobs, not in the "
+        "code layer, so an edit elsewhere does not send them again (0: never).",
     )
 
 

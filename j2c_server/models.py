@@ -19,7 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2  # 2: big files as their own blobs (``Manifest.files``)
+MANIFEST_FORMAT_VERSION_BASE = 1  # written when a manifest has no ``files``: older readers work
 LAYER_MEDIA_TYPE = "application/vnd.j2c.layer.v1.tar+zstd"
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _MEMORY_RE = re.compile(r"^\d+(\.\d+)?([KMGT]i?|[kmgt])?[Bb]?$")
@@ -225,6 +226,26 @@ class Layer(_Strict):
         return value
 
 
+class FileBlob(_Strict):
+    """One big file of the code layer, shipped as its own content-addressed blob (the file's
+    bytes, uncompressed), so an edit elsewhere in the project does not send it again."""
+
+    path: str = Field(..., description="'/'-separated path relative to the code layer's root.")
+    digest: str = Field(..., description="'sha256:<hex>' of the file's bytes.")
+    size: int = Field(..., ge=0)
+    mode: int = Field(0o644, ge=0, le=0o777, description="Permission bits.")
+    url: str | None = Field(
+        None, description="Where to fetch it; when absent, next to the manifest in its store."
+    )
+
+    @field_validator("digest")
+    @classmethod
+    def _digest_format(cls, value: str) -> str:
+        if not DIGEST_RE.match(value):
+            raise ValueError("digest must be 'sha256:' followed by 64 lowercase hex digits")
+        return value
+
+
 class EntryPoint(_Strict):
     """What to run, relative to the code layer's root."""
 
@@ -247,7 +268,7 @@ class VenvInfo(_Strict):
 class Manifest(_Strict):
     """manifest.json: everything ``j2c-unpack`` needs, content-addressed itself."""
 
-    format_version: int = MANIFEST_FORMAT_VERSION
+    format_version: int = MANIFEST_FORMAT_VERSION_BASE
     created_by: str
     created_at: float = Field(..., description="Unix time.")
     layers: list[Layer]
@@ -257,6 +278,11 @@ class Manifest(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     venv: VenvInfo | None = None
     source_image: str | None = None
+    files: list[FileBlob] | None = Field(
+        None,
+        description="Big files of the code layer, each its own blob, placed into the code "
+        "folder after extraction (format_version 2).",
+    )
 
     def layer(self, role: LayerRole) -> Layer | None:
         return next((layer for layer in self.layers if layer.role == role), None)

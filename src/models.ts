@@ -223,6 +223,8 @@ export interface PackPlan {
   venv: VenvInfo | null;
   excluded: ExcludedGroup[];
   warnings: PackWarning[];
+  /** Code files that travel as their own blobs (at least pack.big_file_mb): sent once, not again when other files change. */
+  big_files?: PathSize[];
   total_bytes: number;
   soft_limit_bytes: number;
   hard_limit_bytes: number;

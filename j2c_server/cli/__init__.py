@@ -16,11 +16,12 @@ def main() -> None:
 def _add_commands() -> None:
     from .build import build
     from .config_cmd import config
+    from .gc import gc
     from .jobs import cancel, list_jobs, logs, status
     from .submit import pack, submit
     from .usage_cmd import usage
 
-    for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage):
+    for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage, gc):
         main.add_command(command)
 
 

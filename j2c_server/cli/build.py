@@ -128,6 +128,10 @@ def build(
                     }
                     for packed in result.layers
                 ],
+                "big_files": [
+                    {**packed.file.model_dump(mode="json"), "reused": packed.reused}
+                    for packed in result.files
+                ],
                 "warnings": [warning.model_dump(mode="json") for warning in result.warnings],
             }
         )
@@ -140,6 +144,10 @@ def build(
             f" ({layer.digest[:19]})",
             err=True,
         )
+    for packed_file in result.files:
+        blob = packed_file.file
+        how = "unchanged" if packed_file.reused else "copied"
+        click.echo(f"big file {blob.path}: {blob.size / 1e6:.1f} MB, its own blob, {how}", err=True)
     for warning in result.warnings:
         click.echo(f"j2c: warning: {warning.message}", err=True)
     click.echo(

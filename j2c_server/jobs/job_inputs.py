@@ -16,7 +16,7 @@ from ..models import JobRecord, Layer, LayerRole, Manifest
 from ..pack import PackPlan, PackSpec
 from ..schedulers import scheduler_class
 from ..schedulers.base import JobSpec
-from ..storage.base import ObjectStore, blob_key
+from ..storage.base import ObjectStore, blob_key, file_blob_key
 
 
 def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:
@@ -119,7 +119,13 @@ async def presigned_manifest(
                 field="storage.presign_for_jobs",
             )
         layers.append(layer.model_copy(update={"url": url}))
-    resolved = manifest.model_copy(update={"layers": layers})
+    files = [  # big files: presigned like the layers (same store, so presign works)
+        blob.model_copy(
+            update={"url": await store.presign(file_blob_key(blob.digest), expires_s=expiry)}
+        )
+        for blob in manifest.files or []
+    ]
+    resolved = manifest.model_copy(update={"layers": layers, "files": files or None})
     key = f"jobs/{job_id}/manifest.json"
     await store.put_bytes(key, resolved.canonical_json())
     url = await store.presign(key, expires_s=expiry)

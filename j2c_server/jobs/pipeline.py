@@ -215,14 +215,20 @@ class Pipeline:
         self, inputs: StageInputs, result: PackResult, previous: JobRecord | None
     ) -> None:
         facts, layers = pack_outcome(result, previous, self.job_id)
-        all_reused = all(packed.reused for packed in result.layers)
+        # Big files are their own blobs (pack/packer.py): named when packed again.
+        big_files = [
+            {"path": packed.file.path, "size": packed.file.size}
+            for packed in result.files
+            if not packed.reused
+        ]
+        all_reused = all(p.reused for p in result.layers) and all(f.reused for f in result.files)
         keyed = StageInputs({**inputs.values, "layers": [entry["digest"] for entry in layers]})
         await self._finished(
             Stage.pack,
             keyed,
             StageState.reused if all_reused else StageState.finished,
             {"layers": layers},
-            {"layers": facts, "seconds": round(result.seconds, 3)},
+            {"layers": facts, "big_files": big_files, "seconds": round(result.seconds, 3)},
         )
 
     async def _upload(
@@ -250,6 +256,7 @@ class Pipeline:
         facts = {
             "uploaded": [role.value for role in published.uploaded],
             "already_present": [role.value for role in published.already_present],
+            "files_uploaded": list(published.files_uploaded),
             "bytes_uploaded": sent,
             "manifest_uri": published.manifest_uri,
             "reused_from": reused_since(previous, Stage.upload, inputs) if nothing_sent else None,

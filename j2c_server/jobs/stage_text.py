@@ -12,9 +12,10 @@ The data of each stage, by state (``started`` events carry only what their words
 - scan, finished: ``files``, ``bytes``, ``layers`` (roles), ``excluded``, ``warnings``, ``plan``
 - pack, finished/reused: ``layers``: ``role``, ``digest``, ``files``, ``size``, ``outcome``
   (``reused`` | ``same_content`` | ``packed``), ``reused_from`` (a job id or None: an earlier
-  pack outside the registry), ``changed_since`` (the project's previous job, None on a first pack)
-- upload, finished/reused: ``uploaded`` and ``already_present`` (roles), ``bytes_uploaded``,
-  ``manifest_uri``, ``reused_from``
+  pack outside the registry), ``changed_since`` (the project's previous job, None on a first
+  pack); ``big_files`` packed again as their own blobs (``path``, ``size``)
+- upload, finished/reused: ``uploaded`` and ``already_present`` (roles), ``files_uploaded`` (big
+  files' paths), ``bytes_uploaded``, ``manifest_uri``, ``reused_from``
 - configure, finished/reused: ``changed`` (input names), ``since`` (the previous job), ``image``,
   ``command``
 - submit: started ``scheduler``; finished ``scheduler``, ``scheduler_job_id``
@@ -85,7 +86,12 @@ def pack_layer_text(layer: Mapping[str, Any]) -> str:
 
 
 def _pack(state: StageState, data: Mapping[str, Any]) -> str:
-    return "; ".join(pack_layer_text(layer) for layer in data["layers"])
+    lines = [pack_layer_text(layer) for layer in data["layers"]]
+    lines += [
+        f"big file {big['path']} packed: {byte_size(big['size'])}, its own blob"
+        for big in data.get("big_files", [])
+    ]
+    return "; ".join(lines)
 
 
 def _upload(state: StageState, data: Mapping[str, Any]) -> str:
@@ -93,7 +99,9 @@ def _upload(state: StageState, data: Mapping[str, Any]) -> str:
         since = data.get("reused_from")
         origin = f" (since job {since})" if since else ""
         return f"layers and manifest already in the store{origin}"
-    sent = [f"{role} layer" for role in data["uploaded"]] or ["manifest"]
+    sent = [f"{role} layer" for role in data["uploaded"]]
+    sent += [f"big file {path}" for path in data.get("files_uploaded", [])]
+    sent = sent or ["manifest"]
     text = f"uploaded {', '.join(sent)} ({byte_size(data['bytes_uploaded'])})"
     if data.get("already_present"):
         present = ", ".join(f"{role} layer" for role in data["already_present"])

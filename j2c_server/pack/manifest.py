@@ -6,7 +6,7 @@ import time
 from pathlib import PurePosixPath
 
 from .. import __version__
-from ..models import EntryPoint, Manifest
+from ..models import MANIFEST_FORMAT_VERSION, MANIFEST_FORMAT_VERSION_BASE, EntryPoint, Manifest
 from .models import PackResult
 
 
@@ -18,8 +18,11 @@ def make_manifest(
     source_image: str | None = None,
     created_at: float | None = None,
 ) -> Manifest:
-    """The manifest for ``result``; pass ``created_at`` to make its digest reproducible."""
+    """The manifest for ``result``; pass ``created_at`` to make its digest reproducible.
+    Format version 2 only when it lists big files: without them, an older j2c-unpack reads it."""
+    files = [packed.file for packed in result.files] or None
     return Manifest(
+        format_version=MANIFEST_FORMAT_VERSION if files else MANIFEST_FORMAT_VERSION_BASE,
         created_by=f"j2c {__version__}",
         created_at=time.time() if created_at is None else created_at,
         layers=[packed.layer for packed in result.layers],
@@ -29,6 +32,7 @@ def make_manifest(
         venv=result.venv,
         source_image=source_image,
         workdir=entry_workdir(result.entry),
+        files=files,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import PackSettings
-from ..models import EntryPoint, Layer, LayerRole, VenvInfo
+from ..models import EntryPoint, FileBlob, Layer, LayerRole, VenvInfo
 
 MIB = 1024 * 1024
 
@@ -50,6 +50,14 @@ class PackSpec(_Model):
     layer_cache_max_bytes: int = Field(
         2048 * MIB, ge=0, description="The lab's layer cache is pruned (LRU) above this."
     )
+    layer_cache_keep_sends: int = Field(
+        2, ge=0, description="Sends per project whose blobs the layer cache always keeps."
+    )
+    big_file_bytes: int = Field(
+        MIB,
+        ge=0,
+        description="Code files of at least this size travel as their own blobs (0: never).",
+    )
     args: list[str] = Field(default_factory=list, description="Arguments for the entry point.")
     source_image: str | None = None
     never_pack: list[Path] = Field(
@@ -72,6 +80,8 @@ class PackSpec(_Model):
             "soft_limit_bytes": settings.soft_limit_mb * MIB,
             "hard_limit_bytes": settings.hard_limit_mb * MIB,
             "layer_cache_max_bytes": settings.layer_cache_max_mb * MIB,
+            "layer_cache_keep_sends": settings.layer_cache_keep_sends,
+            "big_file_bytes": int(settings.big_file_mb * MIB),
         }
         given = {key: value for key, value in fields.items() if value is not None}
         return cls.model_validate({**defaults, **given})
@@ -136,6 +146,11 @@ class PackPlan(_Model):
     venv: VenvInfo | None
     excluded: list[ExcludedGroup]
     warnings: list[PackWarning]
+    big_files: list[PathSize] = Field(
+        default_factory=list,
+        description="Code files that travel as their own blobs (at least pack.big_file_mb): "
+        "sent once, not again when other files change.",
+    )
     total_bytes: int
     soft_limit_bytes: int
     hard_limit_bytes: int
@@ -149,8 +164,18 @@ class PackedLayer(_Model):
     seconds: float
 
 
+class PackedFile(_Model):
+    """A big file of the code layer: its own blob in the cache (a copy, so that editing the
+    file cannot change a blob being uploaded)."""
+
+    file: FileBlob
+    path: Path = Field(..., description="The blob in the cache directory.")
+    reused: bool = Field(..., description="Recognised by its stat: not read again.")
+
+
 class PackResult(_Model):
     layers: list[PackedLayer]
+    files: list[PackedFile] = Field(default_factory=list, description="Big files, as blobs.")
     entry: EntryPoint
     venv: VenvInfo | None
     warnings: list[PackWarning]

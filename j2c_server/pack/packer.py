@@ -1,22 +1,33 @@
 """``pack``: validate and scan (see :mod:`.plan`), then write each changed layer into the cache.
 
+Big files of the code layer (``PackSpec.big_file_bytes`` and up) are not written into the code
+layer: each is copied into the cache as its own blob (hashed on the way), recognised by its stat
+on the next pack, and listed in the manifest's ``files``; the code layer's fingerprint covers the
+small files only, so an edit of one small file re-packs kilobytes, and an edit of the big file
+re-copies that file alone.
+
 Synchronous and CPU-bound by design: callers on an event loop run it with ``asyncio.to_thread``.
 Nothing is written before validation passes; a failed write leaves no partial blob behind.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import PackError
-from ..models import Layer, LayerRole
-from .fingerprint import CachedLayer, LayerCache, fingerprint, is_racy
-from .models import PackedLayer, PackProgress, PackResult, PackSpec, PackWarning
-from .plan import Prepared, prepare
-from .scan import ScannedLayer
+from ..models import FileBlob, Layer, LayerRole
+from .fingerprint import RACY_WINDOW_NS, CachedLayer, LayerCache, file_key, fingerprint, is_racy
+from .models import PackedFile, PackedLayer, PackProgress, PackResult, PackSpec, PackWarning
+from .plan import Prepared, big_entries, prepare
+from .scan import Entry, ScannedLayer
 from .tarwriter import write_layer
+
+_CHUNK = 1024 * 1024
 
 ProgressCallback = Callable[[PackProgress], None]
 _FIELD = {LayerRole.code: "code_path", LayerRole.venv: "venv_path"}
@@ -95,6 +106,57 @@ def _pack_layer(
     return packed, written.stats.changed
 
 
+def _split(scanned: ScannedLayer, threshold: int) -> tuple[ScannedLayer, list[Entry]]:
+    """The code layer without its big files, and the big files."""
+    big = big_entries(scanned, threshold)
+    if not big:
+        return scanned, []
+    names = {entry.rel for entry in big}
+    small = [entry for entry in scanned.entries if entry.rel not in names]
+    return dataclasses.replace(scanned, entries=small), big
+
+
+def _pack_file(
+    root: Path, entry: Entry, cache: LayerCache, started_ns: int
+) -> tuple[PackedFile, bool]:
+    """A big file's blob, reused by its stat or copied (and hashed) into the cache; also
+    whether it changed while being copied."""
+    key = file_key(root, entry.rel, entry.size, entry.mtime_ns, entry.ino, entry.dev)
+    mode = entry.mode & 0o777
+    found = cache.lookup_file(key)
+    if found is not None:
+        digest, size = found
+        blob = FileBlob(path=entry.rel, digest=digest, size=size, mode=mode)
+        return PackedFile(file=blob, path=cache.file_blob_path(digest), reused=True), False
+    source_path = root / entry.rel
+    hasher = hashlib.sha256()
+    size = 0
+    with cache.new_blob(".file") as (temporary, handle):
+        try:
+            with open(source_path, "rb") as source:
+                st = os.fstat(source.fileno())
+                while chunk := source.read(_CHUNK):
+                    hasher.update(chunk)
+                    handle.write(chunk)
+                    size += len(chunk)
+                after = os.fstat(source.fileno())
+        except OSError as exc:
+            raise PackError(
+                f"cannot pack the big file {entry.rel}: {exc.strerror}", field="code_path"
+            ) from None
+        handle.flush()
+        digest = "sha256:" + hasher.hexdigest()
+        path = cache.commit(temporary, digest, file=True)
+    changed = (st.st_size, st.st_mtime_ns) != (entry.size, entry.mtime_ns) or (
+        after.st_size,
+        after.st_mtime_ns,
+    ) != (st.st_size, st.st_mtime_ns)
+    if not changed and entry.mtime_ns < started_ns - RACY_WINDOW_NS:
+        cache.record_file(key, digest, size)
+    blob = FileBlob(path=entry.rel, digest=digest, size=size, mode=mode)
+    return PackedFile(file=blob, path=path, reused=False), changed
+
+
 def pack(
     spec: PackSpec,
     cache_dir: Path | str,
@@ -117,11 +179,26 @@ def pack(
             field=_FIELD[largest.role],
             hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
         )
-    cache = LayerCache(Path(cache_dir), max_bytes=spec.layer_cache_max_bytes)
+    cache = LayerCache(
+        Path(cache_dir),
+        max_bytes=spec.layer_cache_max_bytes,
+        keep_sends=spec.layer_cache_keep_sends,
+    )
     layers: list[PackedLayer] = []
+    files: list[PackedFile] = []
     warnings = list(plan.warnings)
     for scanned in prepared.layers:
+        big: list[Entry] = []
+        if scanned.role == LayerRole.code:
+            scanned, big = _split(scanned, spec.big_file_bytes)
+        moved: list[str] = []
+        for entry in big:
+            packed_file, file_changed = _pack_file(scanned.root, entry, cache, started_ns)
+            files.append(packed_file)
+            if file_changed:
+                moved.append(entry.rel)
         packed, changed = _pack_layer(scanned, spec, cache, started_ns, progress)
+        changed = [*moved, *changed]
         layers.append(packed)
         if changed:
             shown = ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
@@ -132,8 +209,10 @@ def pack(
                     f"archive holds their size at scan time): {shown}",
                 )
             )
+    cache.remember_send(prepared.code_root, [p.path for p in layers] + [f.path for f in files])
     return PackResult(
         layers=layers,
+        files=files,
         entry=plan.entry,
         venv=plan.venv,
         warnings=warnings,

@@ -26,12 +26,14 @@ from .models import (
     PackWarning,
     PathSize,
 )
-from .scan import ScannedLayer, scan_code, scan_venv
+from .scan import FILE, Entry, ScannedLayer, scan_code, scan_venv
 from .secrets import READ_BUDGET, VerdictCache
 from .venv import Venv, open_venv, path_entries, shadowed_packages
 
 MAX_LISTED = 100
 LARGEST = 10
+# Big files this large are probably data: the plan suggests reading them from storage instead.
+DATA_HINT_BYTES = 64 * 1024 * 1024
 _FIELD = {LayerRole.code: "code_path", LayerRole.venv: "venv_path"}
 
 
@@ -247,6 +249,29 @@ def _check_entry_ships(entry: ResolvedEntry, code: ScannedLayer) -> None:
     raise PackError(f"the entry point {entry.code_file} is not packed", field="call_path")
 
 
+def big_entries(layer: ScannedLayer, threshold: int) -> list[Entry]:
+    """The code layer's files that travel as their own blobs (none for a venv, or with 0)."""
+    if layer.role != LayerRole.code or threshold <= 0:
+        return []
+    return [e for e in layer.entries if e.kind == FILE and e.size >= threshold]
+
+
+def _big_file_warning(big: list[Entry], threshold: int) -> PackWarning | None:
+    data = sorted((e for e in big if e.size >= DATA_HINT_BYTES), key=lambda e: (-e.size, e.rel))
+    if not data:
+        return None
+    shown = ", ".join(f"{e.rel} ({e.size / 1e6:.0f} MB)" for e in data[:5])
+    more = f" and {len(data) - 5} more" if len(data) > 5 else ""
+    return PackWarning(
+        code="big_files",
+        message=f"code: {shown}{more} travel as their own blobs (files of "
+        f"{threshold / 1e6:.1f} MB and more: sent once, not again when other files change); "
+        "data the job could read from storage (the object store, a shared file system) is "
+        "better left out (excludes, .j2cignore) and read there",
+        path=data[0].rel,
+    )
+
+
 def _layer_plan(layer: ScannedLayer) -> LayerPlan:
     files = layer.files
     largest = heapq.nlargest(LARGEST, files, key=lambda e: (e.size, e.rel))
@@ -320,6 +345,9 @@ def prepare(spec: PackSpec) -> Prepared:
     _check_entry_ships(entry, code)
 
     warnings += _scan_warnings(layers)
+    big = big_entries(code, spec.big_file_bytes)
+    if (big_warning := _big_file_warning(big, spec.big_file_bytes)) is not None:
+        warnings.append(big_warning)
     if venv is not None:
         warnings += _venv_warnings(venv)
     layer_plans = [_layer_plan(layer) for layer in layers]
@@ -344,6 +372,10 @@ def prepare(spec: PackSpec) -> Prepared:
         venv=venv.info if venv else None,
         excluded=_excluded_groups(layers),
         warnings=warnings,
+        big_files=[
+            PathSize(path=e.rel, bytes=e.size)
+            for e in sorted(big, key=lambda e: (-e.size, e.rel))[:MAX_LISTED]
+        ],
         total_bytes=total,
         soft_limit_bytes=spec.soft_limit_bytes,
         hard_limit_bytes=spec.hard_limit_bytes,

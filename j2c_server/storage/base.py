@@ -4,6 +4,7 @@ Keys are '/'-separated and relative to the store's root (the folder of a ``file:
 bucket + prefix of an ``s3://`` URL). Layout written by j2c:
 
 - ``blobs/sha256/<hex>.tar.zst``   content-addressed layers
+- ``blobs/sha256/<hex>.file``      content-addressed big files of a code layer (raw bytes)
 - ``manifests/sha256/<hex>.json``  content-addressed manifests
 - ``jobs/<job id>/...``            per-job files (resolved manifests, outputs)
 """
@@ -15,6 +16,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidInput
@@ -31,6 +33,12 @@ CONTENT_ADDRESSED_PREFIXES = ("blobs/", "manifests/")
 def blob_key(digest: str) -> str:
     algo, _, hexdigest = digest.partition(":")
     return f"blobs/{algo}/{hexdigest}.tar.zst"
+
+
+def file_blob_key(digest: str) -> str:
+    """A big file's blob: the file's own bytes, named by their sha256."""
+    algo, _, hexdigest = digest.partition(":")
+    return f"blobs/{algo}/{hexdigest}.file"
 
 
 def manifest_key(digest: str) -> str:
@@ -65,6 +73,18 @@ def check_key(key: str) -> str:
             hint="keys are relative, '/'-separated, without empty, '.' or '..' segments",
         )
     return key
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object of a listing with its size and when it was last written (Unix time)."""
+
+    key: str
+    size: int
+    modified: float
+
+
+Listing = list[StoredObject]
 
 
 class ObjectStore(ABC):
@@ -140,6 +160,10 @@ class ObjectStore(ABC):
 
     @abstractmethod
     async def list(self, prefix: str = "") -> list[str]: ...
+
+    async def list_objects(self, prefix: str = "") -> Listing:
+        """Like :meth:`list`, with each object's size and age (what ``j2c gc`` needs)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list objects with their dates")
 
     @abstractmethod
     async def delete(self, key: str) -> None: ...

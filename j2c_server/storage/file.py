@@ -21,7 +21,7 @@ import secrets
 from pathlib import Path
 
 from ..private import private_dir, tighten_file
-from .base import ObjectStore, ProgressFn, check_key, is_content_addressed
+from .base import Listing, ObjectStore, ProgressFn, StoredObject, check_key, is_content_addressed
 from .errors import ObjectNotFound
 from .sink import TEMP_SUFFIX, PartialFile, copy_file_atomic
 
@@ -131,6 +131,19 @@ class FileStore(ObjectStore):
 
     async def list(self, prefix: str = "") -> list[str]:
         return await asyncio.to_thread(_walk_keys, self.root, prefix)
+
+    async def list_objects(self, prefix: str = "") -> Listing:
+        def dated() -> Listing:
+            found = []
+            for key in _walk_keys(self.root, prefix):
+                try:
+                    st = self._path(key).stat()
+                except FileNotFoundError:
+                    continue  # removed since the walk
+                found.append(StoredObject(key, st.st_size, st.st_mtime))
+            return found
+
+        return await asyncio.to_thread(dated)
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self._path(key).unlink, missing_ok=True)

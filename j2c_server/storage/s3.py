@@ -26,7 +26,7 @@ from typing import Any
 
 from ..config import StorageSettings
 from ..errors import InvalidInput, J2CError, StorageError
-from .base import ObjectStore, ProgressFn, check_key, is_content_addressed
+from .base import Listing, ObjectStore, ProgressFn, StoredObject, check_key, is_content_addressed
 from .errors import map_s3_error
 from .filerange import FileRange, check_etag
 from .multipart import MIB, MultipartUpload, UploadVanished
@@ -178,6 +178,27 @@ class S3Store(ObjectStore):
         with self._mapped(what):
             keys = await retrying(collect, attempts=self.settings.max_attempts, what=what)
         return sorted(keys)
+
+    async def list_objects(self, prefix: str = "") -> Listing:
+        base = f"{self.prefix}/" if self.prefix else ""
+        what = f"listing s3://{self.bucket}/{base}{prefix}"
+
+        async def collect() -> Listing:
+            s3 = await self._s3()
+            paginator = s3.get_paginator("list_objects_v2")
+            return [
+                StoredObject(
+                    str(item["Key"])[len(base) :],
+                    int(item["Size"]),
+                    item["LastModified"].timestamp(),
+                )
+                async for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix)
+                for item in page.get("Contents", [])
+            ]
+
+        with self._mapped(what):
+            found = await retrying(collect, attempts=self.settings.max_attempts, what=what)
+        return sorted(found, key=lambda item: item.key)
 
     async def presign(self, key: str, *, expires_s: int | None = None) -> str | None:
         expires = expires_s if expires_s is not None else self.settings.presign_expiry_s

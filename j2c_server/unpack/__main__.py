@@ -7,7 +7,8 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 3. placing       original paths when free and private to the job's user, else under the
                  workdir; then the free space for the layers is checked
 4. downloading   every layer at once; verifying: each one's sha256 before it is used
-5. extracting    safely, code first
+5. extracting    safely, code first; then the code layer's big files (bigfiles.py), each its
+                 own verified blob, placed at its path
 6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs;
                  the venv's packages that shadow this interpreter's own are named in the log
 7. running       the entry point with the venv's interpreter; signals forwarded
@@ -154,6 +155,10 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
 
     # 1-2: what to run, and whether this interpreter can run it at all.
     manifest = read_manifest(options.manifest)
+    if manifest.files:
+        from .bigfiles import check_files
+
+        check_files(manifest.files)  # refused before anything is downloaded
     interpreter = this_interpreter()
     check_python(manifest, interpreter)
 
@@ -197,6 +202,12 @@ def _run_placed(
             python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
         else:
             placement, python, extra_env = prepared.placement, prepared.python, prepared.env
+        if manifest.files:
+            from .bigfiles import place_files
+
+            blobs = workdir / "blobs"
+            used = cache if prepared is not None else None
+            place_files(options.manifest, manifest.files, placement.code, blobs, used)
         return _run_prepared(
             options, user_args, manifest, python, placement, workdir, output_dir, extra_env
         )

@@ -10,7 +10,8 @@ Enabled by ``--cache-dir DIR`` or ``J2C_UNPACK_CACHE=DIR``; bounded by ``--cache
     DIR/tmp/                          entries being built; renamed into entries/ when complete
 
 Keys: ``code-<hex>`` (a code layer is never rewritten), ``venv-<hex>-<placement>`` (a venv
-relocated for one placement: the path it runs at and this interpreter), ``b-<hex>`` (a blob).
+relocated for one placement: the path it runs at and this interpreter), ``b-<hex>`` (a blob),
+``f-<hex>`` (a big file of the code layer, bigfiles.py: copied into each job's code folder).
 
 - **Concurrency**: an entry is built under an exclusive ``.make`` lock, so jobs starting at once
   extract a layer once (the others wait, then use it). It is built under ``tmp/`` and renamed into
@@ -54,7 +55,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..models import Layer, LayerRole
+from ..models import FileBlob, Layer, LayerRole
 from ..units import byte_size
 from .cache_files import (
     Refused,
@@ -380,7 +381,40 @@ class Cache:
                 os.close(fd)
         return found
 
-    def _blob(self, key: str, layer: Layer, *, repair: bool) -> Path | None:
+    def file_blobs(self, manifest_uri: str, blobs: list[FileBlob]) -> dict[str, Path]:
+        """Each big file's verified blob (one per digest) in the cache, as ``f-<hex>`` entries:
+        found, or downloaded once and kept; held (use lock) until the job ends. Digest -> path."""
+        from .bigfiles import download_files
+
+        found: dict[str, Path] = {}
+        makes: list[int] = []
+        wanted: list[FileBlob] = []
+        try:
+            for blob in sorted(blobs, key=lambda item: item.digest):
+                key = f"f-{blob.digest.removeprefix('sha256:')}"
+                os.utime(self._lock(key, "use", fcntl.LOCK_SH))  # used now: evicted last
+                if path := self._blob(key, blob, repair=False):
+                    found[blob.digest] = path
+                    continue
+                makes.append(self._lock(key, "make", fcntl.LOCK_EX))
+                if path := self._blob(key, blob, repair=True):
+                    found[blob.digest] = path
+                else:
+                    wanted.append(blob)
+            if wanted:
+                blob_dir = self.tmp / f"download-{os.getpid()}-{secrets.token_hex(4)}"
+                try:
+                    for digest, path in download_files(manifest_uri, wanted, blob_dir).items():
+                        found[digest] = self._keep_blob(f"f-{digest.removeprefix('sha256:')}", path)
+                finally:
+                    rmtree(blob_dir)
+        finally:
+            for fd in makes:
+                os.close(fd)
+        say("cache", f"{len(blobs) - len(wanted)} of {len(blobs)} big files from the cache")
+        return found
+
+    def _blob(self, key: str, layer: Layer | FileBlob, *, repair: bool) -> Path | None:
         """The cached blob, checked: its stat as recorded, else its sha256 again. With
         ``repair`` (the make lock is held) a refused one is removed."""
         entry = self.entries / key

@@ -46,7 +46,7 @@ def walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
 
 def fingerprint(tree: Path, owners: frozenset[int] | set[int]) -> str:
     """sha256 over every entry's name, type, mode, size, mtime and inode (never its ctime or
-    link count: materialising by hard links changes both). Raises _Refused for an entry that
+    link count: materialising by hard links changes both). Raises Refused for an entry that
     belongs to someone else or that group or others could write."""
     digest = hashlib.sha256()
     for rel, entry in walk(tree):

@@ -129,16 +129,23 @@ def layer_uri(manifest_uri: str, layer: Layer) -> str:
     """Where ``layer`` is fetched from: its own ``url``, else beside the manifest in its store."""
     if layer.url:
         return layer.url
+    return blob_uri(manifest_uri, layer.digest, ".tar.zst", what=f"layer {layer.digest}")
+
+
+def blob_uri(manifest_uri: str, digest: str, suffix: str, *, what: str) -> str:
+    """The blob ``digest`` (a layer's ``.tar.zst``, a big file's ``.file``) beside the manifest
+    in its store (storage/base.py's layout)."""
     parts = urlsplit(manifest_uri)
     match = _MANIFEST_PATH.match(parts.path) or _JOB_FILE_PATH.match(parts.path)
     if match is None:
+        field = "files.url" if suffix == ".file" else "layers.url"
         raise ManifestInvalid(
-            f"layer {layer.digest} has no url, and {shown(manifest_uri)} is not in a j2c store "
+            f"{what} has no url, and {shown(manifest_uri)} is not in a j2c store "
             "(.../manifests/sha256/<hex>.json), so there is no store to find it in",
-            field="layers.url",
+            field=field,
         )
-    hexdigest = layer.digest.removeprefix("sha256:")
-    path = f"{match['root']}/blobs/sha256/{hexdigest}.tar.zst"
+    hexdigest = digest.removeprefix("sha256:")
+    path = f"{match['root']}/blobs/sha256/{hexdigest}{suffix}"
     # The query of a presigned manifest URL signs that one object only: it is not reused.
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 

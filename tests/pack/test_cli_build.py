@@ -38,7 +38,7 @@ def test_build_json_publishes_a_manifest_and_its_layers(
     data = tmp_path / "data"
     args = ["--code-path", str(project), "--call-path", "train.py", "--venv-path", str(venv)]
     out = build_json(data, *args)
-    assert set(out) == {"manifest", "seconds", "layers", "warnings"}
+    assert set(out) == {"manifest", "seconds", "layers", "big_files", "warnings"}
     assert [layer["role"] for layer in out["layers"]] == ["code", "venv"]
     assert set(out["layers"][0]) == {"role", "digest", "bytes", "files", "reused", "seconds"}
     manifest_path = Path(urlparse(out["manifest"]).path)
@@ -95,3 +95,18 @@ def test_bad_venv_exits_2(project: Path, tmp_path: Path) -> None:
     done = run_build(tmp_path / "data", *args)
     assert done.returncode == 2
     assert "not a virtual environment" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_build_sends_a_big_file_once(project: Path, tmp_path: Path) -> None:
+    (project / "data" / "images.bin").write_bytes(bytes(range(256)) * 8192)  # 2 MiB
+    args = ["--code-path", str(project), "--call-path", "train.py"]
+    first = build_json(tmp_path / "data", *args)
+    [big] = first["big_files"]
+    assert (big["path"], big["size"], big["reused"]) == ("data/images.bin", 2 * 1024 * 1024, False)
+    blob = tmp_path / "data" / "store" / "blobs" / "sha256" / (big["digest"][7:] + ".file")
+    assert blob.read_bytes() == (project / "data" / "images.bin").read_bytes()
+    (project / "train.py").write_text("print('one line changed')\n")
+    done = run_build(tmp_path / "data", *args)
+    assert done.returncode == 0, done.stderr
+    assert "big file data/images.bin: 2.1 MB, its own blob" in done.stderr
+    assert "uploaded 0.0 MB" in done.stderr  # the small code layer only

@@ -64,3 +64,42 @@ def test_the_cap_is_a_setting() -> None:
     assert PackSettings(layer_cache_max_mb=10).layer_cache_max_mb == 10
     with pytest.raises(ValueError, match="layer_cache_max_mb"):
         PackSettings(layer_cache_max_mb=0)
+
+
+def test_each_project_keeps_its_last_sends_whatever_the_cap(tmp_path: Path, cache: Path) -> None:
+    from tests.support.projects import make_project
+
+    def spec_for(root: Path) -> PackSpec:
+        return PackSpec(code_path=root, call_path="train.py", layer_cache_max_bytes=1)
+
+    ours = make_project(tmp_path / "ours", secrets=False)
+    sends = []
+    for number in range(3):
+        edit(ours, number)
+        sends.append(pack(spec_for(ours), cache).layers[0].path.name)
+    # Many other projects sent since: far more blobs than KEEP_RECENT, each over the cap.
+    for other in range(KEEP_RECENT + 2):
+        root = make_project(tmp_path / f"other-{other}", secrets=False)
+        edit(root, 100 + other)
+        pack(spec_for(root), cache)
+    kept = blobs(cache)
+    assert sends[1] in kept and sends[2] in kept  # the last 2 sends of ours (the default)
+    assert sends[0] not in kept  # an older one goes under the cap
+    # Back to our project: its layer is found, not packed again.
+    assert pack(spec_for(ours), cache).layers[0].reused
+
+
+def test_keep_sends_zero_keeps_only_the_most_recent(tmp_path: Path, cache: Path) -> None:
+    from tests.support.projects import make_project
+
+    ours = make_project(tmp_path / "ours", secrets=False)
+    edit(ours, 1)
+    spec = PackSpec(
+        code_path=ours, call_path="train.py", layer_cache_max_bytes=1, layer_cache_keep_sends=0
+    )
+    first = pack(spec, cache).layers[0].path.name
+    for other in range(KEEP_RECENT + 1):
+        root = make_project(tmp_path / f"other-{other}", secrets=False)
+        edit(root, 100 + other)
+        pack(spec.model_copy(update={"code_path": root}), cache)
+    assert first not in blobs(cache)

@@ -1,0 +1,243 @@
+"""Big files of the code layer (``Manifest.files``): each its own blob, verified, then placed.
+
+The packer ships files of ``pack.big_file_mb`` and up outside the code layer, so that an edit
+elsewhere does not send them again. Here, after the code layer is extracted (or materialised from
+the node's cache), each one is downloaded beside the layers (``<workdir>/blobs/<hex>.file``,
+through ``.part`` while its sha256 is computed, renamed only once it matches), then put at its
+path inside the code folder with its mode.
+
+Placement follows the extraction's rules (extract.py): a path that is absolute, holds ``..``,
+is too deep or too long is refused before anything is downloaded; the parent folders are walked
+one by one with ``O_NOFOLLOW`` (created when missing), so a file is never written through a
+symlink, and a path the code layer already holds is refused rather than overwritten. Refusals
+are ``UnsafeEntry`` (exit code 68), naming the path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..models import FileBlob
+from ..units import byte_size
+from .errors import DiskFull, LayerCorrupt, LocalIOError, ManifestInvalid, UnsafeEntry
+from .extract import _relative_name
+from .fetch import _download, _file_sha256, _Stopped, blob_uri, shown
+from .log import Stage, say
+
+if TYPE_CHECKING:
+    from .cache import Cache
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_CHUNK = 1024 * 1024
+
+
+def check_files(files: list[FileBlob]) -> list[str]:
+    """Each big file's path, normalised; UnsafeEntry for one that could land outside the code
+    folder, names the folder itself, or is listed twice; ManifestInvalid for one digest listed
+    with two sizes."""
+    seen: set[str] = set()
+    rels: list[str] = []
+    sizes: dict[str, int] = {}
+    for blob in files:
+        if sizes.setdefault(blob.digest, blob.size) != blob.size:
+            raise ManifestInvalid(
+                f"big file {blob.path!r}: {blob.digest} is listed with two sizes",
+                field="files.size",
+            )
+        try:
+            rel = _relative_name(blob.path, blob.path)
+        except UnsafeEntry as exc:
+            raise UnsafeEntry(f"big file: {exc.message}", field="files.path") from None
+        if not rel or "\x00" in rel or "\\" in rel:
+            raise UnsafeEntry(f"big file {blob.path!r} is not a file path", field="files.path")
+        if rel in seen:
+            raise UnsafeEntry(f"big file {rel!r} is listed twice", field="files.path")
+        seen.add(rel)
+        rels.append(rel)
+    return rels
+
+
+def file_uri(manifest_uri: str, blob: FileBlob) -> str:
+    if blob.url:
+        return blob.url
+    return blob_uri(manifest_uri, blob.digest, ".file", what=f"big file {blob.path}")
+
+
+def place_files(
+    manifest_uri: str,
+    files: list[FileBlob],
+    code_home: Path,
+    blob_dir: Path,
+    cache: Cache | None = None,
+) -> int:
+    """Download every big file (verified), then place it in ``code_home``; the bytes placed.
+    With the node's ``cache``, the blobs come from it (downloaded into it once) and are copied,
+    never moved nor linked: the job's copy is its own."""
+    if not files:
+        return 0
+    rels = check_files(files)
+    unique = list({blob.digest: blob for blob in files}.values())
+    sources: dict[str, Path] | None = None
+    if cache is not None:
+        from .cache import Bypass
+
+        try:
+            sources = cache.file_blobs(manifest_uri, unique)
+        except Bypass as exc:
+            say("cache", f"not used for the big files: {exc}")
+    movable = sources is None
+    if sources is None:
+        sources = download_files(manifest_uri, unique, blob_dir)
+    placing = Stage("placing files")
+    last_use = {blob.digest: index for index, blob in enumerate(files)}
+    for index, (blob, rel) in enumerate(zip(files, rels, strict=True)):
+        move = movable and last_use[blob.digest] == index
+        _place(code_home, rel, sources[blob.digest], blob.mode, move=move)
+    placing.done(f"{len(files)} big files into {code_home}")
+    return sum(blob.size for blob in files)
+
+
+def download_files(manifest_uri: str, unique: list[FileBlob], blob_dir: Path) -> dict[str, Path]:
+    """Each blob (one per digest) verified in ``blob_dir``; digest -> path."""
+    total = sum(blob.size for blob in unique)
+    stage = Stage("downloading", f"{len(unique)} big file blobs, {byte_size(total)}")
+    blob_dir.mkdir(parents=True, exist_ok=True)
+    _check_room(blob_dir, [b for b in unique if not _present(blob_dir, b)])
+    stop = threading.Event()
+
+    def one(blob: FileBlob) -> tuple[Path, bool]:
+        try:
+            return _fetch_file(file_uri(manifest_uri, blob), blob, blob_dir, stop)
+        except BaseException:
+            stop.set()
+            raise
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(unique)))) as pool:
+        futures = {blob.digest: pool.submit(one, blob) for blob in unique}
+    causes = [e for f in futures.values() if (e := f.exception()) and not isinstance(e, _Stopped)]
+    if causes:
+        raise causes[0]
+    fetched = {digest: future.result() for digest, future in futures.items()}
+    reused = sum(1 for _, was_there in fetched.values() if was_there)
+    stage.done(f"{byte_size(total)} verified, {reused} reused")
+    return {digest: path for digest, (path, _) in fetched.items()}
+
+
+def _present(blob_dir: Path, blob: FileBlob) -> bool:
+    return (blob_dir / f"{blob.digest.removeprefix('sha256:')}.file").exists()
+
+
+def _check_room(blob_dir: Path, wanted: list[FileBlob]) -> None:
+    """DiskFull (74) before downloading when the blobs cannot fit (they are moved, not copied,
+    into the code folder when it is on the same filesystem, which relocate mode's is)."""
+    need = sum(blob.size for blob in wanted)
+    vfs = os.statvfs(blob_dir)
+    free = vfs.f_bavail * vfs.f_frsize
+    if need > free:
+        raise DiskFull(
+            f"not enough free space for this job's big files at {blob_dir}: they need "
+            f"{byte_size(need)}, {byte_size(free)} are free",
+            field="workdir",
+            hint="free some space, choose a --workdir on a larger disk, or read the data from "
+            "storage instead of shipping it",
+        )
+
+
+def _fetch_file(
+    uri: str, blob: FileBlob, blob_dir: Path, stop: threading.Event
+) -> tuple[Path, bool]:
+    started = time.monotonic()
+    expected = blob.digest.removeprefix("sha256:")
+    dest = blob_dir / f"{expected}.file"
+    if dest.exists() and _file_sha256(dest) == expected:
+        return dest, True
+    part = dest.with_name(dest.name + ".part")
+    try:
+        got, size = _download(uri, part, stop)
+        if got != expected or size != blob.size:
+            raise LayerCorrupt(
+                f"the big file {blob.path} from {shown(uri)} does not match the manifest: "
+                f"expected {blob.digest} ({blob.size} bytes), got sha256:{got} ({size} bytes)",
+                field="files.digest",
+                hint="the stored blob is corrupt or was replaced; submit the job again",
+            )
+        os.replace(part, dest)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    say(
+        "verifying",
+        f"big file {blob.path}: sha256 ok ({byte_size(size)} in "
+        f"{time.monotonic() - started:.2f} s)",
+    )
+    return dest, False
+
+
+def _place(root: Path, rel: str, source: Path, mode: int, *, move: bool) -> None:
+    """``source`` at ``root/rel`` with ``mode``, never through a symlink nor over an entry."""
+    parts = rel.split("/")
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        raise LocalIOError(f"cannot open the code folder {root}: {exc.strerror}") from None
+    try:
+        for depth, part in enumerate(parts[:-1]):
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise LocalIOError(f"cannot create a folder for {rel}: {exc.strerror}") from None
+            try:
+                below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise LocalIOError(f"cannot open a folder of {rel}: {exc.strerror}") from None
+                through = "/".join(parts[: depth + 1])
+                raise UnsafeEntry(
+                    f"big file {rel!r} would be written through {through!r}, which is not a "
+                    "folder (a symlink or a file of the code layer)",
+                    field="files.path",
+                ) from None
+            os.close(fd)
+            fd = below
+        name = parts[-1]
+        try:
+            os.lstat(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        else:
+            raise UnsafeEntry(
+                f"big file {rel!r} collides with an entry of the code layer", field="files.path"
+            )
+        try:
+            if move:
+                os.chmod(source, mode)  # before the rename: never a chmod through a path
+                try:
+                    os.rename(source, name, dst_dir_fd=fd)
+                    return
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+            _copy_into(source, name, fd, mode)
+        except OSError as exc:
+            raise LocalIOError(
+                f"cannot place the big file {rel} in {root}: {exc.strerror or exc}"
+            ) from None
+    finally:
+        os.close(fd)
+
+
+def _copy_into(source: Path, name: str, dir_fd: int, mode: int) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    out = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    with os.fdopen(out, "wb") as handle, open(source, "rb") as src:
+        shutil.copyfileobj(src, handle, _CHUNK)
+        os.fchmod(handle.fileno(), mode)
