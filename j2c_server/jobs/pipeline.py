@@ -46,6 +46,7 @@ from ..pack import (
 )
 from ..schedulers import scheduler_class
 from ..schedulers.base import JobSpec, SchedulerState
+from ..schedulers.multinode import unpack_options
 from ..storage.base import ObjectStore, blob_key
 from ..storage.redact import redact_url
 from ..units import byte_size as _size
@@ -133,7 +134,14 @@ def job_spec(
         job_id=record.id,
         name=record.name,
         image=job_image(settings, record),
-        command=[*unpack, manifest_uri, *outputs, "--", *request.args],
+        command=[
+            *unpack,
+            manifest_uri,
+            *outputs,
+            *unpack_options(request.resources),
+            "--",
+            *request.args,
+        ],
         env={
             **job_env(request.env, settings.scheduler.pass_env),
             **store_location_env(settings, store),

@@ -51,7 +51,7 @@ _JSON_MERGE_PATCH = "application/merge-patch+json"
 class KubernetesScheduler(SchedulerBase):
     name = "kubernetes"
     settings_model = KubernetesSettings
-    capabilities = Capabilities(gpus=True, gpu_types=True)
+    capabilities = Capabilities(gpus=True, gpu_types=True, multi_node=True)
 
     @classmethod
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
