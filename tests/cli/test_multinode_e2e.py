@@ -196,3 +196,49 @@ def _alive(pid: int) -> bool:
         return False
     except psutil.AccessDenied:
         return os.path.exists(f"/proc/{pid}")
+
+
+# Stands in for torch (not installed here): ``python -m torch.distributed.run`` finds this
+# package first in the entry's working folder and prints what torchrun would be asked to do.
+FAKE_TORCHRUN = """\
+import json, os, sys
+names = ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+env = {name: os.environ.get(name) for name in names}
+print("torchrun", json.dumps({"argv": sys.argv[1:], "env": env}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+def test_launcher_torchrun_starts_torchrun_on_every_node_for_the_entry_point(
+    run_j2c: RunJ2C, ranks_project: Path, cli_venv: Path
+) -> None:
+    package = ranks_project / "torch" / "distributed"
+    package.mkdir(parents=True)
+    (ranks_project / "torch" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "run.py").write_text(FAKE_TORCHRUN)
+    result = run_j2c(
+        *submit(cli_venv, "--launcher", "torchrun", "--", "--lr", "1"), cwd=ranks_project
+    )
+    assert result.returncode == 0, result.stderr
+    seen = {}
+    for line in result.stdout.splitlines():
+        prefix, _, rest = line.partition(" torchrun ")
+        if rest:
+            seen[prefix] = json.loads(rest)
+    assert sorted(seen) == ["[0]", "[1]"]
+    for rank in (0, 1):
+        run = seen[f"[{rank}]"]
+        addr, port = run["env"]["MASTER_ADDR"], run["env"]["MASTER_PORT"]
+        assert run["argv"][:5] == [
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            f"--node-rank={rank}",
+            f"--rdzv-endpoint={addr}:{port}",
+            run["argv"][4],
+        ]
+        assert run["argv"][4].startswith("--rdzv-id=")
+        assert run["argv"][5].endswith("/allreduce.py") and run["argv"][6:] == ["--lr", "1"]
+        # torchrun sets RANK and WORLD_SIZE for its workers; j2c leaves them to it.
+        assert run["env"]["NODE_RANK"] == str(rank) and run["env"]["NNODES"] == "2"
+        assert run["env"]["RANK"] is None and run["env"]["WORLD_SIZE"] is None
