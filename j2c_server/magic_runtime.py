@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .cli.commands import detached_message
-from .cli.render import StageBoard, exit_code_of, is_stderr_line, scan_notes
+from .cli.render import StageBoard, exit_code_of, is_stderr_line, rank_prefix, scan_notes
 from .cli.session import log
 from .config import J2CSettings
 from .models import Event, EventKind, JobRecord, JobResults, JobStatus
@@ -159,7 +159,7 @@ class CellView:
         self.board.apply(event)
         if event.kind == EventKind.log:
             stream = sys.stderr if is_stderr_line(event) else sys.stdout
-            print(event.text or "", file=stream, flush=True)
+            print(f"{rank_prefix(event)}{event.text or ''}", file=stream, flush=True)
         elif event.kind == EventKind.error:
             print(f"j2c: error: {event.text}", file=sys.stderr, flush=True)
         elif event.kind in (EventKind.stage, EventKind.status):

@@ -34,6 +34,7 @@ MAX_ENV_TOTAL_BYTES = 256 * 1024
 MAX_ARGS = 1024
 MAX_ARG_BYTES = 32 * 1024
 MAX_ARGS_TOTAL_BYTES = 256 * 1024
+MAX_NODES = 256
 
 
 def _capped(limit: int, what: str) -> AfterValidator:
@@ -119,6 +120,14 @@ class Resources(_Strict):
     memory: str | None = Field(None, description="Memory, e.g. '16Gi' or '8G'.")
     gpu_type: str | None = Field(None, description="GPU model, where the cluster offers several.")
     time_limit_minutes: int | None = Field(None, gt=0, description="Wall-clock limit.")
+    nodes: int = Field(
+        1, ge=1, le=MAX_NODES, description="Nodes (ranks); GPUs, CPUs and memory are per node."
+    )
+    launcher: Literal["none", "torchrun"] = Field(
+        "none",
+        description="'none': the entry point runs once per node; 'torchrun': j2c starts "
+        "torchrun for it on every node.",
+    )
 
     @field_validator("memory")
     @classmethod

@@ -86,7 +86,9 @@ if [[ "${2:-}" == "--restrd-only" ]]; then
     exit 0
 fi
 
-mapfile -t daemons < <(pids_of slurmrestd slurmctld slurmd munged)
+# slurmd, and with J2C_SLURM_NODES=N the other nodes' slurmd-j2c2, ...
+mapfile -t nodes < <(cd "$RUN" 2>/dev/null && for f in slurmd-*.pid; do [[ -f "$f" ]] && echo "${f%.pid}"; done)
+mapfile -t daemons < <(pids_of slurmrestd slurmctld slurmd "${nodes[@]}" munged)
 # Job steps (slurmstepd) and the jobs under them hold files in DIR (the slurmd log, job output):
 # nothing of theirs is worth a grace period in a throw-away cluster.
 mapfile -t holders < <(holders_of_dir)
@@ -97,7 +99,7 @@ for p in "${holders[@]}"; do # slurmctld's own helper (slurmscriptd) goes down w
 done
 [[ ${#others[@]} -gt 0 ]] && kill -KILL "${others[@]}" 2>/dev/null
 # In order: slurmctld lingers for seconds when munge or slurmd vanish under it.
-mapfile -t pids < <(pids_of slurmrestd slurmd)
+mapfile -t pids < <(pids_of slurmrestd slurmd "${nodes[@]}")
 stop "${pids[@]}"
 mapfile -t pids < <(pids_of slurmctld)
 stop "${pids[@]}"

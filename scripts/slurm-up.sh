@@ -7,6 +7,10 @@
 #   scripts/slurm-up.sh DIR                 install Slurm if missing, start everything
 #   scripts/slurm-up.sh DIR --restrd-only   (re)start only slurmrestd, on its old port
 #
+# J2C_SLURM_NODES=N (opt-in, default 1) starts N slurmd daemons on this machine, nodes
+# j2c1..j2cN on ports of their own (Debian's Slurm is built with multiple-slurmd support), for
+# multi-node jobs; the default is the one node "j2c" that the test suite uses.
+#
 # Exit codes: 0 up, 2 Slurm missing and not installable here (not root, no apt), 1 anything else.
 set -euo pipefail
 
@@ -107,14 +111,17 @@ chmod 755 "$DIR/etc" "$DIR/munge" "$DIR/munge/sock"
 chmod 700 "$DIR/jwt" "$DIR/state"
 rm -f "$DIR"/log/*
 
-read -r CTLD_PORT SLURMD_PORT RESTD_PORT < <(python3 - <<'EOF'
-import socket
-socks = [socket.socket() for _ in range(3)]
+NODES=${J2C_SLURM_NODES:-1}
+[[ "$NODES" =~ ^[1-8]$ ]] || { log "J2C_SLURM_NODES must be 1 to 8, not '$NODES'"; exit 1; }
+read -r CTLD_PORT SLURMD_PORT RESTD_PORT NODE_PORTS < <(python3 - "$NODES" <<'EOF'
+import socket, sys
+socks = [socket.socket() for _ in range(3 + int(sys.argv[1]))]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
 EOF
 )
+read -r -a NODE_PORTS <<<"$NODE_PORTS"
 printf 'CTLD_PORT=%s\nSLURMD_PORT=%s\nRESTD_PORT=%s\n' "$CTLD_PORT" "$SLURMD_PORT" "$RESTD_PORT" \
     >"$RUN/ports"
 
@@ -131,6 +138,28 @@ done
 CPUS=$(nproc)
 ((CPUS < 4)) && CPUS=4
 MEM_MB=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 }' /proc/meminfo)
+# One node "j2c" by default; with J2C_SLURM_NODES=N, j2c1..j2cN, each with its own slurmd port,
+# spool, pid and log file (%n: the node's name), all on 127.0.0.1.
+if ((NODES == 1)); then
+    NODE_NAMES=(j2c)
+    NODE_LINES="NodeName=j2c NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:fake:2 State=UNKNOWN"
+    PARTITION_NODES=j2c
+    SLURMD_FILES="SlurmdSpoolDir=$DIR/state/d
+SlurmdPidFile=$RUN/slurmd.daemon.pid
+SlurmdLogFile=$DIR/log/slurmd.log"
+else
+    NODE_NAMES=()
+    NODE_LINES=""
+    for ((i = 1; i <= NODES; i++)); do
+        NODE_NAMES+=("j2c$i")
+        NODE_LINES+="NodeName=j2c$i NodeAddr=127.0.0.1 NodeHostname=localhost Port=${NODE_PORTS[i - 1]} CPUs=$CPUS RealMemory=$((MEM_MB / NODES)) Gres=gpu:fake:2 State=UNKNOWN
+"
+    done
+    PARTITION_NODES="j2c[1-$NODES]"
+    SLURMD_FILES="SlurmdSpoolDir=$DIR/state/d/%n
+SlurmdPidFile=$RUN/slurmd.%n.daemon.pid
+SlurmdLogFile=$DIR/log/slurmd.%n.log"
+fi
 
 [[ -f "$DIR/munge/munge.key" ]] || mungekey --create --keyfile="$DIR/munge/munge.key"
 chmod 600 "$DIR/munge/munge.key"
@@ -151,11 +180,9 @@ AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$DIR/jwt/jwt_hs256.key
 CredType=cred/munge
 StateSaveLocation=$DIR/state/ctld
-SlurmdSpoolDir=$DIR/state/d
 SlurmctldPidFile=$RUN/slurmctld.daemon.pid
-SlurmdPidFile=$RUN/slurmd.daemon.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+$SLURMD_FILES
 # No cgroups in a container: track processes by parentage, no task binding, no accounting.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -177,14 +204,19 @@ KillWait=2
 MinJobAge=300
 SlurmdParameters=config_overrides
 GresTypes=gpu
-NodeName=j2c NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:fake:2 State=UNKNOWN
-PartitionName=debug Nodes=j2c Default=YES MaxTime=INFINITE State=UP
+$NODE_LINES
+PartitionName=debug Nodes=$PARTITION_NODES Default=YES MaxTime=INFINITE State=UP
 EOF
 {
     echo "AutoDetect=off"
-    echo "NodeName=j2c Name=gpu Type=fake File=${GPU_FILES[0]}"
-    echo "NodeName=j2c Name=gpu Type=fake File=${GPU_FILES[1]}"
+    for node in "${NODE_NAMES[@]}"; do
+        echo "NodeName=$node Name=gpu Type=fake File=${GPU_FILES[0]}"
+        echo "NodeName=$node Name=gpu Type=fake File=${GPU_FILES[1]}"
+    done
 } >"$DIR/etc/gres.conf"
+for node in "${NODE_NAMES[@]}"; do
+    ((NODES == 1)) || mkdir -p "$DIR/state/d/$node"
+done
 chmod 644 "$CONF" "$DIR/etc/gres.conf"
 if command -v runuser >/dev/null && ! runuser -u slurm -- test -r "$CONF"; then
     log "user slurm (slurmrestd runs as slurm) cannot read $CONF: choose a DIR whose parent"
@@ -201,17 +233,23 @@ munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/sock/munge
     --pid-file="$RUN/munged.pid" --log-file="$DIR/log/munged.log" \
     --seed-file="$DIR/munge/munged.seed" </dev/null >/dev/null 2>&1 || die "munged did not start"
 start_daemon slurmctld slurmctld -D -i -f "$CONF"
-start_daemon slurmd slurmd -D -N j2c -f "$CONF"
+for node in "${NODE_NAMES[@]}"; do # pid files slurmd.pid, slurmd-j2c2.pid, ...
+    name=slurmd
+    [[ "$node" == j2c || "$node" == j2c1 ]] || name="slurmd-$node"
+    start_daemon "$name" slurmd -D -N "$node" -f "$CONF"
+done
 start_restd
 wait_port "$CTLD_PORT" slurmctld
 
-# The node must be idle (slurmd registered, GPUs known) before jobs can run.
-for ((i = 0; i < 200; i++)); do
-    state=$(timeout 5 sinfo -h -n j2c -o %T 2>/dev/null || true)
-    [[ "$state" == "idle" ]] && break
-    sleep 0.05
+# Every node must be idle (slurmd registered, GPUs known) before jobs can run.
+for node in "${NODE_NAMES[@]}"; do
+    for ((i = 0; i < 200; i++)); do
+        state=$(timeout 5 sinfo -h -n "$node" -o %T 2>/dev/null || true)
+        [[ "$state" == "idle" ]] && break
+        sleep 0.05
+    done
+    [[ "$state" == "idle" ]] || die "node $node is '${state:-unknown}', not idle"
 done
-[[ "$state" == "idle" ]] || die "node j2c is '${state:-unknown}', not idle"
 
 TOKEN=$(timeout 10 scontrol token username=root lifespan=604800 | sed -n 's/^SLURM_JWT=//p')
 [[ -n "$TOKEN" ]] || die "scontrol token returned no token"

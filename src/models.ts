@@ -256,6 +256,10 @@ export interface Resources {
   gpu_type?: string | null;
   /** Wall-clock limit. */
   time_limit_minutes?: number | null;
+  /** Nodes (ranks); GPUs, CPUs and memory are per node. */
+  nodes?: number;
+  /** 'none': the entry point runs once per node; 'torchrun': j2c starts torchrun for it on every node. */
+  launcher?: 'none' | 'torchrun';
 }
 
 /** Why a send attached to an existing job or made a new one, in words and in data. */

@@ -182,6 +182,14 @@ def submit_options(func: F) -> F:
         click.option("--memory", help="Memory, e.g. 16Gi."),
         click.option("--gpu-type", help="GPU model, where the cluster offers several."),
         click.option("--time-limit", type=click.IntRange(1), help="Wall-clock limit in minutes."),
+        click.option(
+            "--nodes", type=click.IntRange(1), help="Nodes to run on (GPUs etc. are per node)."
+        ),
+        click.option(
+            "--launcher",
+            type=click.Choice(["none", "torchrun"]),
+            help="torchrun: start the entry point under torchrun on every node.",
+        ),
         click.option("--scheduler", help="Scheduler backend (default from the configuration)."),
         click.option("--compression-level", type=click.IntRange(1, 22), help="zstd level."),
         click.option("--exclude", multiple=True, help="Extra gitignore pattern (repeatable)."),
@@ -252,6 +260,8 @@ def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> di
             ("memory", "memory"),
             ("gpu_type", "gpu_type"),
             ("time_limit_minutes", "time_limit"),
+            ("nodes", "nodes"),
+            ("launcher", "launcher"),
         )
         if params.get(flag) is not None
     }

@@ -194,6 +194,12 @@ def is_stderr_line(event: Event) -> bool:
     return event.stream == "stderr" or (event.text or "").startswith(UNPACK_LINE_PREFIX)
 
 
+def rank_prefix(event: Event) -> str:
+    """``[k] `` before a line of a multi-node job's rank k (its events carry the rank)."""
+    rank = event.data.get("rank")
+    return f"[{rank}] " if isinstance(rank, int) else ""
+
+
 def exit_code_of(record: JobRecord) -> int:
     """The job's exit code as a shell sees it: signals as 128+N; failures without one as 1."""
     if record.exit_code is not None:
@@ -235,7 +241,7 @@ class TerminalRenderer:
         if event.kind == EventKind.log:
             self._freeze()
             stream = self.err if self.logs_to_err or is_stderr_line(event) else self.out
-            stream.write(f"{event.text or ''}\n")
+            stream.write(f"{rank_prefix(event)}{event.text or ''}\n")
             stream.flush()
         elif event.kind == EventKind.error:
             self._freeze()

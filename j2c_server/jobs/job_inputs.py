@@ -16,6 +16,7 @@ from ..models import JobRecord, Layer, LayerRole, Manifest
 from ..pack import PackPlan, PackSpec
 from ..schedulers import scheduler_class
 from ..schedulers.base import JobSpec
+from ..schedulers.multinode import unpack_options
 from ..storage.base import ObjectStore, blob_key, file_blob_key
 
 
@@ -68,7 +69,14 @@ def job_spec(
         job_id=record.id,
         name=record.name,
         image=job_image(settings, record),
-        command=[*unpack, manifest_uri, *outputs, "--", *request.args],
+        command=[
+            *unpack,
+            manifest_uri,
+            *outputs,
+            *unpack_options(request.resources),
+            "--",
+            *request.args,
+        ],
         env={
             **job_env(request.env, settings.scheduler.pass_env),
             **store_location_env(settings, store),

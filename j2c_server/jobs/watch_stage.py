@@ -93,9 +93,7 @@ class Watcher:
                     ended = True
                     break
                 batch.append(item)
-            drafts: list[EventDraft] = [
-                {"kind": EventKind.log, "stream": line.stream, "text": line.text} for line in batch
-            ]
+            drafts: list[EventDraft] = [log_draft(line) for line in batch]
             change = None
             if not self._output_seen:
                 self._output_seen = True
@@ -160,3 +158,11 @@ async def until_available(
     """``call()``, retried with backoff while the scheduler is unavailable (all ``attempts``
     used: the last error is raised)."""
     return await retry_async(call, scheduler_backoff(what, log, attempts=attempts))
+
+
+def log_draft(line: LogLine) -> EventDraft:
+    """A log line's event; a multi-node job's carries its rank in ``data``."""
+    draft: EventDraft = {"kind": EventKind.log, "stream": line.stream, "text": line.text}
+    if line.rank is not None:
+        draft["data"] = {"rank": line.rank}
+    return draft

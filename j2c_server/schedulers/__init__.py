@@ -100,3 +100,10 @@ def check_resources(name: str, resources: Resources) -> None:
         raise InvalidInput(
             f"the {name} scheduler cannot choose a GPU type", field="resources.gpu_type"
         )
+    if resources.nodes > 1 and not can.multi_node:
+        raise InvalidInput(
+            f"resources.nodes: the {name} scheduler runs a job on one node only "
+            f"(asked for {resources.nodes})",
+            field="resources.nodes",
+            hint="ask for one node, or choose a scheduler that runs multi-node jobs",
+        )

@@ -54,6 +54,7 @@ class LogLine(BaseModel):
     text: str = Field(..., description="One line, without its newline.")
     stream: Literal["stdout", "stderr"] = "stdout"
     cursor: str = Field(..., description="Resume point just after this line.")
+    rank: int | None = Field(None, description="The node rank that wrote it (multi-node jobs).")
 
 
 @runtime_checkable

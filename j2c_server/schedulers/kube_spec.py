@@ -3,6 +3,13 @@
 ``render_job`` is what the Kubernetes backend POSTs and what ``j2c submit --scheduler kubernetes
 --dry-run`` prints. Names and labels are derived from the request's idempotency key, so the same
 request always maps to the same Job and a retried create can recognise its own Job.
+
+A job on N nodes is an Indexed Job (``completions = parallelism = N``, one pod per rank, the
+rank in ``JOB_COMPLETION_INDEX``), whose pods are spread over N nodes (required pod
+anti-affinity), and which fails as a whole as soon as one pod fails (``backoffLimit: 0`` and a
+``podFailurePolicy`` that fails the Job on any non-zero exit). Its pods' hostnames
+(``<job>-<index>``) resolve under a headless Service of the Job's name (``render_service``), so
+``MASTER_ADDR`` is ``<job>-0.<job>``, a name that exists before rank 0's pod has an IP.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ LABEL_USER = "j2c.io/user"
 ANNOTATION_KEY = "j2c.io/key"
 ANNOTATION_NAME = "j2c.io/name"
 ANNOTATION_CANCELLED = "j2c.io/cancelled"
+MASTER_PORT = 29500
 
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -95,7 +103,80 @@ def _node_selector(spec: JobSpec, settings: J2CSettings) -> dict[str, str]:
 def _env(spec: JobSpec) -> list[dict[str, str]]:
     # Credentials in a request are refused for every backend alike (j2c_server.jobenv); what
     # arrives here is plain settings, or what the operator allowed through scheduler.pass_env.
-    return [{"name": name, "value": value} for name, value in sorted(spec.env.items())]
+    env = dict(spec.env)
+    if spec.resources.nodes > 1:
+        name = job_name(spec.key)
+        env.setdefault("MASTER_ADDR", f"{name}-0.{name}")
+        env.setdefault("MASTER_PORT", str(MASTER_PORT))
+    return [{"name": name, "value": value} for name, value in sorted(env.items())]
+
+
+def _multi_node(spec: JobSpec, job_spec: dict[str, Any], pod: dict[str, Any]) -> None:
+    """An Indexed Job of one pod per rank, on distinct nodes, failing with its first rank."""
+    nodes = spec.resources.nodes
+    job_spec.update(
+        completionMode="Indexed",
+        completions=nodes,
+        parallelism=nodes,
+        # One rank failing ends the Job at once (and the controller stops the other pods):
+        # alone, the others would wait for it forever. backoffLimitPerIndex would let the other
+        # indexes run on, which is the opposite.
+        podFailurePolicy={
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER_NAME,
+                        "operator": "NotIn",
+                        "values": [0],
+                    },
+                }
+            ]
+        },
+    )
+    pod["subdomain"] = job_name(spec.key)
+    pod["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {LABEL_KEY: key_digest(spec.key)[:63]}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+
+
+def render_service(
+    spec: JobSpec, settings: J2CSettings, *, owner_uid: str, namespace: str | None = None
+) -> dict[str, Any]:
+    """The headless Service that gives a multi-node Job's pods their DNS names; owned by the
+    Job, so deleting the Job takes it along."""
+    kube = settings.scheduler.section("kubernetes", KubernetesSettings)
+    name = job_name(spec.key)
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": _labels(spec),
+        "annotations": {ANNOTATION_KEY: spec.key},
+        "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": owner_uid}
+        ],
+    }
+    namespace = namespace or kube.namespace
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "clusterIP": "None",
+            # Rank 0's name resolves as soon as its pod has an IP, not once it is ready.
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_KEY: key_digest(spec.key)[:63]},
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}],
+        },
+    }
 
 
 def _deadline(spec: JobSpec, settings: J2CSettings) -> int | None:
@@ -161,6 +242,8 @@ def render_job(
     deadline = _deadline(spec, settings)
     if deadline is not None:
         job_spec["activeDeadlineSeconds"] = deadline
+    if spec.resources.nodes > 1:
+        _multi_node(spec, job_spec, pod)
     metadata: dict[str, Any] = {
         "name": job_name(spec.key),
         "labels": labels,

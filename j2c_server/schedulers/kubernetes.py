@@ -8,6 +8,9 @@
 - cancel: annotate the Job as cancelled, then delete it with ``propagationPolicy: Background``
   (the pod gets SIGTERM and its grace period). A Job that is gone after a cancel reads as
   cancelled, anything else that vanished as lost.
+- multi-node (``resources.nodes > 1``): an Indexed Job plus a headless Service for its pods'
+  names (see :mod:`.kube_spec`); status, logs (tagged with their rank) and the exit code read
+  every rank's pod (:mod:`.kube_ranks`); cancel deletes the Job, its pods and the Service.
 
 The connection (kubeconfig or service account, :mod:`.kube_auth`) is resolved on first use, in a
 worker thread, so constructing a scheduler never touches the disk or the network.
@@ -31,8 +34,15 @@ from ..models import Capabilities, JobHandle, JobResults, JobStatus
 from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from .kube_auth import SERVICE_ACCOUNT_DIR, KubeConnection, load_connection
 from .kube_logs import LogCursor, LogReader
+from .kube_ranks import first_failed_code, rank_pods, ranked_state
 from .kube_settings import KubernetesSettings
-from .kube_spec import ANNOTATION_CANCELLED, ANNOTATION_KEY, CONTAINER_NAME, render_job
+from .kube_spec import (
+    ANNOTATION_CANCELLED,
+    ANNOTATION_KEY,
+    CONTAINER_NAME,
+    render_job,
+    render_service,
+)
 from .kube_status import (
     container_started,
     container_terminated,
@@ -41,6 +51,7 @@ from .kube_status import (
     job_state,
     newest_pod,
 )
+from .multinode import follow_ranks, parse_rank_cursor
 
 # A follow stream that stays silent this long is re-opened from its cursor: a half-dead
 # connection must not hang the watcher forever, and a reconnect costs nothing.
@@ -51,12 +62,16 @@ _JSON_MERGE_PATCH = "application/merge-patch+json"
 class KubernetesScheduler(SchedulerBase):
     name = "kubernetes"
     settings_model = KubernetesSettings
-    capabilities = Capabilities(gpus=True, gpu_types=True)
+    capabilities = Capabilities(gpus=True, gpu_types=True, multi_node=True)
 
     @classmethod
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
-        """The batch/v1 Job that submitting ``spec`` creates."""
-        return render_job(spec, settings)
+        """The batch/v1 Job that submitting ``spec`` creates (with its Service: a List)."""
+        job = render_job(spec, settings)
+        if spec.resources.nodes == 1:
+            return job
+        service = render_service(spec, settings, owner_uid="<the Job's uid>")
+        return {"apiVersion": "v1", "kind": "List", "items": [job, service]}
 
     def __init__(
         self,
@@ -131,11 +146,15 @@ class KubernetesScheduler(SchedulerBase):
             job = existing
         else:
             job = response.json()
-        return JobHandle(
-            scheduler=self.name,
-            id=name,
-            data={"namespace": conn.namespace, "uid": job["metadata"].get("uid")},
-        )
+        data: dict[str, Any] = {"namespace": conn.namespace, "uid": job["metadata"].get("uid")}
+        if spec.resources.nodes > 1:
+            service = render_service(
+                spec, self._settings, owner_uid=job["metadata"]["uid"], namespace=conn.namespace
+            )
+            # A retried submit finds its Service there already (409): the same one.
+            await self._request("POST", _services_url(conn.namespace), json=service, allow=(409,))
+            data["nodes"] = spec.resources.nodes
+        return JobHandle(scheduler=self.name, id=name, data=data)
 
     async def status(self, handle: JobHandle) -> SchedulerState:
         job, pods = await self._job_and_pods(handle)
@@ -147,14 +166,25 @@ class KubernetesScheduler(SchedulerBase):
                 message=f"Job {handle.id} no longer exists (deleted, or removed after "
                 "ttlSecondsAfterFinished)",
             )
-        return job_state(job, pods)
+        nodes = _nodes(handle)
+        return ranked_state(job, pods, nodes) if nodes > 1 else job_state(job, pods)
 
-    async def follow_logs(
-        self, handle: JobHandle, cursor: str | None = None
+    def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
+        nodes = _nodes(handle)
+        if nodes == 1:
+            return self._follow_pod(handle, cursor, None)
+        for inner in parse_rank_cursor(cursor, nodes).values():
+            if inner:
+                LogCursor.parse(inner)  # a bad cursor fails here, not at the first line
+        return follow_ranks(lambda rank, at: self._follow_pod(handle, at, rank), nodes, cursor)
+
+    async def _follow_pod(
+        self, handle: JobHandle, cursor: str | None, rank: int | None
     ) -> AsyncIterator[LogLine]:
+        """One pod's lines (the newest pod's, or rank ``rank``'s) from ``cursor`` to the end."""
         position = LogCursor.parse(cursor) if cursor else None
         while True:
-            pod = await self._started_pod(handle)
+            pod = await self._started_pod(handle, rank)
             if pod is None:
                 return
             pod_name = pod["metadata"]["name"]
@@ -187,9 +217,16 @@ class KubernetesScheduler(SchedulerBase):
         handle.data["cancelled"] = True
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         await self._request("DELETE", url, json=body, allow=(404,))
+        if _nodes(handle) > 1:
+            # Owned by the Job, so the garbage collector would take it too; now is sooner.
+            service = f"{_services_url(namespace)}/{handle.id}"
+            await self._request("DELETE", service, json=body, allow=(404,))
 
     async def results(self, handle: JobHandle) -> JobResults:
         job, pods = await self._job_and_pods(handle)
+        if _nodes(handle) > 1:
+            failed = first_failed_code(pods)
+            return JobResults(exit_code=failed[1] if failed else (0 if pods else None))
         code = exit_code(newest_pod(pods))
         if code is None and job is not None:
             code = job_state(job, pods).exit_code
@@ -227,11 +264,12 @@ class KubernetesScheduler(SchedulerBase):
         pods: list[dict[str, Any]] = response.json().get("items") or []
         return job, pods
 
-    async def _started_pod(self, handle: JobHandle) -> dict[str, Any] | None:
-        """The pod whose log to read, once its container started; None if none ever will."""
+    async def _started_pod(self, handle: JobHandle, rank: int | None) -> dict[str, Any] | None:
+        """The pod whose log to read (of rank ``rank``, if given), once its container started;
+        None if none ever will."""
         while True:
             job, pods = await self._job_and_pods(handle)
-            pod = newest_pod(pods)
+            pod = newest_pod(pods if rank is None else rank_pods(pods, rank))
             if pod is not None and container_started(pod):
                 return pod
             if job is None or job_finished(job):
@@ -286,6 +324,14 @@ def _namespace(handle: JobHandle) -> str:
 
 def _jobs_url(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+
+def _services_url(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/services"
+
+
+def _nodes(handle: JobHandle) -> int:
+    return int(handle.data.get("nodes", 1))
 
 
 def _transport_error(exc: httpx.TransportError, conn: KubeConnection) -> SchedulerError:

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ from .local_files import (
 from .local_gpus import LedgerError, check_ledger_dir, detect_gpu_ids
 from .local_settings import LocalSchedulerSettings
 from .logfile import follow_log_file, parse_cursor
+from .multinode import follow_ranks, parse_rank_cursor
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # The job's base environment: what a login shell on this machine would have, plus the standard
@@ -83,7 +85,7 @@ class LocalScheduler(SchedulerBase):
 
     name = "local"
     settings_model = LocalSchedulerSettings
-    capabilities = Capabilities(gpus=True)
+    capabilities = Capabilities(gpus=True, multi_node=True)
 
     @classmethod
     def unpack_command(cls, settings: J2CSettings) -> list[str]:
@@ -108,6 +110,14 @@ class LocalScheduler(SchedulerBase):
 
     def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
         run = self._run(handle)
+        nodes = int(handle.data.get("nodes", 1))
+        if nodes > 1:
+            parse_rank_cursor(cursor, nodes)  # a bad cursor fails here, not at the first line
+            return follow_ranks(
+                lambda rank, at: follow_log_file(run.rank_log(rank), at, lambda: _has_ended(run)),
+                nodes,
+                cursor,
+            )
         parse_cursor(cursor)  # a bad cursor fails here, not at the first line
         return follow_log_file(run.log, cursor, lambda: _has_ended(run))
 
@@ -137,7 +147,8 @@ class LocalScheduler(SchedulerBase):
                 f"job id {spec.job_id!r} must be 1-128 letters, digits, '.', '_' or '-'",
                 field="job_id",
             )
-        wanted = spec.resources.gpus
+        # A multi-node job's ranks all run here: GPUs per node times nodes.
+        wanted = spec.resources.gpus * spec.resources.nodes
         devices = self.gpu_devices() if wanted else []
         if wanted > len(devices):
             raise InvalidInput(
@@ -157,7 +168,10 @@ class LocalScheduler(SchedulerBase):
             index = self._key_index(spec.key)
             private_dir(index.parent)
             write_private_text(index, run.path.name)
-        return JobHandle(scheduler=self.name, id=run.path.name, data={"run_dir": str(run.path)})
+        data: dict[str, Any] = {"run_dir": str(run.path)}
+        if spec.resources.nodes > 1:
+            data["nodes"] = spec.resources.nodes
+        return JobHandle(scheduler=self.name, id=run.path.name, data=data)
 
     def _key_index(self, key: str) -> Path:
         return self._runs / "keys" / hashlib.sha256(key.encode()).hexdigest()
@@ -200,6 +214,8 @@ class LocalScheduler(SchedulerBase):
                 "command": spec.command,
                 "env": {k: v for k, v in spec.env.items() if k not in hidden},
                 "gpus": spec.resources.gpus,
+                "nodes": spec.resources.nodes,
+                "master_port": _free_port() if spec.resources.nodes > 1 else None,
                 "gpu_devices": devices,
                 "gpu_ledger": str(self._ledger),
                 "cancel_grace_s": self._settings.cancel_grace_s,
@@ -265,6 +281,14 @@ class LocalScheduler(SchedulerBase):
         return RunDir(self._runs / handle.id)
 
 
+def _free_port() -> int:
+    """A port free on this machine now, for rank 0 to listen on (MASTER_PORT)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def _has_ended(run: RunDir) -> bool:
     return run.exit.exists() or not is_held(run.lock)
 
@@ -303,6 +327,8 @@ def _final_state(ended: dict[str, Any]) -> SchedulerState:
     if code == 0:
         return SchedulerState(status=JobStatus.succeeded, exit_code=0)
     message = f"exit code {code}"
+    if ended.get("failed_rank") is not None:
+        message += f" on rank {ended['failed_rank']}"
     if ended.get("signal"):
         message += f" (killed by {ended['signal']})"
     if ended.get("error"):
@@ -322,11 +348,11 @@ def _cancel(run: RunDir) -> None:
         if supervisor and same_process(supervisor["pid"], supervisor["start_time"]):
             os.kill(supervisor["pid"], signal.SIGTERM)
         return
-    # Lost: no supervisor is left to escalate, so end an orphaned job at once.
-    child = job.get("child")
-    if child and same_process(child["pid"], child["start_time"]):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child["pid"], signal.SIGKILL)
+    # Lost: no supervisor is left to escalate, so end an orphaned job (every rank) at once.
+    for child in job.get("ranks") or [job.get("child")]:
+        if child and same_process(child["pid"], child["start_time"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child["pid"], signal.SIGKILL)
 
 
 def _collect_results(run: RunDir) -> JobResults:

@@ -9,7 +9,8 @@ A run lives in ``<data>/runs/<job id>/``; every file in it has one writer:
 - ``cancel``         present once a cancel was asked for (the scheduler)
 - ``exit.json``      exit code, signal, cancelled flag and times, written atomically at the end
                      (supervisor)
-- ``output.log``     the job's stdout and stderr, interleaved as written (the job)
+- ``output.log``     the job's stdout and stderr, interleaved as written (the job; of a
+                     multi-node job, rank 0; rank k writes ``output.rank-k.log``)
 - ``outputs/``       ``$J2C_OUTPUT_DIR`` (the job)
 - ``work/``          the job's working directory (the job)
 - ``supervisor.log`` the supervisor's own diagnostics (supervisor)
@@ -61,6 +62,13 @@ class RunDir:
     @property
     def log(self) -> Path:
         return self.path / "output.log"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.log if rank == 0 else self.path / f"output.rank-{rank}.log"
+
+    def rank_outputs(self, rank: int) -> Path:
+        """``$J2C_OUTPUT_DIR`` of a rank: the job's outputs are rank 0's."""
+        return self.outputs if rank == 0 else self.path / "ranks" / str(rank) / "outputs"
 
     @property
     def outputs(self) -> Path:

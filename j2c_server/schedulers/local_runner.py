@@ -5,11 +5,13 @@ child and never a zombie of the server), then, with no server needed:
 
 1. records its PID and start time in ``job.json`` while holding ``job.lock`` for its whole life;
 2. waits in line for the GPUs the job asked for (status queued);
-3. starts the job in a new session, cwd ``work/``, stdout and stderr into ``output.log``;
-4. forwards SIGTERM/SIGINT to the job's process group and sends SIGKILL after the grace (the
-   same when the job reaches its time limit);
-5. when the job ends, kills what is left of its process group, writes ``exit.json`` atomically
-   and frees the GPUs.
+3. starts the job in a new session, cwd ``work/``, stdout and stderr into ``output.log``; a job
+   on N nodes starts N ranks, each in a session of its own, with ``J2C_NODE_RANK``,
+   ``MASTER_ADDR`` (127.0.0.1) and ``MASTER_PORT``, its share of the GPUs and its own log;
+4. forwards SIGTERM/SIGINT to the job's process groups and sends SIGKILL after the grace (the
+   same when the job reaches its time limit, or when one rank fails: the others are stopped);
+5. when the job ends, kills what is left of its process groups, writes ``exit.json`` atomically
+   (the exit code: the first non-zero rank's) and frees the GPUs.
 
 Arguments: the run directory and the number of the inherited file descriptor that holds
 ``job.lock`` (taken by the scheduler before the start, so the run never looks dead while the
@@ -29,11 +31,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..private import private_opener
+from ..private import private_dir, private_opener
 from .local_files import RunDir, process_start_time, read_json, write_json_atomic
 from .local_gpus import DEFAULT_LEDGER_DIR, GpuLedger, LedgerError
 
 _GPU_POLL_S = 0.2
+_RANK_POLL_S = 0.05
 # Exit code for a command that could not be started, as a shell reports it.
 _CANNOT_START = 127
 
@@ -48,7 +51,9 @@ class Supervisor:
         self.job_id: str = spec["job_id"]
         # The machine's GPU pool, shared with every user's jobs (see local_gpus).
         self.ledger = GpuLedger(Path(spec.get("gpu_ledger") or DEFAULT_LEDGER_DIR))
-        self.child: subprocess.Popen[bytes] | None = None
+        self.nodes = int(spec.get("nodes") or 1)
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.rank_codes: list[tuple[int, int]] = []  # (rank, raw code) in the order they ended
         self.stop_signal: int | None = None
         self.stop_sent = False
         self.timed_out = False
@@ -73,7 +78,7 @@ class Supervisor:
         if self.stop_signal is not None:
             return  # the first request already started the grace period
         self.stop_signal = signum
-        if self.child is not None:
+        if self.children:
             self._stop_child(signum)
 
     def _stop_child(self, signum: int) -> None:
@@ -89,10 +94,9 @@ class Supervisor:
         self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, signum: int) -> None:
-        if self.child is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.child.pid, signum)
+        for child in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signum)
 
     @property
     def stopping(self) -> bool:
@@ -106,7 +110,7 @@ class Supervisor:
 
     def wait_for_gpus(self) -> list[str] | None:
         """The devices granted, or None when the job was cancelled while waiting."""
-        count = int(self.spec["gpus"])
+        count = int(self.spec["gpus"]) * self.nodes
         if count == 0:
             return []
         devices: list[str] = self.spec["gpu_devices"]
@@ -121,45 +125,65 @@ class Supervisor:
         self.ledger.release()
         return None
 
-    def child_env(self, gpus: list[str]) -> dict[str, str]:
+    def child_env(self, gpus: list[str], rank: int = 0) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.spec["env"])
         env.update(
             J2C_JOB_ID=self.job_id,
-            J2C_OUTPUT_DIR=str(self.run.outputs),
+            J2C_OUTPUT_DIR=str(self.run.rank_outputs(rank)),
             CUDA_VISIBLE_DEVICES=",".join(gpus),
         )
+        if self.nodes > 1:
+            # The ranks meet on this machine; j2c-unpack derives the rest (unpack/ranks.py).
+            env.update(
+                J2C_NODE_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(self.spec["master_port"]),
+            )
         return env
 
     def start_child(self, gpus: list[str]) -> subprocess.Popen[bytes] | None:
-        """Start the job, or say in its log why it cannot start and return None."""
-        with open(self.run.log, "ab", buffering=0, opener=private_opener) as log:
-            try:
-                self.child = child = subprocess.Popen(
-                    self.spec["command"],
-                    cwd=self.run.work,
-                    env=self.child_env(gpus),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                log.write(f"j2c: cannot start {self.spec['command'][0]!r}: {exc}\n".encode())
-                return None
+        """Start the job (every rank), or say in a log why it cannot start and return None."""
+        per_rank = len(gpus) // self.nodes
+        for rank in range(self.nodes):
+            if rank:
+                private_dir(self.run.rank_outputs(rank))
+            with open(self.run.rank_log(rank), "ab", buffering=0, opener=private_opener) as log:
+                try:
+                    child = subprocess.Popen(
+                        self.spec["command"],
+                        cwd=self.run.work,
+                        env=self.child_env(gpus[rank * per_rank : (rank + 1) * per_rank], rank),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    log.write(f"j2c: cannot start {self.spec['command'][0]!r}: {exc}\n".encode())
+                    self._signal_group(signal.SIGKILL)  # no job runs with a rank missing
+                    return None
+            self.children.append(child)
+        processes = [
+            {"pid": child.pid, "start_time": process_start_time(child.pid)}
+            for child in self.children
+        ]
         self.save(
             state="running",
             message=None,
             gpus=gpus,
-            child={"pid": child.pid, "start_time": process_start_time(child.pid)},
+            child=processes[0],
+            ranks=processes,
             started_at=time.time(),
         )
         if self.stopping and not self.stop_sent:  # cancelled while the job was being started
             self.stop_signal = self.stop_signal or signal.SIGTERM
             self._stop_child(self.stop_signal)
-        return child
+        return self.children[0]
 
     def wait_child(self, child: subprocess.Popen[bytes]) -> int:
+        if self.nodes > 1:
+            return self.wait_ranks()
         try:
             code = child.wait(timeout=self.spec["time_limit_s"])
         except subprocess.TimeoutExpired:
@@ -172,13 +196,46 @@ class Supervisor:
         self._signal_group(signal.SIGKILL)
         return code
 
+    def wait_ranks(self) -> int:
+        """Wait for every rank; the first to fail stops the others (a rank alone would wait
+        for its peers forever). The job's code: the first non-zero rank's, else 0."""
+        limit = self.spec["time_limit_s"]
+        deadline = time.monotonic() + limit if limit else None
+        live = set(range(self.nodes))
+        while live:
+            for rank in sorted(live):
+                code = self.children[rank].poll()
+                if code is None:
+                    continue
+                live.discard(rank)
+                self.rank_codes.append((rank, code))
+                if code != 0 and not self.stop_sent:
+                    self._stop_child(signal.SIGTERM)
+            if deadline is not None and not self.timed_out and time.monotonic() > deadline:
+                self.timed_out = True
+                if not self.stop_sent:
+                    self._stop_child(signal.SIGTERM)
+            if live:
+                time.sleep(_RANK_POLL_S)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self._signal_group(signal.SIGKILL)
+        return next((code for _, code in self.rank_codes if code != 0), 0)
+
     def finish(self, code: int | None, *, error: str | None = None) -> None:
         signum = -code if code is not None and code < 0 else None
         if self.timed_out:
             error = f"time limit of {self.spec['time_limit_s']:g} s reached"
+        ranks: dict[str, Any] = {}
+        if self.nodes > 1 and self.rank_codes:
+            failed = next((rank for rank, raw in self.rank_codes if raw != 0), None)
+            ranks = {
+                "ranks": [{"rank": rank, "exit_code": raw} for rank, raw in self.rank_codes],
+                "failed_rank": failed,
+            }
         write_json_atomic(
             self.run.exit,
             {
+                **ranks,
                 "exit_code": 128 + signum if signum is not None else code,
                 "signal": signal.Signals(signum).name if signum is not None else None,
                 "cancelled": self.stopping,

@@ -36,6 +36,7 @@ from .slurm_job import (
     check_spec,
     comment_fields,
     job_description,
+    label_rank,
 )
 from .slurm_rest import SlurmFailure, SlurmRest
 from .slurm_settings import SlurmSettings
@@ -108,7 +109,7 @@ class SlurmScheduler(SchedulerBase):
 
     name = "slurm"
     settings_model = SlurmSettings
-    capabilities = Capabilities(gpus=True, gpu_types=True, queues=True)
+    capabilities = Capabilities(gpus=True, gpu_types=True, queues=True, multi_node=True)
 
     def __init__(self, settings: J2CSettings, *, environ: Mapping[str, str] | None = None) -> None:
         self._slurm = settings.scheduler.section("slurm", SlurmSettings)
@@ -140,7 +141,10 @@ class SlurmScheduler(SchedulerBase):
         job_id = answer.get("job_id")
         if not isinstance(job_id, int):
             raise SchedulerError("slurmrestd accepted the job but returned no job id")
-        return JobHandle(scheduler=self.name, id=str(job_id), data={"output": str(output)})
+        data: dict[str, Any] = {"output": str(output)}
+        if spec.resources.nodes > 1:
+            data["nodes"] = spec.resources.nodes
+        return JobHandle(scheduler=self.name, id=str(job_id), data=data)
 
     async def status(self, handle: JobHandle) -> SchedulerState:
         job = await self._job(_slurm_id(handle))
@@ -253,12 +257,16 @@ class SlurmScheduler(SchedulerBase):
         if not output:
             raise SchedulerError(f"the handle of Slurm job {handle.id} names no output file")
         path = Path(output)
+        ranked = int(handle.data.get("nodes", 1)) > 1
         watch = _EndWatch()
         poller = asyncio.create_task(watch.poll(self, handle))
         delivered = False
         try:
             async for line in follow_log_file(path, cursor, watch.ended):
                 delivered = True
+                if ranked:  # srun --label: each line starts with its rank
+                    rank, text = label_rank(line.text)
+                    line = line.model_copy(update={"rank": rank, "text": text})
                 yield line
         finally:
             poller.cancel()

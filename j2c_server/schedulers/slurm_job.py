@@ -7,6 +7,14 @@ memory to ``memory_per_node`` in MiB (``8G`` is 8·10⁹ bytes, ``8Gi`` is 8 GiB
 the time limit in minutes. Output goes to ``<job_dir>/<job id>/output.log`` (stderr included),
 an absolute path without ``%j`` patterns. The comment carries the j2c job id and key, so a
 retried submit finds the job it already created.
+
+A job on N nodes (``resources.nodes``) asks for N nodes with one task each; the script exports
+``MASTER_ADDR`` (the address of the allocation's first node, from ``scontrol``) and
+``MASTER_PORT`` (the request's, else 20000 + the Slurm job id mod 20000), then runs the argv once
+per node with ``srun --label`` (every line starts with its task, which is the node rank) and
+``--kill-on-bad-exit`` (one failed rank ends the others). srun's own exit code is the highest
+of the ranks', so each rank records its code with the time it ended in ``<run dir>/ranks/``
+and the script exits with the first non-zero one.
 """
 
 from __future__ import annotations
@@ -69,7 +77,18 @@ def pyxis_image(image: str) -> str:
     return image
 
 
+_LABEL_RE = re.compile(r"^\s*(\d+): ")
+# Runs on each node: the argv, then its exit code with when it ended, for the batch script.
+_RANK_WRAPPER = (
+    '"$@"; code=$?; echo "$(date +%s%N) $SLURM_NODEID $code" '
+    '>"$J2C_RANKS_DIR/$SLURM_NODEID.exit"; exit $code'
+)
+
+
 def batch_script(spec: JobSpec, settings: SlurmSettings, run_dir: Path) -> str:
+    nodes = spec.resources.nodes
+    if nodes > 1:
+        return _multi_node_script(spec, settings, run_dir, nodes)
     argv = list(spec.command)
     if settings.container_runtime == "pyxis":
         if not spec.image:
@@ -94,6 +113,63 @@ def batch_script(spec: JobSpec, settings: SlurmSettings, run_dir: Path) -> str:
             "",
         ]
     )
+
+
+def _multi_node_script(spec: JobSpec, settings: SlurmSettings, run_dir: Path, nodes: int) -> str:
+    ranks = run_dir / "ranks"
+    step = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        "--label",
+    ]
+    if settings.container_runtime == "pyxis":
+        if not spec.image:
+            raise InvalidInput(
+                "scheduler.slurm.container_runtime is 'pyxis' but the job names no image",
+                field="image",
+            )
+        step += [
+            f"--container-image={pyxis_image(spec.image)}",
+            f"--container-mounts={run_dir}:{run_dir}",
+            f"--container-workdir={run_dir}",
+        ]
+    wrapped = ["bash", "-c", _RANK_WRAPPER, "j2c-rank", *spec.command]
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"# j2c job {spec.job_id} on {nodes} nodes: written by j2c's Slurm backend",
+            'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            "addr=$(scontrol -o show node \"$first\" | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+            'export MASTER_ADDR="${addr:-$first}"',
+            'export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"',
+            f"export J2C_RANKS_DIR={shlex.quote(str(ranks))}",
+            'mkdir -p "$J2C_RANKS_DIR"',
+            shlex.join(step + wrapped),
+            "code=$?",
+            "# The job's exit code: the first rank that failed, not srun's highest.",
+            'first_failed=$(cat "$J2C_RANKS_DIR"/*.exit 2>/dev/null | sort -n | '
+            "awk '$3 != 0 { print $2, $3; exit }')",
+            'if [[ -n "$first_failed" ]]; then',
+            '    read -r rank rank_code <<<"$first_failed"',
+            '    echo "j2c: rank $rank failed with exit code $rank_code" >&2',
+            '    exit "$rank_code"',
+            "fi",
+            'exit "$code"',
+            "",
+        ]
+    )
+
+
+def label_rank(text: str) -> tuple[int | None, str]:
+    """A line of ``srun --label``'s output as (task = node rank, the line); (None, line) for a
+    line of the batch script's own."""
+    match = _LABEL_RE.match(text)
+    if match is None:
+        return None, text
+    return int(match.group(1)), text[match.end() :]
 
 
 def job_environment(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
@@ -141,9 +217,11 @@ def job_description(spec: JobSpec, settings: SlurmSettings, output: Path) -> dic
         "standard_output": str(output),
         # A requeued job would run again from scratch behind the user's back.
         "requeue": False,
-        "nodes": 1,
-        "tasks": 1,
+        "nodes": resources.nodes,
+        "tasks": resources.nodes,
     }
+    if resources.nodes > 1:
+        job["tasks_per_node"] = 1
     if resources.gpus:
         if resources.gpu_type is not None and not _GPU_TYPE_RE.match(resources.gpu_type):
             raise InvalidInput(

@@ -11,7 +11,8 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  own verified blob, placed at its path
 6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs;
                  the venv's packages that shadow this interpreter's own are named in the log
-7. running       the entry point with the venv's interpreter; signals forwarded
+7. running       the entry point with the venv's interpreter; signals forwarded (with
+                 ``--nodes N``, on this node's rank, under torchrun with ``--launcher``: ranks.py)
 8. uploading outputs   when --output-uri is given, also after a failed run
 
 Last of all, one ``j2c: summary: {json}`` line (summary.py): phase durations, bytes downloaded
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from .fetch import Fetched
     from .homes import Placement
     from .interpreter import Interpreter
+    from .ranks import NodeRank
 
 _EXIT_CODES = """exit codes:
   the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
@@ -108,6 +110,24 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="SIZE",
         help="the cache's size cap, e.g. 20G (also J2C_UNPACK_CACHE_MAX; default 20G); least "
         "recently used entries not in use are evicted",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="nodes the job runs on; this one's rank comes from the backend (ranks.py)",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=("none", "torchrun"),
+        default="none",
+        help="run the entry point itself (default) or under torchrun on this node",
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=1,
+        help="torchrun's workers on this node (with --launcher torchrun)",
     )
     parser.add_argument(
         "--no-run",
@@ -250,26 +270,52 @@ def _run_prepared(
     extra_env: dict[str, str],
 ) -> int:
     """Phases 7 and 8."""
+    from .ranks import SINGLE_NODE, node_rank
     from .run import entry_command, job_environment, run_child, working_dir
     from .shadows import report_shadowed
 
     if placement.venv is not None:
         report_shadowed(placement.venv)
-    # 7: the entry point.
+    # 7: the entry point, on this node's rank of the job.
+    ranked = options.nodes > 1 or options.launcher != "none"
+    rank = node_rank(options.nodes, os.environ) if ranked else SINGLE_NODE
     argv = entry_command(manifest, placement.code, python, output_dir, user_args)
+    argv = _launched(options, manifest, argv, rank)
     cwd = working_dir(manifest, placement.code)
     if options.no_run:
         say("running", f"skipped (--no-run); prepared in {workdir}")
         return 0
     stage = Stage("running")
     env = {**job_environment(manifest, placement.venv, output_dir), **extra_env}
+    if ranked:
+        env.update(rank.environment(launcher=options.launcher))
+        say("running", f"node rank {rank.rank} of {rank.nodes}")
     code = run_child(argv, env, cwd)
     stage.done(f"exit code {code}")
 
-    # 8: the outputs, whatever the exit code.
-    if options.output_uri:
+    # 8: the outputs, whatever the exit code; of a multi-node job, rank 0's only.
+    if options.output_uri and rank.rank == 0:
         code = _upload_outputs(output_dir, options.output_uri, code)
+    elif options.output_uri:
+        say("uploading outputs", f"skipped on rank {rank.rank}: rank 0 uploads the job's")
     return code
+
+
+def _launched(
+    options: argparse.Namespace, manifest: Manifest, argv: list[str], rank: NodeRank
+) -> list[str]:
+    """The entry argv as the launcher runs it."""
+    from .errors import EntryNotRunnable
+    from .ranks import torchrun_command
+
+    if options.launcher == "none":
+        return argv
+    if manifest.entry.kind == "notebook":
+        raise EntryNotRunnable(
+            "--launcher torchrun runs a script or a module, not a notebook", field="launcher"
+        )
+    job_id = os.environ.get("J2C_JOB_ID", "")
+    return torchrun_command(argv[0], argv, rank, max(1, options.nproc_per_node), job_id)
 
 
 def _extract_all(fetched: list[Fetched], placement: Placement) -> None:

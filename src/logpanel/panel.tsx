@@ -22,6 +22,18 @@ const DOWNLOAD_PAGE = 5000;
 const DIM = (text: string): string => `\x1b[2m${text}\x1b[22m`;
 const RED = (text: string): string => `\x1b[31m${text}\x1b[39m`;
 
+/** One line as the view shows it, with the rank that wrote it (null: j2c's own, or one node). */
+interface IShownLine {
+  text: string;
+  rank: number | null;
+}
+
+/** The rank of a multi-node job's log event (`data.rank`), else null. */
+export function eventRank(event: Event): number | null {
+  const rank = (event.data as { rank?: unknown } | undefined)?.rank;
+  return typeof rank === 'number' ? rank : null;
+}
+
 /** Statuses after which the job's first output line means it is running. */
 const STARTING: ReadonlySet<string> = new Set(['submitted', 'queued']);
 
@@ -65,6 +77,7 @@ export class LogPanel extends Panel {
       scrollback: options.scrollback,
       follow: options.follow
     });
+    this._keep = options.scrollback;
     this.addWidget(this._header);
     this.addWidget(this.view);
     this.stream = new JobEventStream({
@@ -108,7 +121,13 @@ export class LogPanel extends Panel {
         this._statusLine('running', '');
       }
       this._outputSinceStatus = true;
-      this.view.appendLine(event.text ?? '');
+      const rank = eventRank(event);
+      if (rank !== null && !this._ranks.includes(rank)) {
+        this._ranks = [...this._ranks, rank].sort((a, b) => a - b);
+        this._ranksChanged.emit(this._ranks);
+      }
+      const text = event.text ?? '';
+      this._show(rank === null ? text : `${DIM(`[${rank}]`)} ${text}`, rank);
       return;
     }
     this.progress.apply(event);
@@ -127,9 +146,37 @@ export class LogPanel extends Panel {
       event.kind === 'error' ||
       (event.kind === 'stage' && event.state === 'failed')
     ) {
-      this.view.appendLine(RED(`[j2c] ${event.text ?? ''}`));
+      this._show(RED(`[j2c] ${event.text ?? ''}`));
     }
     this._header.update();
+  }
+
+  /** The ranks of a multi-node job seen in its log so far, in order (empty: one node). */
+  get ranks(): readonly number[] {
+    return this._ranks;
+  }
+
+  get ranksChanged(): ISignal<this, readonly number[]> {
+    return this._ranksChanged;
+  }
+
+  /** The rank whose lines the view shows (with j2c's own), or null for every rank. */
+  get rankFilter(): number | null {
+    return this._rankFilter;
+  }
+
+  /** Show one rank's lines only (null: all); the lines the view keeps are written again. */
+  setRankFilter(rank: number | null): void {
+    if (rank === this._rankFilter) {
+      return;
+    }
+    this._rankFilter = rank;
+    this.view.clear();
+    for (const line of this._recent) {
+      if (this._visible(line.rank)) {
+        this.view.appendLine(line.text);
+      }
+    }
   }
 
   async cancel(): Promise<void> {
@@ -209,8 +256,26 @@ export class LogPanel extends Panel {
     this._ended.emit(this._record);
   }
 
+  /** Write a line if the rank filter lets it through; keep it for when the filter changes. */
+  private _show(text: string, rank: number | null = null): void {
+    this._recent.push({ text, rank });
+    // As many as the view keeps; dropped in batches so each line costs O(1) on average.
+    if (this._recent.length > this._keep * 2) {
+      this._recent = this._recent.slice(-this._keep);
+    }
+    if (this._visible(rank)) {
+      this.view.appendLine(text);
+    }
+  }
+
+  private _visible(rank: number | null): boolean {
+    return (
+      rank === null || this._rankFilter === null || rank === this._rankFilter
+    );
+  }
+
   private _statusLine(status: string, text: string): void {
-    this.view.appendLine(DIM(`[j2c] ${status}${text ? `: ${text}` : ''}`));
+    this._show(DIM(`[j2c] ${status}${text ? `: ${text}` : ''}`));
     this._shownStatus = status;
     this._shownText = text;
     this._outputSinceStatus = false;
@@ -234,6 +299,11 @@ export class LogPanel extends Panel {
   private _shownText = '';
   private _outputSinceStatus = false;
   private readonly _ended = new Signal<this, JobRecord | null>(this);
+  private _ranks: readonly number[] = [];
+  private _rankFilter: number | null = null;
+  private _recent: IShownLine[] = [];
+  private readonly _keep: number;
+  private readonly _ranksChanged = new Signal<this, readonly number[]>(this);
 }
 
 export namespace LogPanel {

@@ -118,6 +118,17 @@ export class LogView extends Widget {
     this._schedule();
   }
 
+  /**
+   * Forget every line shown or waiting, before the lines are written again (filtered). The
+   * reset goes through the same write queue, after what was already handed to the terminal.
+   */
+  clear(): void {
+    this._pending = ['\x1bc\x1b[?25l'];
+    this._lines = 0;
+    this._placed = false;
+    this._schedule();
+  }
+
   /** Follow the newest line, or stay where the view is (pause). */
   setFollowing(follow: boolean): void {
     if (follow) {

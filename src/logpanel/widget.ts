@@ -36,6 +36,41 @@ class SearchField extends Widget {
   }
 }
 
+/**
+ * "All ranks / rank k": which rank's lines the view shows. Hidden until a multi-node job's
+ * first ranked line; gains an option per rank as they appear.
+ */
+class RankFilter extends Widget {
+  constructor(panel: LogPanel, trans: TranslationBundle) {
+    super({ node: document.createElement('div') });
+    this.addClass('j2c-RankFilter');
+    const select = document.createElement('select');
+    select.className = 'jp-mod-styled';
+    select.setAttribute('aria-label', trans.__('Ranks shown'));
+    const render = (ranks: readonly number[]): void => {
+      this.setHidden(ranks.length === 0);
+      const wanted = [
+        ['all', trans.__('All ranks')],
+        ...ranks.map(rank => [String(rank), trans.__('Rank %1', rank)])
+      ];
+      if (select.options.length === wanted.length) {
+        return;
+      }
+      const chosen = select.value || 'all';
+      select.replaceChildren(
+        ...wanted.map(([value, label]) => new Option(label, value))
+      );
+      select.value = chosen;
+    };
+    select.addEventListener('change', () => {
+      panel.setRankFilter(select.value === 'all' ? null : Number(select.value));
+    });
+    panel.ranksChanged.connect((_, ranks) => render(ranks));
+    this.node.appendChild(select);
+    render(panel.ranks);
+  }
+}
+
 function reportFailure(trans: TranslationBundle, what: string) {
   return (error: unknown): void => {
     Notification.error(
@@ -89,6 +124,7 @@ export function createLogWidget(
   const toolbar = widget.toolbar;
   toolbar.addItem('follow', follow);
   toolbar.addItem('search', new SearchField(panel, trans));
+  toolbar.addItem('ranks', new RankFilter(panel, trans));
   toolbar.addItem(
     'copy',
     new ToolbarButton({

@@ -134,6 +134,19 @@ function ResourceFields(props: IFormProps): JSX.Element {
           />
         )}
       </Field>
+      <Field form={form} field="nodes" label={trans.__('Nodes')}>
+        {control => (
+          <input
+            {...control}
+            type="number"
+            min={1}
+            max={256}
+            step={1}
+            title={trans.__('GPUs, CPUs and memory are per node')}
+            className="jp-mod-styled j2c-Input"
+          />
+        )}
+      </Field>
       <Field form={form} field="cpus" label={trans.__('CPUs')}>
         {control => (
           <input

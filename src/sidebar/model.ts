@@ -268,6 +268,7 @@ export class ComputeForm {
       entryRequired: t.__('Choose the script or notebook to run.'),
       wholeNumber: t.__('Enter a whole number (0 or more).'),
       positiveNumber: t.__('Enter a number above 0, or leave empty.'),
+      nodeCount: t.__('Enter a whole number of nodes (1 or more).'),
       compressionRange: t.__('Enter a level from 1 to 22, or leave empty.'),
       openQuote: t.__('A quote is not closed.')
     });

@@ -10,6 +10,7 @@ export interface IFormValues {
   venv: string;
   image: string;
   gpus: string;
+  nodes: string;
   cpus: string;
   memory: string;
   args: string;
@@ -30,6 +31,7 @@ export const EMPTY_VALUES: IFormValues = {
   venv: '',
   image: '',
   gpus: '0',
+  nodes: '1',
   cpus: '',
   memory: '',
   args: '',
@@ -47,6 +49,7 @@ const SERVER_FIELDS: [string, FormField][] = [
   ['venv_path', 'venv'],
   ['image', 'image'],
   ['resources.gpus', 'gpus'],
+  ['resources.nodes', 'nodes'],
   ['resources.cpus', 'cpus'],
   ['resources.memory', 'memory'],
   ['args', 'args'],
@@ -162,6 +165,7 @@ export interface IMessages {
   entryRequired: string;
   wholeNumber: string;
   positiveNumber: string;
+  nodeCount: string;
   compressionRange: string;
   openQuote: string;
 }
@@ -181,6 +185,13 @@ export function buildRequest(
     (gpus !== null && (!Number.isInteger(gpus) || gpus < 0))
   ) {
     errors.gpus = messages.wholeNumber;
+  }
+  const nodes = numberOrNull(values.nodes);
+  if (
+    nodes === undefined ||
+    (nodes !== null && (!Number.isInteger(nodes) || nodes < 1))
+  ) {
+    errors.nodes = messages.nodeCount;
   }
   const cpus = numberOrNull(values.cpus);
   if (cpus === undefined || (cpus !== null && cpus <= 0)) {
@@ -213,6 +224,7 @@ export function buildRequest(
     image: values.image || null,
     resources: {
       gpus: gpus ?? 0,
+      nodes: nodes ?? 1,
       cpus: cpus ?? null,
       memory: values.memory.trim() || null
     },

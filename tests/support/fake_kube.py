@@ -7,6 +7,11 @@ thread and event loop) that speaks the real batch/v1 and core/v1 JSON for the en
 - ``POST/GET/PATCH/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}]`` (409 on a duplicate
   create, 422 on an invalid Job, merge-patch, ``DeleteOptions.propagationPolicy`` recorded);
 - ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...`` and ``.../pods/{name}``;
+- ``POST/GET/DELETE /api/v1/namespaces/{ns}/services[/{name}]``, garbage-collected with their
+  owner Job;
+- Indexed Jobs (``completionMode: Indexed``): one pod per index, with the index annotation and
+  label and the hostname ``<job>-<index>``; a failed pod fails the Job (podFailurePolicy) and
+  the controller removes the other pods;
 - ``GET .../pods/{name}/log`` with ``follow``, ``timestamps``, ``sinceTime`` (applied at whole
   seconds, the coarsest a real server does) and ``container``; a test can make it drop the
   connection mid-stream, in the middle of a line;
@@ -231,6 +236,7 @@ class FakeKube:
         self.namespaces: set[str] = {"default", "ml"}
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.logs: dict[str, list[tuple[int, str]]] = {}
         self.requests: list[tuple[str, str, str]] = []  # (method, path, who)
         self.deletes: list[dict[str, Any]] = []  # DeleteOptions received
@@ -339,12 +345,24 @@ class FakeKube:
         job["status"] = {}
         self.jobs[(namespace, name)] = job
         if not spec["suspend"]:
-            self._create_pod(namespace, job)
+            if spec.get("completionMode") == "Indexed":
+                for index in range(int(spec["completions"])):
+                    self._create_pod(namespace, job, index)
+                job["status"]["active"] = int(spec["completions"])
+            else:
+                self._create_pod(namespace, job)
         return job
 
-    def _create_pod(self, namespace: str, job: dict[str, Any]) -> None:
+    def _create_pod(self, namespace: str, job: dict[str, Any], index: int | None = None) -> None:
         template = json.loads(json.dumps(job["spec"]["template"]))
-        name = f"{job['metadata']['name']}-{secrets.token_hex(3)[:5]}"
+        job_name = job["metadata"]["name"]
+        name = f"{job_name}-{secrets.token_hex(3)[:5]}"
+        annotations = {}
+        if index is not None:
+            name = f"{job_name}-{index}-{secrets.token_hex(3)[:5]}"
+            annotations["batch.kubernetes.io/job-completion-index"] = str(index)
+            template["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(index)
+            template["spec"]["hostname"] = f"{job_name}-{index}"
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -354,6 +372,7 @@ class FakeKube:
                 "uid": str(uuid.uuid4()),
                 "creationTimestamp": _now(),
                 "labels": template["metadata"]["labels"],
+                "annotations": annotations,
                 "ownerReferences": [
                     {
                         "apiVersion": "batch/v1",
@@ -372,12 +391,17 @@ class FakeKube:
         self.logs[name] = []
         job["status"].update(active=1, startTime=_now())
 
-    def pod_of(self, job: str, namespace: str = "default") -> dict[str, Any]:
+    def pod_of(
+        self, job: str, namespace: str = "default", rank: int | None = None
+    ) -> dict[str, Any]:
         uid = self.jobs[(namespace, job)]["metadata"]["uid"]
+        index = "batch.kubernetes.io/job-completion-index"
         return next(
             p
             for (ns, _), p in self.pods.items()
-            if ns == namespace and p["metadata"]["labels"].get("controller-uid") == uid
+            if ns == namespace
+            and p["metadata"]["labels"].get("controller-uid") == uid
+            and (rank is None or p["metadata"]["annotations"].get(index) == str(rank))
         )
 
     def _container_status(self, pod: dict[str, Any], state: dict[str, Any]) -> None:
@@ -427,9 +451,9 @@ class FakeKube:
 
         self.call(run)
 
-    def start(self, job: str) -> None:
+    def start(self, job: str, rank: int | None = None) -> None:
         def run() -> None:
-            pod = self.pod_of(job)
+            pod = self.pod_of(job, rank=rank)
             pod["spec"]["nodeName"] = "gpu-node-1"
             pod["status"].update(phase="Running", startTime=_now(), podIP="10.0.0.7")
             pod["status"]["conditions"] = [_condition("PodScheduled", "", "")]
@@ -438,11 +462,11 @@ class FakeKube:
 
         self.call(run)
 
-    def log(self, job: str, *lines: str, same_time: bool = False) -> None:
+    def log(self, job: str, *lines: str, same_time: bool = False, rank: int | None = None) -> None:
         """Append lines to the container's log, each stamped now (or all with one stamp)."""
 
         def run() -> None:
-            pod = self.pod_of(job)
+            pod = self.pod_of(job, rank=rank)
             stamp = time.time_ns()
             for line in lines:
                 self.logs[pod["metadata"]["name"]].append((stamp, line))
@@ -451,10 +475,15 @@ class FakeKube:
 
         self.call(run)
 
-    def finish(self, job: str, exit_code: int, reason: str | None = None) -> None:
-        """The container exits; the Job controller records Complete or Failed."""
+    def finish(
+        self, job: str, exit_code: int, reason: str | None = None, rank: int | None = None
+    ) -> None:
+        """The container exits; the Job controller records Complete or Failed (of an Indexed
+        Job: once every index succeeded, or at the first failure, removing the other pods)."""
 
         def run() -> None:
+            if rank is not None:
+                return self._finish_rank(job, exit_code, rank)
             pod = self.pod_of(job)
             terminated = {
                 "exitCode": exit_code,
@@ -492,6 +521,46 @@ class FakeKube:
 
         self.call(run)
 
+    def _finish_rank(self, job: str, exit_code: int, rank: int) -> None:
+        pod = self.pod_of(job, rank=rank)
+        terminated = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": _now(),
+            "finishedAt": _nano_timestamp(time.time_ns()),  # finer than a real one: order
+            "containerID": "containerd://" + secrets.token_hex(8),
+        }
+        self._container_status(pod, {"terminated": terminated})
+        pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+        record = self.jobs[("default", job)]
+        status = record["status"]
+        status["active"] = status.get("active", 1) - 1
+        if exit_code == 0:
+            status["succeeded"] = status.get("succeeded", 0) + 1
+            if status["succeeded"] == int(record["spec"]["completions"]):
+                status.pop("active", None)
+                status["conditions"] = [_condition("Complete", "CompletionsReached", "done")]
+            return
+        status["failed"] = status.get("failed", 0) + 1
+        message = (
+            f"Container j2c for pod default/{pod['metadata']['name']} failed with exit code "
+            f"{exit_code} matching FailJob rule at index 0"
+        )
+        status["conditions"] = [
+            _condition("FailureTarget", "PodFailurePolicy", message),
+            _condition("Failed", "PodFailurePolicy", message),
+        ]
+        status.pop("active", None)
+        # The controller terminates the Job's other running pods.
+        for key, other in list(self.pods.items()):
+            same_job = other["metadata"]["labels"].get("job-name") == job
+            if (
+                other is not pod
+                and same_job
+                and other["status"].get("phase") in ("Pending", "Running")
+            ):
+                del self.pods[key]
+
     def exceed_deadline(self, job: str) -> None:
         """activeDeadlineSeconds passed: the controller deletes the pod and fails the Job."""
 
@@ -522,6 +591,10 @@ class FakeKube:
         for key, pod in list(self.pods.items()):
             if pod["metadata"]["labels"].get("controller-uid") == uid:
                 del self.pods[key]
+        for key, service in list(self.services.items()):
+            owners = service["metadata"].get("ownerReferences") or []
+            if any(owner.get("uid") == uid for owner in owners):
+                del self.services[key]
 
 
 def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
@@ -531,6 +604,8 @@ def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (r"/api/v1/namespaces/([^/]+)/pods", PodsHandler),
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", PodHandler),
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", LogHandler),
+        (r"/api/v1/namespaces/([^/]+)/services", ServicesHandler),
+        (r"/api/v1/namespaces/([^/]+)/services/([^/]+)", ServiceHandler),
     ]
 
 
@@ -635,6 +710,35 @@ class PodsHandler(_KubeHandler):
         ]
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         self.reply(200, body)
+
+
+class ServicesHandler(_KubeHandler):
+    def post(self, namespace: str) -> None:
+        service = json.loads(self.request.body)
+        name = (service.get("metadata") or {}).get("name", "")
+        if service.get("apiVersion") != "v1" or service.get("kind") != "Service":
+            return self.reply(422, _status(422, "Invalid", "apiVersion/kind: must be v1 Service"))
+        if (namespace, name) in self.fake.services:
+            message = f'services "{name}" already exists'
+            return self.reply(409, _status(409, "AlreadyExists", message))
+        service["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()))
+        self.fake.services[(namespace, name)] = service
+        self.fake._touch()
+        self.reply(201, service)
+
+
+class ServiceHandler(_KubeHandler):
+    def get(self, namespace: str, name: str) -> None:
+        service = self.fake.services.get((namespace, name))
+        if service is None:
+            return self.not_found("services", name)
+        self.reply(200, service)
+
+    def delete(self, namespace: str, name: str) -> None:
+        if self.fake.services.pop((namespace, name), None) is None:
+            return self.not_found("services", name)
+        self.fake._touch()
+        self.reply(200, {**_status(200, "", ""), "status": "Success", "details": {"name": name}})
 
 
 class PodHandler(_KubeHandler):
