@@ -23,6 +23,15 @@ MANIFEST_FORMAT_VERSION = 2  # 2: big files as their own blobs (``Manifest.files
 MANIFEST_FORMAT_VERSION_BASE = 1  # written when a manifest has no ``files``: older readers work
 LAYER_MEDIA_TYPE = "application/vnd.j2c.layer.v1.tar+zstd"
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _check_digest(value: str) -> str:
+    if not DIGEST_RE.match(value):
+        raise ValueError("digest must be 'sha256:' followed by 64 lowercase hex digits")
+    return value
+
+
+Digest = Annotated[str, AfterValidator(_check_digest)]
 _MEMORY_RE = re.compile(r"^\d+(\.\d+)?([KMGT]i?|[kmgt])?[Bb]?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Caps on what a request puts on the job's command line and in its environment, well inside the
@@ -215,7 +224,7 @@ class Layer(_Strict):
     """One content-addressed tar.zst layer."""
 
     role: LayerRole
-    digest: str = Field(..., description="'sha256:<hex>' of the compressed blob.")
+    digest: Digest = Field(..., description="'sha256:<hex>' of the compressed blob.")
     size: int = Field(..., ge=0, description="Compressed bytes.")
     files: int = Field(0, ge=0, description="Entries in the archive.")
     unpacked_size: int = Field(0, ge=0, description="Bytes of regular files before compression.")
@@ -227,32 +236,18 @@ class Layer(_Strict):
         "next to the manifest in the same store.",
     )
 
-    @field_validator("digest")
-    @classmethod
-    def _digest_format(cls, value: str) -> str:
-        if not DIGEST_RE.match(value):
-            raise ValueError("digest must be 'sha256:' followed by 64 lowercase hex digits")
-        return value
-
 
 class FileBlob(_Strict):
     """One big file of the code layer, shipped as its own content-addressed blob (the file's
     bytes, uncompressed), so an edit elsewhere in the project does not send it again."""
 
     path: str = Field(..., description="'/'-separated path relative to the code layer's root.")
-    digest: str = Field(..., description="'sha256:<hex>' of the file's bytes.")
+    digest: Digest = Field(..., description="'sha256:<hex>' of the file's bytes.")
     size: int = Field(..., ge=0)
     mode: int = Field(0o644, ge=0, le=0o777, description="Permission bits.")
     url: str | None = Field(
         None, description="Where to fetch it; when absent, next to the manifest in its store."
     )
-
-    @field_validator("digest")
-    @classmethod
-    def _digest_format(cls, value: str) -> str:
-        if not DIGEST_RE.match(value):
-            raise ValueError("digest must be 'sha256:' followed by 64 lowercase hex digits")
-        return value
 
 
 class EntryPoint(_Strict):

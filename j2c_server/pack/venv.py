@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlparse
 
 from ..errors import PackError
 from ..models import VenvInfo
+from ..unpack.shadows import read_pyvenv_cfg  # stdlib only; j2c-unpack reads it too
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)")
 _DIST_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+?)(-py[\d.]+)?\.(dist|egg)-info$")
@@ -48,15 +49,6 @@ class Venv:
     site_packages: Path | None
     base: BaseInterpreter | None
     config: dict[str, str] = field(default_factory=dict)
-
-
-def read_pyvenv_cfg(path: Path) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for line in path.read_text(errors="replace").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip().lower()] = value.strip()
-    return values
 
 
 def open_venv(venv_path: Path) -> Venv:

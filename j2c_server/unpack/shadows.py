@@ -38,6 +38,7 @@ def distributions(directory: Path) -> dict[str, str]:
 
 
 def read_pyvenv_cfg(path: Path) -> dict[str, str]:
+    """``pyvenv.cfg``'s keys (lower case) and values; the lab's packer reads it with this too."""
     values: dict[str, str] = {}
     for line in path.read_text(errors="replace").splitlines():
         key, sep, value = line.partition("=")
