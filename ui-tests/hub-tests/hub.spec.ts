@@ -275,22 +275,6 @@ test.describe.serial('j2c behind JupyterHub', () => {
     // run OAuth again), and it takes cookies only from navigations: the open page's requests
     // and websocket are refused (403) until the page navigates. So the user reloads, and the
     // restored log panel catches up from the last line it had.
-    if (process.env.J2C_HUB_IFRAME_EXPERIMENT) {
-      await alice.evaluate(async () => {
-        const frame = document.createElement('iframe');
-        frame.style.display = 'none';
-        frame.src = '/hub-prefix/user/alice/files/digits/README.md';
-        const loaded = new Promise(resolve => (frame.onload = resolve));
-        document.body.appendChild(frame);
-        await loaded;
-      });
-      try {
-        await expectStatus(log, 'succeeded', 60000);
-        console.log('IFRAME REAUTH WORKED');
-      } catch {
-        console.log('IFRAME REAUTH FAILED');
-      }
-    }
     await alice.reload();
     await expect(log).toBeVisible({ timeout: 120000 });
     await expectStatus(log, 'succeeded', 180000);
