@@ -42,6 +42,15 @@ c.Spawner.cmd = [str(_bin / "jupyter-labhub")]
 c.Spawner.default_url = "/lab"
 # The tests read each log panel's text through the page's JupyterLab object.
 c.Spawner.args = ["--LabApp.expose_app_in_browser=True"]
+# The checkout's own build of the extension, when there is one (scripts/setup.sh links it into
+# the environment too; this also holds for a worktree whose environment links another checkout).
+_built = Path(__file__).resolve().parent.parent / "j2c_server" / "labextension"
+if (_built / "package.json").is_file():
+    _extensions = _dir / "labextensions"
+    _extensions.mkdir(exist_ok=True)
+    if not (_extensions / "j2c").exists():
+        (_extensions / "j2c").symlink_to(_built)
+    c.Spawner.args.append(f"--LabServerApp.extra_labextensions_path={_extensions}")
 if os.getuid() == 0:
     c.Spawner.args.append("--allow-root")
 # Two cores shared with the browser: a first lab start can take a while.
