@@ -11,7 +11,11 @@ websocket, ``--repeat`` times each:
 - ``GET /jobs/{id}``: one job;
 - ``GET /jobs/{id}/events?after=0``: opening a finished job's log, first page (a typical job
   and the big one);
-- the websocket ``/jobs/{id}/stream?after=0`` of the big job: time to its first 1000 events.
+- the websocket ``/jobs/{id}/stream?after=0`` of the big job: time to its first event and to
+  its first 1000 events (one message each, read by this Python client).
+
+The list keeps each unchanged job's JSON (``registry_paging``), so repeated reads of a page are
+warm; the first ``GET /jobs`` after the server started is printed on its own (cold).
 
 Prints p50/p95/max in ms and the size of the first ``GET /jobs`` answer. Run:
 ``python benchmarks/registry_scale.py [--jobs 10000 --events 1000000]``. The server imports
@@ -144,9 +148,14 @@ async def _timed(label: str, repeat: int, call: object) -> tuple[str, list[float
 
 
 async def measure(server: Server, ids: list[str], big: str, repeat: int) -> None:
+    start = time.perf_counter()
     first = await server.http.fetch(server._request("j2c/api/jobs"))
+    cold = time.perf_counter() - start
     listed = json.loads(first.body)
-    print(f"GET /jobs: {len(listed)} jobs, {len(first.body) / 1e6:.2f} MB")
+    print(
+        f"GET /jobs: {len(listed)} jobs, {len(first.body) / 1e6:.2f} MB; "
+        f"first request after the server started: {cold * 1e3:.0f} ms"
+    )
     # The 20th page's cursor, from the 19th page's last job (the server's own cursor form).
     deep = ids[min(len(ids) - 1, 19 * 200 - 1)]
     typical = ids[len(ids) // 3]
@@ -177,6 +186,11 @@ async def measure(server: Server, ids: list[str], big: str, repeat: int) -> None
             "GET /jobs/{id}/events?after=0 (big job, first page)",
             repeat,
             lambda: server.http.fetch(server._request(f"j2c/api/jobs/{big}/events?after=0")),
+        ),
+        await _timed(
+            "websocket ?after=0 (big job): first event",
+            repeat,
+            lambda: _first_events(server, big, 1),
         ),
         await _timed(
             "websocket ?after=0 (big job): first 1000 events",
