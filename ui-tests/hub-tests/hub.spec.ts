@@ -274,6 +274,15 @@ test.describe.serial('j2c behind JupyterHub', () => {
     await expect
       .poll(() => logText(alice, jobId), { timeout: 90000 })
       .toContain(`epoch 3/${EPOCHS}`);
+    // Live: the lines show while the job runs, carried by the hub's proxy.
+    await expect(log.locator('[data-j2c="status"]')).toHaveText('running');
+    expect(
+      aliceFrames.some(
+        f =>
+          f.url.includes(`${HUB}/user/alice/j2c/api/jobs/${jobId}/stream`) &&
+          f.text.includes(`epoch 3/${EPOCHS} `)
+      )
+    ).toBe(true);
 
     const admin = await hubAdmin(baseURL ?? '');
     const stop = await admin.delete(`${HUB}/hub/api/users/alice/server`);
@@ -338,6 +347,22 @@ test.describe.serial('j2c behind JupyterHub', () => {
     );
     expect(saved.ok()).toBe(true);
     await alice.goto(`${HUB}/user/alice/lab/tree/${name}`);
+    await expect(
+      alice.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    ).toBeVisible({ timeout: 120000 });
+    // JupyterLab may still ask which kernel to use (its dialog would take the keys): the
+    // notebook's own, preselected.
+    const choose = alice
+      .getByRole('dialog')
+      .getByRole('button', { name: 'Select' });
+    const asked = await choose
+      .waitFor({ state: 'visible', timeout: 5000 })
+      .then(() => true)
+      .catch(() => false);
+    if (asked) {
+      await choose.click();
+    }
+    await expect(alice.getByRole('dialog')).toHaveCount(0, { timeout: 30000 });
     await expect(
       alice.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
     ).toBeVisible({ timeout: 120000 });
