@@ -293,14 +293,24 @@ def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
     return out
 
 
-def default_config_file() -> Path | None:
+def default_config_files() -> list[Path]:
+    """The ``j2c.yaml`` files that apply, lowest precedence first: ``$J2C_CONFIG`` alone when
+    set; else each ``j2c.yaml`` along Jupyter's config path, in Jupyter's order (an earlier
+    folder wins), so an image's file (``/etc/jupyter``, an environment's ``etc/jupyter``) sets
+    what an operator sets for everyone and keys can be changed in front of it."""
     env = os.environ.get("J2C_CONFIG")
     if env:
-        return Path(env).expanduser()
-    from jupyter_core.paths import jupyter_config_dir
+        return [Path(env).expanduser()]
+    from jupyter_core.paths import jupyter_config_path
 
-    candidate = Path(jupyter_config_dir()) / "j2c.yaml"
-    return candidate if candidate.exists() else None
+    candidates = [Path(folder) / "j2c.yaml" for folder in reversed(jupyter_config_path())]
+    return [path for path in dict.fromkeys(candidates) if path.is_file()]
+
+
+def default_config_file() -> Path | None:
+    """The file that applies last (the user's own when there is one)."""
+    files = default_config_files()
+    return files[-1] if files else None
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -332,9 +342,10 @@ def load_settings(
 ) -> J2CSettings:
     """Merge defaults < file < environment < overrides into one validated settings object."""
     merged: dict[str, Any] = {}
-    path = config_file if config_file is not None else default_config_file()
-    if path is not None:
-        merged = _deep_merge(merged, read_config_file(path))
+    paths = [config_file] if config_file is not None else default_config_files()
+    for each in paths:
+        merged = _deep_merge(merged, read_config_file(each))
+    path = paths[-1] if paths else None
     merged = _deep_merge(merged, env_overrides(environ))
     if overrides:
         merged = _deep_merge(merged, overrides)

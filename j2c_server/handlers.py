@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from . import registry_paging
 from .defaults import defaults_for_browser
 from .errors import InvalidInput
 from .handler_base import (
@@ -81,9 +82,24 @@ class PreflightHandler(J2CHandler):
 
 
 class JobsHandler(J2CHandler):
+    """``GET /jobs?limit=N&before=CURSOR``: one page, newest first (``registry_paging``); a
+    full page carries ``Link: <...>; rel="next"``."""
+
     @requires(READ)
     async def get(self) -> None:
-        self.write_model(await self.service.list_jobs())
+        limit = self.int_argument(
+            "limit",
+            registry_paging.DEFAULT_JOBS_LIMIT,
+            minimum=1,
+            maximum=registry_paging.MAX_JOBS_LIMIT,
+        )
+        before = registry_paging.parse_cursor(self.get_argument("before", None))
+        page = await self.service.jobs_page(limit, before)
+        if page.next is not None:
+            query = urlencode({"limit": limit, "before": str(page.next)})
+            self.set_header("Link", f'<{self.request.path}?{query}>; rel="next"')
+        self.set_header("Content-Type", "application/json")
+        self.finish("[" + ",".join(page.records) + "]")
 
     # Submitting runs the user's code on the scheduler.
     @requires(EXECUTE)

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from . import registry_paging
 from .errors import ConfigError, Conflict, J2CError, NotFound
 from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
 from .private import private_dir, private_file, tighten_file
@@ -74,6 +75,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
             expires REAL NOT NULL
         )""",
     ),
+    (registry_paging.INDEX_SQL,),  # pages of GET /jobs, newest first
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -236,6 +238,12 @@ class Registry:
             .fetchall()
         )
         return [_record(row) for row in rows]
+
+    async def jobs_page(
+        self, limit: int, before: registry_paging.Cursor | None = None
+    ) -> registry_paging.Page:
+        """At most ``limit`` jobs, newest first, older than ``before`` (registry_paging)."""
+        return await self._call(lambda: registry_paging.read_page(self._conn(), limit, before))
 
     async def previous(self, record: JobRecord) -> JobRecord | None:
         """The latest job for the same project created before ``record``: what a run is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every check, in the order a failure is cheapest to find:
-# lint and types, then Python tests (with a throw-away Slurm), then UI tests in Chromium.
+# lint and types, then Python tests (with a throw-away Slurm), then UI tests in Chromium, then
+# the same UI behind a real JupyterHub.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -50,6 +51,13 @@ step "UI tests (Galata, Chromium)"
   CI=1 jlpm playwright test
   # Against a Lab of its own that tracks jobs in a real MLflow server (about a minute).
   CI=1 jlpm playwright test -c playwright.tracking.config.js
+)
+
+step "UI tests behind JupyterHub (Playwright, base URL /hub-prefix/)"
+# A real hub (scripts/hub-up.sh) with two users, started and stopped by Playwright.
+(
+  cd ui-tests
+  CI=1 jlpm playwright test -c playwright.hub.config.js
 )
 
 step "all checks passed"

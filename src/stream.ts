@@ -10,6 +10,7 @@ import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { isTerminal } from './format';
+import { renewHubSession } from './hubSession';
 import { jobsApi } from './jobs';
 import { Event } from './models';
 import { J2CRequestError, wsUrl } from './request';
@@ -167,6 +168,10 @@ export class JobEventStream implements IDisposable {
         if (error instanceof J2CRequestError && error.status === 404) {
           this._setState('gone');
           return;
+        }
+        if (error instanceof J2CRequestError && error.status === 403) {
+          // Behind JupyterHub: the server was started again and wants a new login.
+          await renewHubSession(this._settings);
         }
       }
     }

@@ -32,6 +32,7 @@ from ..pack import PackPlan, make_manifest
 from ..paths import resolve_request
 from ..private import private_dir, private_opener
 from ..registry import open_registry
+from ..registry_paging import Cursor, Page
 from ..schedulers import check_resources, scheduler_class
 from ..storage.base import manifest_key
 from ..usage.writer import job_ended
@@ -390,6 +391,10 @@ class JobService:
     async def list_jobs(self) -> list[JobRecord]:
         """Every job, newest first."""
         return await self.registry.all_jobs()
+
+    async def jobs_page(self, limit: int, before: Cursor | None = None) -> Page:
+        """One page of the job list, newest first, as JSON (``registry_paging``)."""
+        return await self.registry.jobs_page(limit, before)
 
 
 def _default_name(request: JobRequest) -> str:
