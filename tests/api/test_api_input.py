@@ -294,10 +294,10 @@ async def test_log_lines_redact_the_token_in_the_url(
         raise RuntimeError("registry exploded")
         yield  # an async generator, like the real stream
 
-    async def broken_list() -> Any:
+    async def broken_page(*args: Any) -> Any:
         raise RuntimeError("registry exploded")
 
-    monkeypatch.setattr(service, "list_jobs", broken_list)
+    monkeypatch.setattr(service, "jobs_page", broken_page)
     monkeypatch.setattr(service, "stream", broken)
     with pytest.raises(HTTPClientError) as failed:
         await jp_fetch("j2c", "api", "jobs", params=auth)
