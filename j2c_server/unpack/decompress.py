@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import re
 import tarfile
 import threading
 from typing import BinaryIO
@@ -16,21 +15,6 @@ import zstandard
 
 CHUNK = 1024 * 1024
 PREFETCH_CHUNKS = 8
-MAX_LINK_HOPS = 40
-MAX_HEADER_BYTES = 1024 * 1024  # a pax record or GNU long name is read whole into memory
-# Deeper or longer names are refused as unsafe: no project needs them, and the kernel (PATH_MAX)
-# and recursive tree walks (rmtree, os.walk) fail on them in ways that are not a clear refusal.
-MAX_DEPTH = 256
-MAX_NAME_BYTES = 4095
-_HEADER_TYPES = {
-    tarfile.XHDTYPE,
-    tarfile.XGLTYPE,
-    tarfile.SOLARIS_XHDTYPE,
-    tarfile.GNUTYPE_LONGNAME,
-    tarfile.GNUTYPE_LONGLINK,
-}
-# A venv's own interpreter links; their target is the base interpreter, outside the venv.
-INTERPRETER_LINK = re.compile(r"^bin/python[0-9.]*$")
 
 
 class Decompressed:
