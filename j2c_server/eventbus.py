@@ -24,7 +24,7 @@ import asyncio
 import sqlite3
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,25 +37,41 @@ FOLLOWER_BUFFER = 256  # events queued per follower; beyond, it catches up from 
 STREAM_BATCH = 500  # events per registry read
 
 
+Sink = Callable[[Sequence[Event]], None]
+
+
 class EventBus:
     def __init__(self) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._sinks: defaultdict[str, set[Sink]] = defaultdict(set)
 
-    def publish(self, job_id: str) -> None:
+    def publish(self, job_id: str, events: Sequence[Event] = ()) -> None:
+        """Wake ``job_id``'s subscribers; ``events``, when given, are the ones just committed,
+        handed to sinks so that they need not read them back from the registry."""
+        if events:
+            for sink in self._sinks.get(job_id, ()):
+                sink(events)
         for waiter in self._waiters.get(job_id, ()):
             waiter.set()
 
     @contextmanager
-    def subscribe(self, job_id: str) -> Iterator[asyncio.Event]:
-        """An event that is set whenever ``job_id`` gets new events; clear it before reading."""
+    def subscribe(self, job_id: str, sink: Sink | None = None) -> Iterator[asyncio.Event]:
+        """An event that is set whenever ``job_id`` gets new events; clear it before reading.
+        ``sink`` is given the events published with their wake-up (this process's writes)."""
         waiter = asyncio.Event()
         self._waiters[job_id].add(waiter)
+        if sink is not None:
+            self._sinks[job_id].add(sink)
         try:
             yield waiter
         finally:
             self._waiters[job_id].discard(waiter)
             if not self._waiters[job_id]:
                 del self._waiters[job_id]
+            if sink is not None:
+                self._sinks[job_id].discard(sink)
+                if not self._sinks[job_id]:
+                    del self._sinks[job_id]
 
 
 class FanoutClosed(Exception):
@@ -76,13 +92,36 @@ class _Follower:
 
 
 class _Feed:
-    __slots__ = ("followers", "job_id", "last", "task")
+    __slots__ = ("followers", "inbox", "job_id", "last", "task")
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         self.followers: set[_Follower] = set()
         self.last: int | None = None  # the newest seq offered to followers; None until known
         self.task: asyncio.Task[None] | None = None
+        # Events this process committed, handed over by the bus: offered without a read.
+        self.inbox: list[Event] = []
+
+    def hand_over(self, events: Sequence[Event]) -> None:
+        self.inbox.extend(events)
+
+    def take_inbox(self) -> list[Event] | None:
+        """The handed-over events that follow ``last`` without a gap, or None when the
+        registry must be read (nothing handed over, or a gap: another writer's events)."""
+        inbox, self.inbox = self.inbox, []
+        if self.last is None or not inbox:
+            return None
+        inbox.sort(key=lambda event: event.seq)
+        taken: list[Event] = []
+        expected = self.last + 1
+        for event in inbox:
+            if event.seq < expected:
+                continue  # already offered (read from the registry meanwhile)
+            if event.seq != expected:
+                return None
+            taken.append(event)
+            expected += 1
+        return taken or None
 
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
@@ -199,7 +238,7 @@ class Fanout:
 
     async def _run_feed(self, feed: _Feed) -> None:
         job_id = feed.job_id
-        with self.bus.subscribe(job_id) as wake:
+        with self.bus.subscribe(job_id, feed.hand_over) as wake:
             feed.last = (await self.registry.last_seqs([job_id])).get(job_id)
             if feed.last is None:
                 raise NotFound(f"no job {job_id!r}", field="job_id")
@@ -207,14 +246,21 @@ class Fanout:
             idle_since = time.monotonic()
             while True:
                 wake.clear()
-                events, status = await self.registry.events(job_id, feed.last, STREAM_BATCH)
-                if events:
-                    feed.last = events[-1].seq
-                    for follower in list(feed.followers):
-                        _offer(follower, events)
+                handed = feed.take_inbox()
+                if handed is not None:
+                    # This process's own writes, following what was offered: no read. Any
+                    # other writer's later events are the poller's to notice.
+                    self._offer_all(feed, handed)
                     idle_since = time.monotonic()
-                    continue
-                if status.terminal:
+                    terminal = handed[-1].terminal
+                else:
+                    events, status = await self.registry.events(job_id, feed.last, STREAM_BATCH)
+                    if events:
+                        self._offer_all(feed, events)
+                        idle_since = time.monotonic()
+                        continue
+                    terminal = status.terminal
+                if terminal:
                     await wake.wait()  # nothing follows; only a removal (seen by the poller)
                     continue
                 remaining = idle_since + self._idle_s - time.monotonic()
@@ -223,6 +269,12 @@ class Fanout:
                 except asyncio.TimeoutError:
                     idle_since = time.monotonic()
                     await self._on_idle(job_id)
+
+    @staticmethod
+    def _offer_all(feed: _Feed, events: list[Event]) -> None:
+        feed.last = events[-1].seq
+        for follower in list(feed.followers):
+            _offer(follower, events)
 
     @staticmethod
     def _wake_all(feed: _Feed) -> None:

@@ -334,7 +334,24 @@ class Registry:
         an optional scheduler log cursor, all in one transaction. With ``owner``, refuse
         (:class:`LeaseLost`) unless that owner still holds the job's lease: a watcher that lost
         its lease can never write a line its successor also writes."""
-        return await self._call(self._append, job_id, drafts, change, log_cursor, owner)
+        record, events = await self._call(
+            self._append, job_id, drafts, change, log_cursor, owner, True
+        )
+        assert record is not None
+        return record, events
+
+    async def append_events(
+        self,
+        job_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        log_cursor: str | None = None,
+        owner: str | None = None,
+    ) -> list[Event]:
+        """:meth:`append` without a record change and without reading the record back: the
+        path of a job's log lines, taken many times a second per running job."""
+        _, events = await self._call(self._append, job_id, drafts, None, log_cursor, owner, False)
+        return events
 
     def _append(
         self,
@@ -343,11 +360,12 @@ class Registry:
         change: RecordChange | None,
         log_cursor: str | None,
         owner: str | None,
-    ) -> tuple[JobRecord, list[Event]]:
+        want_record: bool,
+    ) -> tuple[JobRecord | None, list[Event]]:
         conn = self._conn()
         with _write(conn):
             row = conn.execute(
-                "SELECT record, last_seq FROM jobs WHERE id = ?", (job_id,)
+                "SELECT record, last_seq, status FROM jobs WHERE id = ?", (job_id,)
             ).fetchone()
             if row is None:
                 raise NotFound(f"no job {job_id!r}", field="job_id")
@@ -357,11 +375,19 @@ class Registry:
                 ).fetchone()
                 if lease is None or lease[0] != owner:
                     raise LeaseLost(f"job {job_id} is watched by another process now")
-            record = _record(row)
-            if record.status.terminal:
+            status = JobStatus(row[2])
+            if status.terminal:
                 # The terminal status event is the last event of a job, whoever writes next.
-                raise Conflict(f"job {job_id} is already {record.status.value}", field="job_id")
-            events = self._insert_events(conn, job_id, record.last_seq, drafts)
+                raise Conflict(f"job {job_id} is already {status.value}", field="job_id")
+            events = self._insert_events(conn, job_id, int(row[1]), drafts)
+            if events:
+                conn.execute("UPDATE jobs SET last_seq = ? WHERE id = ?", (events[-1].seq, job_id))
+            if log_cursor is not None:
+                conn.execute("UPDATE jobs SET log_cursor = ? WHERE id = ?", (log_cursor, job_id))
+            if change is None and not want_record:
+                return None, events
+            # Parsing the record is most of an append's cost: only when it is changed or wanted.
+            record = _record((row[0], int(row[1])))
             if events:
                 record.last_seq = events[-1].seq
             if change is not None:
@@ -371,10 +397,6 @@ class Registry:
                     "UPDATE jobs SET record = ?, status = ?, updated_at = ? WHERE id = ?",
                     (record.model_dump_json(), record.status.value, record.updated_at, job_id),
                 )
-            if events:
-                conn.execute("UPDATE jobs SET last_seq = ? WHERE id = ?", (record.last_seq, job_id))
-            if log_cursor is not None:
-                conn.execute("UPDATE jobs SET log_cursor = ? WHERE id = ?", (log_cursor, job_id))
         return record, events
 
     @staticmethod
@@ -388,7 +410,7 @@ class Registry:
         ]
         conn.executemany(
             "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)",
-            [(job_id, e.seq, e.model_dump_json(exclude_defaults=True)) for e in events],
+            [(job_id, e.seq, e.wire_json()) for e in events],
         )
         return events
 
@@ -413,7 +435,7 @@ class Registry:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        return [Event.model_validate_json(r[0]) for r in rows], JobStatus(row[0])
+        return [Event.from_wire(r[0]) for r in rows], JobStatus(row[0])
 
     async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
         """Each job's newest ``seq``, for jobs that exist: what a follower's poller compares

@@ -98,7 +98,10 @@ class Watcher:
             if not self._output_seen:
                 self._output_seen = True
                 drafts, change = await self._running_before(drafts)
-            await self.journal.write(drafts, change=change, log_cursor=batch[-1].cursor)
+            if change is None:
+                await self.journal.write_events(drafts, log_cursor=batch[-1].cursor)
+            else:
+                await self.journal.write(drafts, change=change, log_cursor=batch[-1].cursor)
             if ended:
                 return
 

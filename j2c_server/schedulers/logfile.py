@@ -54,16 +54,24 @@ class _Tail:
         self.fd: int | None = None
 
     def read(self, job_ended: Callable[[], bool]) -> tuple[bool, bytes]:
-        """(whether the job had ended before this read, the new bytes)."""
+        """(whether the job had ended before this read, the new bytes). The end is looked
+        for only when there is nothing new to read: a job printing fast costs one read."""
+        data = self._read()
+        if data:
+            return False, data
         ended = job_ended()
+        # Read again after looking: whatever was written before the end is in this read.
+        return ended, self._read()
+
+    def _read(self) -> bytes:
         if self.fd is None:
             try:
                 self.fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
-                return ended, b""
+                return b""
         data = os.pread(self.fd, _READ_BYTES, self.offset)
         self.offset += len(data)
-        return ended, data
+        return data
 
     def close(self) -> None:
         if self.fd is not None:
@@ -106,7 +114,8 @@ async def follow_log_file(
                     text = buffer.decode("utf-8", errors="replace")
                     yield LogLine(text=text, cursor=str(line_start + len(buffer)))
                 return
-            if not data:
+            if len(data) < _READ_BYTES:
+                # Drained: wait for more, so that lines printed meanwhile come as one batch.
                 await asyncio.sleep(interval_s)
     finally:
         tail.close()
