@@ -142,6 +142,7 @@ export class JobsModel implements IDisposable {
       return;
     }
     this._pageSize = clamped;
+    this._generation++;
     this._extended = false;
     this._olderError = null;
     void this.refresh();
@@ -204,11 +205,15 @@ export class JobsModel implements IDisposable {
     if (cursor === null || this._loadingOlder) {
       return;
     }
+    const generation = this._generation;
     this._loadingOlder = true;
     this._olderError = null;
     this._changed.emit();
     try {
       const page = await jobsApi.page(this._pageSize, cursor);
+      if (generation !== this._generation) {
+        return; // the page size changed meanwhile: the list starts again from the top
+      }
       const last = this._jobs[this._jobs.length - 1];
       const known = new Set(this._jobs.map(record => record.id));
       // A job can only be older than the last one loaded; the check keeps a refresh that
@@ -350,6 +355,8 @@ export class JobsModel implements IDisposable {
   /** Whether older pages were asked for (then they stay below the newest page). */
   private _extended = false;
   private _loadingOlder = false;
+  /** Counts page-size changes: an older page asked for before one is dropped. */
+  private _generation = 0;
   private _olderError: string | null = null;
   private _error: string | null = null;
   private _loaded = false;
