@@ -1,7 +1,8 @@
 /**
  * The client of the j2c REST API (`jobsApi`) and `JobsModel`: the job list every part of the UI
  * shares, refreshed by a `Poll` (backoff on failure, standby while the page is hidden) and
- * at once after each action.
+ * at once after each action. The server pages the list (newest first, a `Link: rel=next`
+ * cursor); the model refreshes the newest page and loads older pages on demand.
  */
 import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
@@ -19,7 +20,12 @@ import {
   SendDefaults,
   ServerConfig
 } from './models';
-import { downloadUrl, requestAPI } from './request';
+import {
+  downloadUrl,
+  nextCursor,
+  requestAPI,
+  requestAPIWithHeaders
+} from './request';
 
 const jsonPost = (body: unknown): RequestInit => ({
   method: 'POST',
@@ -31,6 +37,12 @@ const job = (id: string, tail = ''): string =>
 
 const artifact = (id: string, name: string, tail = ''): string =>
   job(id, `/artifacts/${URLExt.encodeParts(name)}${tail}`);
+
+/** One page of the job list, newest first; `next` is the cursor of the page after it. */
+export interface IJobsPage {
+  jobs: JobRecord[];
+  next: string | null;
+}
 
 /** One function per route of the server extension. */
 export const jobsApi = {
@@ -53,7 +65,17 @@ export const jobsApi = {
     }
     return requestAPI<SendDefaults>(`defaults?${query.toString()}`);
   },
-  list: (): Promise<JobRecord[]> => requestAPI<JobRecord[]>('jobs'),
+  /** At most `limit` jobs, newest first, older than the cursor `before` (from a `next`). */
+  page: async (limit: number, before?: string | null): Promise<IJobsPage> => {
+    const query = new URLSearchParams({ limit: String(limit) });
+    if (before) {
+      query.set('before', before);
+    }
+    const { data, headers } = await requestAPIWithHeaders<JobRecord[]>(
+      `jobs?${query.toString()}`
+    );
+    return { jobs: data, next: nextCursor(headers.get('Link')) };
+  },
   get: (id: string): Promise<JobRecord> => requestAPI<JobRecord>(job(id)),
   cancel: (id: string): Promise<JobRecord> =>
     requestAPI<JobRecord>(job(id, '/cancel'), { method: 'POST' }),
@@ -74,6 +96,17 @@ const ACTIVE_INTERVAL_MS = 2000;
 const IDLE_INTERVAL_MS = 15000;
 const MAX_BACKOFF_MS = 60000;
 
+/** The server's default page, and its cap (`registry_paging.MAX_JOBS_LIMIT`). */
+export const DEFAULT_PAGE_SIZE = 200;
+const MAX_PAGE_SIZE = 1000;
+
+/** Jobs ordered as the server pages them: created_at, then id, both descending. */
+function isOlder(a: JobRecord, b: JobRecord): boolean {
+  return a.created_at !== b.created_at
+    ? a.created_at < b.created_at
+    : a.id < b.id;
+}
+
 /** The job list, shared by the sidebar, the status bar and the notifications. */
 export class JobsModel implements IDisposable {
   constructor() {
@@ -89,9 +122,45 @@ export class JobsModel implements IDisposable {
     });
   }
 
-  /** Every job, newest first. */
+  /** The jobs loaded (the newest page, and the older pages asked for), newest first. */
   get jobs(): readonly JobRecord[] {
     return this._jobs;
+  }
+
+  /** Jobs asked for per page (the `jobsPageSize` setting). */
+  get pageSize(): number {
+    return this._pageSize;
+  }
+
+  /** A new page size starts again from the newest page alone. */
+  set pageSize(size: number) {
+    const clamped = Math.min(
+      MAX_PAGE_SIZE,
+      Math.max(1, Math.floor(size) || DEFAULT_PAGE_SIZE)
+    );
+    if (clamped === this._pageSize) {
+      return;
+    }
+    this._pageSize = clamped;
+    this._generation++;
+    this._extended = false;
+    this._olderError = null;
+    void this.refresh();
+  }
+
+  /** Whether the server has jobs older than those loaded. */
+  get hasOlder(): boolean {
+    return this._next !== null;
+  }
+
+  /** Whether an older page is being loaded. */
+  get loadingOlder(): boolean {
+    return this._loadingOlder;
+  }
+
+  /** Why the last older page failed to load (the message), else null. */
+  get olderError(): string | null {
+    return this._olderError;
   }
 
   /** The jobs not yet in a terminal status. */
@@ -125,6 +194,42 @@ export class JobsModel implements IDisposable {
   /** Reload now (after an action, or when a log panel saw a status change). */
   refresh(): Promise<void> {
     return this._poll.refresh();
+  }
+
+  /**
+   * Load the page after the oldest job loaded and keep it (and every older page loaded)
+   * below the newest page while that one refreshes.
+   */
+  async loadOlder(): Promise<void> {
+    const cursor = this._next;
+    if (cursor === null || this._loadingOlder) {
+      return;
+    }
+    const generation = this._generation;
+    this._loadingOlder = true;
+    this._olderError = null;
+    this._changed.emit();
+    try {
+      const page = await jobsApi.page(this._pageSize, cursor);
+      if (generation !== this._generation) {
+        return; // the page size changed meanwhile: the list starts again from the top
+      }
+      const last = this._jobs[this._jobs.length - 1];
+      const known = new Set(this._jobs.map(record => record.id));
+      // A job can only be older than the last one loaded; the check keeps a refresh that
+      // raced this request from ever showing one twice.
+      const older = page.jobs.filter(
+        record => !known.has(record.id) && (!last || isOlder(record, last))
+      );
+      this._jobs = [...this._jobs, ...older];
+      this._next = page.next;
+      this._extended = true;
+    } catch (error) {
+      this._olderError = error instanceof Error ? error.message : String(error);
+    } finally {
+      this._loadingOlder = false;
+      this._changed.emit();
+    }
   }
 
   find(id: string): JobRecord | undefined {
@@ -162,9 +267,13 @@ export class JobsModel implements IDisposable {
 
   private async _load(): Promise<void> {
     try {
-      const jobs = await jobsApi.list();
+      const size = this._pageSize;
+      const page = await jobsApi.page(size);
+      if (size !== this._pageSize) {
+        return; // the page size changed meanwhile: its own refresh follows
+      }
       this._error = null;
-      this._replace(jobs);
+      this._replace(this._merge(page));
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       if (message !== this._error) {
@@ -173,6 +282,29 @@ export class JobsModel implements IDisposable {
       }
       throw error; // the Poll backs off
     }
+  }
+
+  /**
+   * The newest page is the truth down to its last job (a job gone from it was removed);
+   * below it stay the older jobs loaded before, which the newest page pushed down as new
+   * jobs arrived. New jobs only ever come in at the top, so the two meet without a gap.
+   */
+  private _merge(page: IJobsPage): JobRecord[] {
+    const keepOlder = this._extended || this._loadingOlder;
+    const tail = page.jobs[page.jobs.length - 1];
+    if (!keepOlder || page.next === null || !tail) {
+      this._next = page.next;
+      this._extended = false;
+      return page.jobs;
+    }
+    const inPage = new Set(page.jobs.map(record => record.id));
+    const older = this._jobs.filter(
+      record => !inPage.has(record.id) && isOlder(record, tail)
+    );
+    if (!older.length) {
+      this._next = page.next;
+    }
+    return [...page.jobs, ...older];
   }
 
   private _replace(jobs: JobRecord[]): void {
@@ -217,6 +349,15 @@ export class JobsModel implements IDisposable {
 
   private readonly _poll: Poll;
   private _jobs: JobRecord[] = [];
+  private _pageSize = DEFAULT_PAGE_SIZE;
+  /** The cursor of the page after the oldest job loaded; null: there is none. */
+  private _next: string | null = null;
+  /** Whether older pages were asked for (then they stay below the newest page). */
+  private _extended = false;
+  private _loadingOlder = false;
+  /** Counts page-size changes: an older page asked for before one is dropped. */
+  private _generation = 0;
+  private _olderError: string | null = null;
   private _error: string | null = null;
   private _loaded = false;
   private readonly _changed = new Signal<this, void>(this);

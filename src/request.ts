@@ -56,6 +56,21 @@ export async function requestAPI<T>(
   init: RequestInit = {},
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<T> {
+  return (await requestAPIWithHeaders<T>(endPoint, init, settings)).data;
+}
+
+/** A route's parsed JSON answer and its response headers (e.g. a page's `Link`). */
+export interface IAPIAnswer<T> {
+  data: T;
+  headers: Headers;
+}
+
+/** `requestAPI`, keeping the response headers; errors are mapped the same way. */
+export async function requestAPIWithHeaders<T>(
+  endPoint = '',
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<IAPIAnswer<T>> {
   let response: Response;
   try {
     response = await ServerConnection.makeRequest(
@@ -93,5 +108,17 @@ export async function requestAPI<T>(
       body.hint
     );
   }
-  return data as T;
+  return { data: data as T, headers: response.headers };
+}
+
+/** The `before` cursor of a `Link: <...>; rel="next"` header, or null when there is none. */
+export function nextCursor(link: string | null): string | null {
+  for (const part of (link ?? '').split(',')) {
+    const match = /<([^>]*)>\s*;\s*rel="?next"?/.exec(part);
+    if (match) {
+      const query = match[1].split('?')[1] ?? '';
+      return new URLSearchParams(query).get('before');
+    }
+  }
+  return null;
 }

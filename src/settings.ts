@@ -13,6 +13,8 @@ export interface IJ2CSettings {
   scrollback: number;
   /** The MLflow metric the jobs list shows per job; empty: none. */
   listMetric: string;
+  /** Jobs the list loads per page (the newest page refreshes; older ones load on demand). */
+  jobsPageSize: number;
 }
 
 export const DEFAULT_SETTINGS: IJ2CSettings = {
@@ -24,7 +26,8 @@ export const DEFAULT_SETTINGS: IJ2CSettings = {
   followLogs: true,
   notifications: true,
   scrollback: 50000,
-  listMetric: ''
+  listMetric: '',
+  jobsPageSize: 200
 };
 
 /** The current settings; follows the setting registry when one is given. */

@@ -67,6 +67,9 @@ export const corePlugin: JupyterFrontEndPlugin<IJ2C> = {
       );
     }
     const jobs = new JobsModel();
+    settings.changed.connect((_, current) => {
+      jobs.pageSize = current.jobsPageSize;
+    });
     const form = new ComputeForm({
       contents: app.serviceManager.contents,
       jobs,

@@ -1,4 +1,7 @@
-/** The jobs list in the sidebar: status, name, start, duration, and what can be done. */
+/**
+ * The jobs list in the sidebar: status, name, start, duration, and what can be done; below
+ * it, "Show older jobs" while the server has more (the paging state lives in `JobsModel`).
+ */
 import { TranslationBundle } from '@jupyterlab/translation';
 import {
   Button,
@@ -174,7 +177,44 @@ export class JobsListWidget extends ReactWidget {
               : trans.__('Loading…')}
           </div>
         )}
+        <OlderJobs model={this._model} trans={trans} />
       </div>
     );
   }
+}
+
+/** Below the list: how many jobs are loaded, and the button that loads the next page. */
+function OlderJobs(props: {
+  model: JobsModel;
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { model, trans } = props;
+  if (!model.hasOlder && !model.olderError) {
+    return null;
+  }
+  const count = model.jobs.length;
+  return (
+    <div className="j2c-Jobs-more">
+      <span className="j2c-Jobs-count" data-j2c="jobs-count">
+        {trans._n('%1 job loaded', '%1 jobs loaded', count)}
+      </span>
+      {model.hasOlder ? (
+        <Button
+          small
+          className="j2c-Jobs-older"
+          disabled={model.loadingOlder}
+          onClick={() => void model.loadOlder()}
+        >
+          {model.loadingOlder
+            ? trans.__('Loading older jobs…')
+            : trans.__('Show older jobs')}
+        </Button>
+      ) : null}
+      {model.olderError ? (
+        <div className="j2c-Jobs-error" role="status">
+          {trans.__('Cannot load older jobs: %1', model.olderError)}
+        </div>
+      ) : null}
+    </div>
+  );
 }
