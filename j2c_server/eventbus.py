@@ -29,15 +29,15 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import NotFound
-from .models import Event
 from .registry import Registry
+from .wire_event import WireEvent
 
 POLL_S = 0.05  # other processes' events reach a follower within this (plus one read)
 FOLLOWER_BUFFER = 256  # events queued per follower; beyond, it catches up from the registry
 STREAM_BATCH = 500  # events per registry read
 
 
-Sink = Callable[[Sequence[Event]], None]
+Sink = Callable[[Sequence[WireEvent]], None]
 
 
 class EventBus:
@@ -45,7 +45,7 @@ class EventBus:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._sinks: defaultdict[str, set[Sink]] = defaultdict(set)
 
-    def publish(self, job_id: str, events: Sequence[Event] = ()) -> None:
+    def publish(self, job_id: str, events: Sequence[WireEvent] = ()) -> None:
         """Wake ``job_id``'s subscribers; ``events``, when given, are the ones just committed,
         handed to sinks so that they need not read them back from the registry."""
         if events:
@@ -83,7 +83,7 @@ class _Follower:
 
     def __init__(self, after: int) -> None:
         self.last = after  # the highest seq queued for (or delivered to) this follower
-        self.queue: deque[Event] = deque()
+        self.queue: deque[WireEvent] = deque()
         # Behind: reads the registry itself; the feed only wakes it. Every follower starts so
         # (its replay), and goes back to it when its queue is full.
         self.behind = True
@@ -92,7 +92,7 @@ class _Follower:
 
 
 class _Feed:
-    __slots__ = ("followers", "inbox", "job_id", "last", "task")
+    __slots__ = ("ended", "followers", "inbox", "job_id", "last", "task")
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
@@ -100,19 +100,21 @@ class _Feed:
         self.last: int | None = None  # the newest seq offered to followers; None until known
         self.task: asyncio.Task[None] | None = None
         # Events this process committed, handed over by the bus: offered without a read.
-        self.inbox: list[Event] = []
+        self.inbox: list[WireEvent] = []
+        self.ended = False  # the terminal event was offered
 
-    def hand_over(self, events: Sequence[Event]) -> None:
+    def hand_over(self, events: Sequence[WireEvent]) -> None:
         self.inbox.extend(events)
 
-    def take_inbox(self) -> list[Event] | None:
-        """The handed-over events that follow ``last`` without a gap, or None when the
-        registry must be read (nothing handed over, or a gap: another writer's events)."""
+    def take_inbox(self) -> list[WireEvent] | None:
+        """The handed-over events that follow ``last`` without a gap (none when all were
+        offered already, read from the registry meanwhile), or None when the registry must be
+        read (nothing handed over, or a gap: another writer's events)."""
         inbox, self.inbox = self.inbox, []
         if self.last is None or not inbox:
             return None
         inbox.sort(key=lambda event: event.seq)
-        taken: list[Event] = []
+        taken: list[WireEvent] = []
         expected = self.last + 1
         for event in inbox:
             if event.seq < expected:
@@ -121,7 +123,7 @@ class _Feed:
                 return None
             taken.append(event)
             expected += 1
-        return taken or None
+        return taken
 
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
@@ -163,7 +165,7 @@ class Fanout:
     def followers(self) -> int:
         return sum(len(feed.followers) for feed in self._feeds.values())
 
-    async def follow(self, job_id: str, after: int = 0) -> AsyncIterator[Event]:
+    async def follow(self, job_id: str, after: int = 0) -> AsyncIterator[WireEvent]:
         """The job's events after ``after``, then live ones; ends after the terminal status."""
         if self._closed:
             raise FanoutClosed
@@ -189,7 +191,8 @@ class Fanout:
                 if me.behind:
                     # The queue is empty and the feed leaves a follower that is behind alone:
                     # me.last is exactly what was delivered.
-                    events, status = await self.registry.events(job_id, me.last, STREAM_BATCH)
+                    read, status = await self.registry.events(job_id, me.last, STREAM_BATCH)
+                    events = [WireEvent.of(event) for event in read]
                     for event in events:
                         yield event
                         me.last = event.seq
@@ -250,11 +253,13 @@ class Fanout:
                 if handed is not None:
                     # This process's own writes, following what was offered: no read. Any
                     # other writer's later events are the poller's to notice.
-                    self._offer_all(feed, handed)
-                    idle_since = time.monotonic()
-                    terminal = handed[-1].terminal
+                    if handed:
+                        self._offer_all(feed, handed)
+                        idle_since = time.monotonic()
+                    terminal = feed.ended
                 else:
-                    events, status = await self.registry.events(job_id, feed.last, STREAM_BATCH)
+                    read, status = await self.registry.events(job_id, feed.last, STREAM_BATCH)
+                    events = [WireEvent.of(event) for event in read]
                     if events:
                         self._offer_all(feed, events)
                         idle_since = time.monotonic()
@@ -271,8 +276,9 @@ class Fanout:
                     await self._on_idle(job_id)
 
     @staticmethod
-    def _offer_all(feed: _Feed, events: list[Event]) -> None:
+    def _offer_all(feed: _Feed, events: list[WireEvent]) -> None:
         feed.last = events[-1].seq
+        feed.ended = events[-1].terminal
         for follower in list(feed.followers):
             _offer(follower, events)
 
@@ -298,7 +304,7 @@ class Fanout:
                     self.bus.publish(job_id)  # None: removed; the feed's read says NotFound
 
 
-def _offer(follower: _Follower, events: list[Event]) -> None:
+def _offer(follower: _Follower, events: list[WireEvent]) -> None:
     """Queue the events the follower lacks, in order; a gap or a full queue sends it back to
     reading the registry from its last seq."""
     if not follower.behind:

@@ -17,7 +17,7 @@ import re
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 MANIFEST_FORMAT_VERSION = 2  # 2: big files as their own blobs (``Manifest.files``)
 MANIFEST_FORMAT_VERSION_BASE = 1  # written when a manifest has no ``files``: older readers work
@@ -459,36 +459,10 @@ class Event(_Strict):
     stream: Literal["stdout", "stderr"] | None = Field(None, description="For log events.")
     text: str | None = Field(None, description="A log line (no newline) or a message.")
     data: dict[str, Any] = Field(default_factory=dict, description="Progress counters, results.")
-    # The event's wire JSON, made once: every follower of a job sends the same text.
-    _wire: str | None = PrivateAttr(None)
-    _wire_bytes: bytes | None = PrivateAttr(None)
 
     @property
     def terminal(self) -> bool:
         return self.kind == EventKind.status and self.status is not None and self.status.terminal
-
-    def __eq__(self, other: object) -> bool:
-        # The fields alone: the cached wire text is not part of what an event is.
-        return isinstance(other, Event) and self.__dict__ == other.__dict__
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def wire_json(self) -> str:
-        """The JSON stored in the registry and sent to clients (defaults left out)."""
-        if self._wire is None:
-            self._wire = self.model_dump_json(exclude_defaults=True)
-        return self._wire
-
-    def wire_bytes(self) -> bytes:
-        if self._wire_bytes is None:
-            self._wire_bytes = self.wire_json().encode()
-        return self._wire_bytes
-
-    @classmethod
-    def from_wire(cls, text: str) -> Event:
-        event = cls.model_validate_json(text)
-        event._wire = text
-        return event
 
 
 class ImageChoice(_Strict):

@@ -33,6 +33,7 @@ from . import registry_paging
 from .errors import ConfigError, Conflict, J2CError, NotFound
 from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
 from .private import private_dir, private_file, tighten_file
+from .wire_event import WireEvent, wire_json
 
 T = TypeVar("T")
 
@@ -329,7 +330,7 @@ class Registry:
         change: RecordChange | None = None,
         log_cursor: str | None = None,
         owner: str | None = None,
-    ) -> tuple[JobRecord, list[Event]]:
+    ) -> tuple[JobRecord, list[WireEvent]]:
         """Persist events (numbered next in this job's sequence), an optional record change and
         an optional scheduler log cursor, all in one transaction. With ``owner``, refuse
         (:class:`LeaseLost`) unless that owner still holds the job's lease: a watcher that lost
@@ -347,7 +348,7 @@ class Registry:
         *,
         log_cursor: str | None = None,
         owner: str | None = None,
-    ) -> list[Event]:
+    ) -> list[WireEvent]:
         """:meth:`append` without a record change and without reading the record back: the
         path of a job's log lines, taken many times a second per running job."""
         _, events = await self._call(self._append, job_id, drafts, None, log_cursor, owner, False)
@@ -361,7 +362,7 @@ class Registry:
         log_cursor: str | None,
         owner: str | None,
         want_record: bool,
-    ) -> tuple[JobRecord | None, list[Event]]:
+    ) -> tuple[JobRecord | None, list[WireEvent]]:
         conn = self._conn()
         with _write(conn):
             row = conn.execute(
@@ -402,17 +403,18 @@ class Registry:
     @staticmethod
     def _insert_events(
         conn: sqlite3.Connection, job_id: str, last_seq: int, drafts: Sequence[EventDraft]
-    ) -> list[Event]:
+    ) -> list[WireEvent]:
         now = time.time()
         events = [
             Event.model_validate({**draft, "job_id": job_id, "seq": last_seq + i, "time": now})
             for i, draft in enumerate(drafts, start=1)
         ]
+        texts = [wire_json(event) for event in events]
         conn.executemany(
             "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)",
-            [(job_id, e.seq, e.wire_json()) for e in events],
+            [(job_id, event.seq, text) for event, text in zip(events, texts, strict=True)],
         )
-        return events
+        return [WireEvent(event, text.encode()) for event, text in zip(events, texts, strict=True)]
 
     async def events(
         self, job_id: str, after: int = 0, limit: int | None = None
@@ -435,7 +437,7 @@ class Registry:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        return [Event.from_wire(r[0]) for r in rows], JobStatus(row[0])
+        return [Event.model_validate_json(r[0]) for r in rows], JobStatus(row[0])
 
     async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
         """Each job's newest ``seq``, for jobs that exist: what a follower's poller compares

@@ -15,7 +15,7 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler, WebSocketP
 
 from .errors import J2CError
 from .handler_base import AUTH_RESOURCE, MAX_SEQ, READ, J2CErrors, ws_requires
-from .models import Event
+from .wire_event import WireEvent
 
 
 class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
@@ -45,7 +45,7 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
 
     async def _send_events(self, job_id: str) -> None:
         try:
-            async for event in self.service.stream(job_id, self._after):
+            async for event in self.service.stream_wire(job_id, self._after):
                 slow = self._send(event)
                 if slow is not None:
                     # Back-pressure: a slow browser holds what the kernel's socket buffer
@@ -68,7 +68,7 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
         self._flush()  # the close frame goes after the last event
         self.close(1000, "job finished")
 
-    def _send(self, event: Event) -> Awaitable[None] | None:
+    def _send(self, event: WireEvent) -> Awaitable[None] | None:
         """Send one event as one text message. The messages of one loop step (a burst of
         events) leave in one socket write at the step's end, not one write and one task each
         as through ``write_message``; the event's JSON is made once for all its followers.
@@ -77,8 +77,8 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
         if conn is None or conn.is_closing():
             raise WebSocketClosedError
         if not isinstance(conn, WebSocketProtocol13) or self.get_compression_options() is not None:
-            return self.write_message(event.wire_json())  # deflating: tornado frames it
-        self._frames.append(_text_frame(event.wire_bytes()))
+            return self.write_message(event.data.decode())  # deflating: tornado frames it
+        self._frames.append(_text_frame(event.data))
         if len(self._frames) == 1:
             asyncio.get_running_loop().call_soon(self._flush)
         if self._flushed is not None and not self._flushed.done():

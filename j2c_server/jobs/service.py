@@ -36,6 +36,7 @@ from ..registry_paging import Cursor, Page
 from ..schedulers import check_resources, scheduler_class
 from ..storage.base import manifest_key
 from ..usage.writer import job_ended
+from ..wire_event import WireEvent
 from . import send_rule
 from .clients import Clients
 from .job_inputs import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
@@ -325,6 +326,11 @@ class JobService:
         the terminal status event. Pushed by this process's writes and by one shared poll for
         other processes' (:class:`~.eventbus.Fanout`); a follower of a job nobody drives
         takes it over."""
+        async for wire in self.stream_wire(job_id, after):
+            yield wire.event
+
+    async def stream_wire(self, job_id: str, after: int = 0) -> AsyncIterator[WireEvent]:
+        """:meth:`stream`, each event with its JSON bytes (made once for all followers)."""
         if self._stopping:
             raise ServiceStopping("j2c is shutting down; reconnect with your last seq")
         metrics.follower_joined()
