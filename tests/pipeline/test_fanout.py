@@ -213,3 +213,36 @@ async def test_a_finished_job_replays_and_ends_and_a_removed_one_is_not_found(
         await service.registry.remove(other)
         with pytest.raises(NotFound):
             await asyncio.wait_for(follower, 10)
+
+
+async def test_this_process_writes_reach_followers_without_reading_them_back(
+    j2c_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's own watcher writes in this process: each batch is handed to the feed with its
+    wake-up, so 200 batches to 3 followers cost no events read (one per batch before), and the
+    followers get the very bytes the registry stores. Another process's lines in between (a
+    gap in what was handed over) still reach them, in order, once."""
+    async with _service() as service:
+        job_id = await _running_job(service)
+        journal = Journal(service.registry, service.bus, job_id)
+        followers = [asyncio.ensure_future(_collect(service, job_id)) for _ in range(3)]
+        await asyncio.sleep(0.3)  # replayed, caught up: fed by the feed from here on
+        reads = _count_calls(monkeypatch, service.registry, "_events")
+        for batch in range(200):
+            await journal.write_events(
+                [{"kind": EventKind.log, "text": f"{batch}.{i}"} for i in range(3)],
+                log_cursor=str(batch),
+            )
+            if batch % 20 == 0:
+                await asyncio.sleep(0.01)
+        assert reads[0] == 0
+        subprocess.run(
+            [sys.executable, "-c", _WRITER, str(service.registry.path), job_id, "5"],
+            timeout=60,
+            check=True,
+        )
+        results = await asyncio.wait_for(asyncio.gather(*followers), 20)
+        stored = await service.events(job_id)
+        assert len(stored) == 1 + 600 + 5 + 1
+        assert all(events == stored for events in results)
+        assert reads[0] <= 5  # the other process's batch: read once for all three
