@@ -55,18 +55,26 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
         except (WebSocketClosedError, StreamClosedError):
             return
         except J2CError as exc:  # e.g. the server is stopping: 4503
-            self._flush()
             # A close frame's reason holds at most 123 bytes.
-            self.close(4000 + exc.status_code, exc.message.encode()[:120].decode(errors="ignore"))
+            reason = exc.message.encode()[:120].decode(errors="ignore")
+            await self._close_after_events(4000 + exc.status_code, reason)
             return
         except Exception:
             # A bug must still end the stream with a close the client can see.
             self.log.exception("j2c: event stream of %s failed (%s)", job_id, self.scrubbed_uri)
-            self._flush()
-            self.close(1011, "internal error; see the server log")
+            await self._close_after_events(1011, "internal error; see the server log")
             return
-        self._flush()  # the close frame goes after the last event
-        self.close(1000, "job finished")
+        await self._close_after_events(1000, "job finished")
+
+    async def _close_after_events(self, code: int, reason: str) -> None:
+        """Close once every event frame has reached the kernel's socket buffer. Tornado drops
+        the connection 5 s after its close frame if the client has not answered, and with it
+        whatever is still queued in the stream: a slow reader lost the last events so."""
+        self._flush()
+        if self._flushed is not None:
+            with contextlib.suppress(StreamClosedError):
+                await self._flushed
+        self.close(code, reason)
 
     def _send(self, event: WireEvent) -> Awaitable[None] | None:
         """Send one event as one text message. The messages of one loop step (a burst of
