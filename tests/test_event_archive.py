@@ -7,6 +7,7 @@ naming the key."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sqlite3
@@ -37,7 +38,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-async def make_job(registry: Registry, job_id: str, lines: int, *, finish: bool = True) -> None:
+async def make_job(
+    registry: Registry, job_id: str, lines: int, *, finish: bool = True, lease_to: str = ""
+) -> None:
     """A job as the pipeline writes one: stage events, log lines (with text that JSON must
     escape, unicode, an empty line, defaults left out), then its terminal status."""
     now = time.time()
@@ -52,6 +55,8 @@ async def make_job(registry: Registry, job_id: str, lines: int, *, finish: bool 
         updated_at=now,
     )
     await registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
+    if lease_to:  # a server in this process must not take it over
+        await registry.acquire_lease(job_id, lease_to, 3600)
     drafts: list[dict[str, Any]] = [
         {"kind": EventKind.stage, "stage": "pack", "state": "finished", "data": {"bytes": 12}}
     ]
@@ -184,8 +189,11 @@ def test_a_crash_while_writing_leaves_only_a_temporary_file_that_is_swept(
             raise OSError("disk full")
 
         monkeypatch.setattr(event_archive.os, "replace", fail)
-        with pytest.raises(OSError, match="disk full"):
-            write_archive(_connect(registry.path), data, "done-1")
+        with (
+            pytest.raises(OSError, match="disk full"),
+            contextlib.closing(_connect(registry.path)) as conn,
+        ):
+            write_archive(conn, data, "done-1")
         monkeypatch.undo()
         folder = event_archive.archive_dir(data)
         assert list(folder.iterdir()) == []  # the temporary file went with the error
