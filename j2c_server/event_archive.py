@@ -4,7 +4,10 @@ them back from there exactly as the registry would have returned them.
 A terminal job's log never changes (the registry refuses events after the terminal status), so
 once it is older than ``registry.compact_after_hours`` all of its events move to one file,
 ``<data dir>/event-archive/<job id>.jsonl.zst`` (0600 in a 0700 folder): zstd-compressed JSON
-lines, line *n* holding the event with ``seq`` *n* byte for byte as the registry stored it. The
+lines, line *n* holding the event with ``seq`` *n* byte for byte as the registry stored it. Any
+zstd tool reads it (``zstdcat``); j2c also finds a deep page without decompressing what comes
+before: the lines are cut into frames of :data:`FRAME_EVENTS`, and a last, skippable frame (which
+decompressors pass over) holds each frame's offset (:func:`_frame_index`). The
 jobs list reads only the ``jobs`` table, so no event needs to stay behind. The job's new
 ``archived_seq`` column says how far the archive goes: events with ``seq <= archived_seq`` are
 read from the file (streamed, bounded memory, stopping at the page's limit), the others from
@@ -32,12 +35,13 @@ import os
 import re
 import secrets
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import zstandard
 
@@ -53,7 +57,9 @@ ARCHIVE_DIR = "event-archive"
 SUFFIX = ".jsonl.zst"
 TMP_SUFFIX = ".tmp"
 COMPRESSION_LEVEL = 3
-READ_CHUNK = 256 * 1024  # decompressed bytes per read: about 1700 events of a log line
+READ_CHUNK = 64 * 1024  # decompressed bytes per read: about 400 events of a log line
+FRAME_EVENTS = 1024  # events per zstd frame: a page starts at most this many lines into one
+SKIPPABLE_MAGIC = 0x184D2A5A  # a zstd skippable frame (0x184D2A50..5F): the frame index
 TMP_STALE_S = 3600  # a temporary archive this old was left by a crashed compactor
 BACKLOG_PAUSE_S = 1.0  # between rounds while more jobs wait: the server stays responsive
 
@@ -98,15 +104,43 @@ def remove_archive(data_dir: Path, job_id: str) -> None:
 # ---------------------------------------------------------------------- reading
 
 
+def _frame_index(raw: BinaryIO) -> tuple[int, list[int]]:
+    """The lines per frame and each frame's offset, from the archive's last frame: ``magic,
+    size, JSON, u32 length of the JSON``; ``(0, [])`` when unreadable (then: read from 0)."""
+    with contextlib.suppress(OSError, ValueError, struct.error, KeyError, TypeError):
+        end = raw.seek(0, os.SEEK_END)
+        raw.seek(end - 4)
+        (length,) = struct.unpack("<I", raw.read(4))
+        raw.seek(end - 12 - length)
+        magic, size = struct.unpack("<II", raw.read(8))
+        if magic == SKIPPABLE_MAGIC and size == length + 4:
+            index = json.loads(raw.read(length))
+            per, offsets = index["frame_events"], index["offsets"]
+            if isinstance(per, int) and per > 0 and all(isinstance(o, int) for o in offsets):
+                return per, offsets
+    return 0, []
+
+
 def _lines(path: Path, skip: int) -> Iterator[bytes]:
-    """The archive's lines after the first ``skip``, decompressed a chunk at a time; skipped
-    lines are counted in C (``bytes.count``), never split into objects."""
+    """The archive's lines after the first ``skip``: from the frame holding line ``skip``,
+    decompressed a chunk at a time; lines skipped inside it are counted in C (``bytes.count``),
+    never split into objects."""
     try:
         raw = open(path, "rb")  # noqa: SIM115 (closed below, also when the caller stops early)
     except FileNotFoundError:
         # Removed after the caller's snapshot saw the job: the job is gone.
         raise NotFound(f"no job {path.name.removesuffix(SUFFIX)!r}", field="job_id") from None
-    with raw, zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+    with raw:
+        per, offsets = _frame_index(raw) if skip else (0, [])
+        frame = min(skip // per, len(offsets) - 1) if offsets else 0
+        raw.seek(offsets[frame] if offsets else 0)
+        skip -= frame * per
+        yield from _frame_lines(raw, skip, path)
+
+
+def _frame_lines(raw: BinaryIO, skip: int, path: Path) -> Iterator[bytes]:
+    decompressor = zstandard.ZstdDecompressor()
+    with decompressor.stream_reader(raw, read_across_frames=True, closefd=False) as reader:
         tail = b""
         while True:
             chunk = reader.read(READ_CHUNK)
@@ -194,6 +228,33 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _write_frames(out: BinaryIO, job_id: str, texts: Iterator[str]) -> None:
+    """The events as frames of :data:`FRAME_EVENTS` lines, then the frame index (one frame's
+    lines in memory at a time)."""
+    compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
+    offsets: list[int] = []
+    lines: list[bytes] = []
+
+    def flush() -> None:
+        offsets.append(out.tell())
+        out.write(compressor.compress(b"".join(lines)))
+        lines.clear()
+
+    for text in texts:
+        data = text.encode()
+        if b"\n" in data:
+            raise ArchiveCorrupt(f"job {job_id} has an event with a raw newline")
+        lines.append(data + b"\n")
+        if len(lines) == FRAME_EVENTS:
+            flush()
+    if lines:
+        flush()
+    index = {"frame_events": FRAME_EVENTS, "offsets": offsets}
+    index_json = json.dumps(index, separators=(",", ":")).encode()
+    out.write(struct.pack("<II", SKIPPABLE_MAGIC, len(index_json) + 4) + index_json)
+    out.write(struct.pack("<I", len(index_json)))
+
+
 def write_archive(conn: sqlite3.Connection, data_dir: Path, job_id: str) -> Written | None:
     """Write a terminal, not yet compacted job's events to its archive (temporary name, fsync,
     rename, fsync of the folder); None when the job is not one to compact. Deletes nothing."""
@@ -217,16 +278,10 @@ def write_archive(conn: sqlite3.Connection, data_dir: Path, job_id: str) -> Writ
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         try:
             with open(fd, "wb", closefd=True) as out:
-                compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
-                with compressor.stream_writer(out, closefd=False) as writer:
-                    rows = conn.execute(
-                        "SELECT event FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
-                    )
-                    for (text,) in rows:
-                        data = text.encode()
-                        if b"\n" in data:
-                            raise ArchiveCorrupt(f"job {job_id} has an event with a raw newline")
-                        writer.write(data + b"\n")
+                rows = conn.execute(
+                    "SELECT event FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
+                )
+                _write_frames(out, job_id, (text for (text,) in rows))
                 out.flush()
                 os.fsync(out.fileno())
             size = tmp.stat().st_size

@@ -103,7 +103,12 @@ def data(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def test_reads_are_the_same_before_and_after_compaction(data: Path) -> None:
+@pytest.mark.parametrize("frame_events", [event_archive.FRAME_EVENTS, 1, 10, 128])
+def test_reads_are_the_same_before_and_after_compaction(
+    data: Path, frame_events: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pages starting in every frame, on a frame's edge and across frames.
+    monkeypatch.setattr(event_archive, "FRAME_EVENTS", frame_events)
     registry = Registry(data / REGISTRY_FILE)
     try:
         run(make_job(registry, "done-1", 254))  # 1 + 1 + 254 + 1 = 257 events
@@ -117,8 +122,13 @@ def test_reads_are_the_same_before_and_after_compaction(data: Path) -> None:
         assert (report.jobs, report.events) == (1, 257)
         assert rows(data, "done-1") == 0  # every event left the registry
         assert rows(data, "running-1") == 42  # a running job is never compacted
-        assert event_archive.archive_path(data, "done-1").is_file()
+        archive = event_archive.archive_path(data, "done-1")
         assert not event_archive.archive_path(data, "running-1").exists()
+        # A zstd file any tool reads: the frames' lines, the index frame passed over.
+        whole = zstandard.ZstdDecompressor().stream_reader(
+            archive.read_bytes(), read_across_frames=True
+        )
+        assert whole.readall().decode().splitlines() == before[0, None][0]
         assert run(snapshot(registry, "done-1")) == before
         assert run(snapshot(registry, "running-1")) == running_before
         # Nothing is left to do: a second round compacts nothing, reads stay the same.
