@@ -26,8 +26,9 @@ from j2c_server import event_archive
 from j2c_server.config import load_settings, validate_settings
 from j2c_server.errors import ConfigError, NotFound
 from j2c_server.event_archive import Compactor, compact_round, write_archive
-from j2c_server.models import Event, EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.models import Event
 from j2c_server.registry import REGISTRY_FILE, Registry, _connect
+from tests.support.event_logs import make_job
 
 T = TypeVar("T")
 AFTERS = [-3, 0, 1, 2, 99, 127, 128, 129, 255, 256, 257, 258, 10_000]
@@ -36,43 +37,6 @@ LIMITS: list[int | None] = [None, -1, 0, 1, 2, 100, 128, 256, 257, 1000]
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
-
-
-async def make_job(
-    registry: Registry, job_id: str, lines: int, *, finish: bool = True, lease_to: str = ""
-) -> None:
-    """A job as the pipeline writes one: stage events, log lines (with text that JSON must
-    escape, unicode, an empty line, defaults left out), then its terminal status."""
-    now = time.time()
-    record = JobRecord(
-        id=job_id,
-        name="train.py",
-        key=f"key-{job_id}",
-        status=JobStatus.running,
-        request=JobRequest(code_path="/p", call_path="/p/train.py"),
-        scheduler="local",
-        created_at=now,
-        updated_at=now,
-    )
-    await registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
-    if lease_to:  # a server in this process must not take it over
-        await registry.acquire_lease(job_id, lease_to, 3600)
-    drafts: list[dict[str, Any]] = [
-        {"kind": EventKind.stage, "stage": "pack", "state": "finished", "data": {"bytes": 12}}
-    ]
-    for i in range(lines):
-        text = ['line "quoted" \\ tab\t', "é€ 😀", "", "x" * 5000][i % 4] + f" {i}"
-        drafts.append(
-            {"kind": EventKind.log, "stream": "stderr" if i % 7 else "stdout", "text": text}
-        )
-    for start in range(0, len(drafts), 50):
-        await registry.append(job_id, drafts[start : start + 50])
-    if finish:
-        await registry.append(
-            job_id,
-            [{"kind": EventKind.status, "status": JobStatus.failed}],
-            change=lambda r: setattr(r, "status", JobStatus.failed),
-        )
 
 
 async def snapshot(registry: Registry, job_id: str) -> dict[Any, Any]:

@@ -16,8 +16,8 @@ import pytest
 from j2c_server import event_archive
 from j2c_server.jobs.service import JobService
 from j2c_server.registry import REGISTRY_FILE
+from tests.support.event_logs import make_job
 from tests.support.jobs import follow
-from tests.test_event_archive import make_job
 
 DONE, RUNNING = "20260101-000000-aaaaaa", "20260101-000001-bbbbbb"
 AFTERS = [0, 1, 2, 500, 999, 1000, 1001, 1102, 1103, 1104, 5000]
