@@ -284,3 +284,20 @@ def test_settings_from_the_environment() -> None:
     assert validate_settings({}).registry.compact_after_s() == 24 * 3600
     with pytest.raises(ConfigError, match=r"registry\.compact_after_hours"):
         load_settings(environ={"J2C_REGISTRY__COMPACT_AFTER_HOURS": "1 day"})
+
+
+def test_a_job_removed_while_its_archive_is_written_leaves_no_archive(data: Path) -> None:
+    registry = Registry(data / REGISTRY_FILE)
+    try:
+        run(make_job(registry, "done-1", 5))
+        with contextlib.closing(_connect(registry.path)) as conn:
+            written = write_archive(conn, data, "done-1")
+            assert written is not None and written.path.is_file()
+            stored = written.path.read_bytes()
+            run(registry.remove("done-1"))  # removes the archive too...
+            written.path.write_bytes(stored)  # ...but this compactor's rename came after it
+            assert event_archive.commit_archive(conn, data, written) is False
+        assert not written.path.exists()
+        assert rows(data, "done-1") == 0
+    finally:
+        registry.close()
