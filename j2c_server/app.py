@@ -10,6 +10,7 @@ from traitlets import Dict, Unicode
 
 from . import __version__
 from .config import J2CSettings, load_settings
+from .event_archive import Compactor
 from .handlers import routes
 from .jobs.service import JobService
 
@@ -57,12 +58,21 @@ class J2CApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Once the event loop runs: re-attach to the jobs a previous server left running."""
-        self.settings["j2c_service"].start()
+        service = self.settings["j2c_service"]
+        service.start()
+        # Finished jobs' events into their stored logs, off the loop (event_archive).
+        self.settings["j2c_compactor"] = Compactor(
+            service.registry, service.settings.registry, self.log
+        )
+        self.settings["j2c_compactor"].start()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes())
 
     async def stop_extension(self) -> None:
+        compactor = self.settings.get("j2c_compactor")
+        if compactor is not None:
+            await compactor.stop()
         service = self.settings.get("j2c_service")
         if service is not None:
             await service.stop()

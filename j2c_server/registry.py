@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import registry_paging
+from . import event_archive, registry_paging
 from .errors import ConfigError, Conflict, J2CError, NotFound
 from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
 from .private import private_dir, private_file, tighten_file
@@ -77,6 +77,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
     ),
     (registry_paging.INDEX_SQL,),  # pages of GET /jobs, newest first
+    event_archive.MIGRATION,  # finished jobs' events compacted into files
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -301,6 +302,7 @@ class Registry:
                 )
             for table, column in (("events", "job_id"), ("leases", "job_id"), ("jobs", "id")):
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))  # noqa: S608
+        event_archive.remove_archive(self.path.parent, job_id)
 
     async def unowned_active_jobs(self) -> list[str]:
         """Jobs still going whose watcher lease is free or expired: nobody is driving them."""
@@ -428,16 +430,23 @@ class Registry:
         # A read transaction: the status and the events come from the same snapshot.
         conn.execute("BEGIN")
         try:
-            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = conn.execute(
+                "SELECT status, archived_seq FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
             if row is None:
                 raise NotFound(f"no job {job_id!r}", field="job_id")
+            # Events up to archived_seq are in the job's stored log (event_archive).
+            head = event_archive.read_events(self.path.parent, job_id, after, limit, row[1])
+            if head:
+                after = row[1]
+                limit = None if limit is None or limit < 0 else limit - len(head)
             rows = conn.execute(
                 "SELECT event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (job_id, after, -1 if limit is None else limit),
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        return [Event.model_validate_json(r[0]) for r in rows], JobStatus(row[0])
+        return head + [Event.model_validate_json(r[0]) for r in rows], JobStatus(row[0])
 
     async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
         """Each job's newest ``seq``, for jobs that exist: what a follower's poller compares
@@ -463,16 +472,25 @@ class Registry:
         return await self._call(self._last_log_lines, job_id, count)
 
     def _last_log_lines(self, job_id: str, count: int) -> list[str]:
-        rows = (
-            self._conn()
-            .execute(
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            rows = conn.execute(
                 "SELECT json_extract(event, '$.text') FROM events WHERE job_id = ? "
                 "AND json_extract(event, '$.kind') = 'log' ORDER BY seq DESC LIMIT ?",
                 (job_id, count),
-            )
-            .fetchall()
-        )
-        return [str(row[0]) for row in reversed(rows)]
+            ).fetchall()
+            archived = conn.execute(
+                "SELECT archived_seq FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            head: list[str] = []
+            if archived is not None and archived[0] > 0 and len(rows) < count:
+                head = event_archive.last_log_lines(
+                    self.path.parent, job_id, count - len(rows), archived[0]
+                )
+        finally:
+            conn.execute("COMMIT")
+        return head + [str(row[0]) for row in reversed(rows)]
 
     async def log_cursor(self, job_id: str) -> str | None:
         """Where the scheduler's log was last read up to (persisted with the lines before it)."""

@@ -1,0 +1,47 @@
+"""A finished or running job with a log, written through the registry as the pipeline writes
+one (the compaction tests, ``tests/test_event_archive.py`` and ``tests/api``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.registry import Registry
+
+
+async def make_job(
+    registry: Registry, job_id: str, lines: int, *, finish: bool = True, lease_to: str = ""
+) -> None:
+    """A job as the pipeline writes one: stage events, log lines (with text that JSON must
+    escape, unicode, an empty line, defaults left out), then its terminal status."""
+    now = time.time()
+    record = JobRecord(
+        id=job_id,
+        name="train.py",
+        key=f"key-{job_id}",
+        status=JobStatus.running,
+        request=JobRequest(code_path="/p", call_path="/p/train.py"),
+        scheduler="local",
+        created_at=now,
+        updated_at=now,
+    )
+    await registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
+    if lease_to:  # a server in this process must not take it over
+        await registry.acquire_lease(job_id, lease_to, 3600)
+    drafts: list[dict[str, Any]] = [
+        {"kind": EventKind.stage, "stage": "pack", "state": "finished", "data": {"bytes": 12}}
+    ]
+    for i in range(lines):
+        text = ['line "quoted" \\ tab\t', "é€ 😀", "", "x" * 5000][i % 4] + f" {i}"
+        drafts.append(
+            {"kind": EventKind.log, "stream": "stderr" if i % 7 else "stdout", "text": text}
+        )
+    for start in range(0, len(drafts), 50):
+        await registry.append(job_id, drafts[start : start + 50])
+    if finish:
+        await registry.append(
+            job_id,
+            [{"kind": EventKind.status, "status": JobStatus.failed}],
+            change=lambda r: setattr(r, "status", JobStatus.failed),
+        )
