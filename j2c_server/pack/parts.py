@@ -14,7 +14,8 @@ entry's own path and size bucket only, so
 
 Each part also holds the folder entries its files need (their parents, with their modes), so
 it extracts on its own; a folder may be in several parts. Empty folders stay where the walk
-put them. A layer whose small files add up to at most ``target`` is one part: the layer as
+put them. Folders of a layer in parts carry mtime 0: a folder's mtime changes with every file
+added, removed or saved by a rename in it, which would change every part holding the folder. A layer whose small files add up to at most ``target`` is one part: the layer as
 before, with the same fingerprint and digest.
 """
 
@@ -63,6 +64,9 @@ def split_entries(entries: list[Entry], target: int) -> list[list[Entry]]:
             groups[-1] += tail
     if len(groups) <= 1:
         return [entries]
+    # A folder's mtime moves whenever a file in it is added, removed or saved by a rename (as
+    # JupyterLab saves): in parts, folders carry none, or every part holding it would change.
+    entries = [dataclasses.replace(e, mtime_ns=0) if e.kind == DIR else e for e in entries]
     folders = {e.rel: i for i, e in enumerate(entries) if e.kind == DIR}
     parts: list[list[Entry]] = []
     for group in groups:
