@@ -15,8 +15,10 @@ entry's own path and size bucket only, so
 Each part also holds the folder entries its files need (their parents, with their modes), so
 it extracts on its own; a folder may be in several parts. Empty folders stay where the walk
 put them. Folders of a layer in parts carry mtime 0: a folder's mtime changes with every file
-added, removed or saved by a rename in it, which would change every part holding the folder. A layer whose small files add up to at most ``target`` is one part: the layer as
-before, with the same fingerprint and digest.
+added, removed or saved by a rename in it, which would change every part holding the folder.
+
+A layer whose small files add up to at most ``target`` is one part: the layer as before, with
+the same fingerprint and digest (and folder mtimes).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from j2c_server.models import FileBlob, Manifest
 from j2c_server.unpack.errors import ExitCode
 from tests.support.projects import backdate, write
-from tests.unpack.helpers import UNPACK, publish_project, run_unpack
+from tests.unpack.helpers import publish_project, run_unpack
 
 MIB = 1024 * 1024
 PART = 32 * 1024
