@@ -15,7 +15,6 @@ import pytest
 from j2c_server.config import PackSettings
 from j2c_server.models import LayerRole, Manifest
 from j2c_server.pack import PackResult, PackSpec, make_manifest, pack, publish
-from j2c_server.pack.parts import split_entries
 from j2c_server.pack.plan import prepare
 from j2c_server.pack.scan import DIR, FILE, Entry
 from j2c_server.storage import open_store
@@ -166,6 +165,8 @@ def test_several_parts_make_format_version_3_with_big_files_too(
 
 
 def test_the_split_is_content_defined_and_capped() -> None:
+    from j2c_server.pack.parts import split_entries  # here: the module is new
+
     def entries(sizes: dict[str, int]) -> list[Entry]:
         found: list[Entry] = [Entry("a", DIR, 0o755, 0, 0)]
         found += [Entry(f"a/{name}", FILE, 0o644, size, 0) for name, size in sorted(sizes.items())]
