@@ -115,6 +115,8 @@ def _pack(state: StageState, data: Mapping[str, Any]) -> str:
                 parts = []
             continue
         lines.append(pack_layer_text(layer))
+    if parts:  # a record cut short: its parts still said
+        lines.append(pack_parts_text(parts))
     lines += [
         f"big file {big['path']} packed: {byte_size(big['size'])}, its own blob"
         for big in data.get("big_files", [])

@@ -217,3 +217,44 @@ def test_the_manifest_of_parts_keeps_its_digest(parts_spec: PackSpec, cache: Pat
     for layer in a.code_layers():  # each part a blob named by its own sha256
         blob = cache / "blobs" / f"{layer.digest.partition(':')[2]}.tar.zst"
         assert hashlib.sha256(blob.read_bytes()).hexdigest() == layer.digest.partition(":")[2]
+
+
+def test_the_stage_text_says_parts_in_one_line() -> None:
+    from j2c_server.jobs.stage_text import describe
+    from j2c_server.models import Stage, StageState
+
+    def part(number: int, outcome: str, **more: object) -> dict[str, object]:
+        return {
+            "role": "code",
+            "size": 14_000,
+            "files": 9,
+            "outcome": outcome,
+            "part": number,
+            "parts": 3,
+            "changed_since": "j1",
+            "reused_from": "j1",
+            **more,
+        }
+
+    venv = {"role": "venv", "outcome": "reused", "reused_from": "j0"}
+    data = {"layers": [part(1, "reused"), part(2, "packed"), part(3, "reused"), venv]}
+    assert describe(Stage.pack, StageState.finished, data) == (
+        "code layer: 1 of 3 parts packed (14.0 kB), 2 reused (changed since job j1); "
+        "venv layer reused: unchanged since job j0"
+    )
+    reused = {"layers": [part(n, "reused") for n in (1, 2, 3)]}
+    assert describe(Stage.pack, StageState.reused, reused) == (
+        "code layer reused: 3 parts unchanged since job j1"
+    )
+    first = [part(n, "packed", changed_since=None) for n in (1, 2, 3)]
+    assert describe(Stage.pack, StageState.finished, {"layers": first}) == (
+        "code layer: 3 of 3 parts packed (42.0 kB), 0 reused (first pack of this project)"
+    )
+    upload = {
+        "uploaded": ["code"],
+        "already_present": ["code", "code", "venv"],
+        "bytes_uploaded": 14_000,
+    }
+    assert describe(Stage.upload, StageState.finished, upload) == (
+        "uploaded code layer (1 of 3 parts) (14.0 kB); venv layer already in the store"
+    )
