@@ -176,7 +176,12 @@ class _Extraction:
                 os.mkdir(folder, 0o755)
             except FileExistsError:
                 if not os.path.isdir(folder) or os.path.islink(folder):
-                    raise
+                    # A file of an earlier entry, or (``into``) an earlier part's symlink.
+                    rel = os.path.relpath(folder, self.root)
+                    raise UnsafeEntry(
+                        f"folder {rel!r} is a symlink or file already in the target (an "
+                        "earlier entry, or an earlier part of the layer): not written through"
+                    ) from None
             self.known_dirs.add(folder)
 
     def _write_file(self, member: tarfile.TarInfo, path: str) -> None:

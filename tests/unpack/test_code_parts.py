@@ -148,3 +148,37 @@ def test_a_big_file_over_a_later_parts_file_is_refused(project: Path, tmp_path: 
     done = run_unpack(uri, "--workdir", str(tmp_path / "job"), "--paths", "relocate")
     assert done.returncode == ExitCode.UNSAFE == 68, done.stderr
     assert taken in done.stderr and "FILES" not in done.stdout
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_part_is_never_written_through_an_earlier_parts_symlink(
+    tmp_path: Path, cached: bool
+) -> None:
+    from j2c_server.models import LayerRole
+    from tests.unpack.helpers import Entry, blob_path, layer_of, write_layer
+
+    root = tmp_path / "lab" / "project"
+    write(root / "job.py", "print('RAN')\n")
+    write(root / "real" / "keep.py", "X = 1\n")
+    (root / "link").symlink_to("real")
+    backdate(root)
+    store = tmp_path / "store"
+
+    def through_the_link(manifest: Manifest) -> Manifest:
+        blob = write_layer(tmp_path / "evil.tar.zst", [Entry("link/evil.py", data=b"BAD = 1\n")])
+        layer = layer_of(blob, LayerRole.code, manifest.code_layers()[0].source_path)
+        blob_path(store, layer.digest).parent.mkdir(parents=True, exist_ok=True)
+        blob.rename(blob_path(store, layer.digest))
+        layers = [*manifest.code_layers(), layer, *manifest.layers[len(manifest.code_layers()) :]]
+        return manifest.model_copy(update={"layers": layers, "format_version": 3})
+
+    uri = publish_project(root, store, "job.py", edit=through_the_link)
+    options = ["--cache-dir", str(tmp_path / "cache")] if cached else []
+    workdir = tmp_path / "job"
+    done = run_unpack(uri, "--workdir", str(workdir), "--paths", "relocate", *options)
+    assert done.returncode in (ExitCode.UNSAFE, ExitCode.LOCAL_IO), done.stderr
+    assert done.returncode == ExitCode.UNSAFE or cached
+    assert "RAN" not in done.stdout
+    # Not in the job's folders, nor through the link into real/ (a cache entry is its own tree).
+    assert not list(workdir.rglob("evil.py")) and not list(root.rglob("evil.py"))
+    assert not (workdir / "code" / "real" / "evil.py").exists()
