@@ -95,6 +95,13 @@ class PackSettings(_Section):
         description="Code files of at least this size travel as their own blobs, not in the "
         "code layer, so an edit elsewhere does not send them again (0: never).",
     )
+    code_part_kb: int = Field(
+        256,
+        ge=0,
+        description="Target uncompressed size of one part of the code layer: the small files "
+        "travel as several content-addressed parts, so an edit re-packs and uploads only the "
+        "part holding the edited file (0: one code layer).",
+    )
 
 
 class _SchedulerSettingsBase(_Section):

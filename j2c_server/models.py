@@ -19,7 +19,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-MANIFEST_FORMAT_VERSION = 2  # 2: big files as their own blobs (``Manifest.files``)
+MANIFEST_FORMAT_VERSION = 3  # the newest written and read; 3: the code layer in several parts
+MANIFEST_FORMAT_VERSION_PARTS = 3  # several ``code`` layers: an older reader would miss files
+MANIFEST_FORMAT_VERSION_FILES = 2  # 2: big files as their own blobs (``Manifest.files``)
 MANIFEST_FORMAT_VERSION_BASE = 1  # written when a manifest has no ``files``: older readers work
 LAYER_MEDIA_TYPE = "application/vnd.j2c.layer.v1.tar+zstd"
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -289,7 +291,12 @@ class Manifest(_Strict):
     )
 
     def layer(self, role: LayerRole) -> Layer | None:
+        """The first layer of ``role``: the venv, or the code layer's first part."""
         return next((layer for layer in self.layers if layer.role == role), None)
+
+    def code_layers(self) -> list[Layer]:
+        """The code layer's parts, in extraction order (several from format_version 3)."""
+        return [layer for layer in self.layers if layer.role == LayerRole.code]
 
     def canonical_json(self) -> bytes:
         """Stable bytes: the same manifest always hashes to the same digest."""

@@ -136,11 +136,17 @@ def build(
             }
         )
         return
+    parts = len(result.code_parts())
+    part = 0
     for packed in result.layers:
         layer = packed.layer
         how = "reused" if packed.reused else f"packed in {packed.seconds:.2f} s"
+        name = f"{layer.role.value} layer"
+        if layer.role.value == "code" and parts > 1:
+            part += 1
+            name += f" part {part} of {parts}"
         click.echo(
-            f"{layer.role.value} layer: {layer.files} entries, {layer.size / 1e6:.1f} MB, {how}"
+            f"{name}: {layer.files} entries, {layer.size / 1e6:.1f} MB, {how}"
             f" ({layer.digest[:19]})",
             err=True,
         )

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import JobRecord, Stage, StageRecord, StageState
+from ..models import JobRecord, LayerRole, Stage, StageRecord, StageState
 from ..pack import PackResult
 
 
@@ -75,21 +75,25 @@ def pack_outcome(
         previous.id if previous is not None and previous.stages.get(Stage.pack.value) else None
     )
     facts: list[dict[str, Any]] = []
+    parts = len(result.code_parts())
+    part = 0
     for packed in result.layers:
         layer = packed.layer
         before = earlier.get(layer.digest)
         outcome = "reused" if packed.reused else ("same_content" if before else "packed")
-        facts.append(
-            {
-                "role": layer.role.value,
-                "digest": layer.digest,
-                "files": layer.files,
-                "size": layer.size,
-                "outcome": outcome,
-                "reused_from": before["since"] if before else None,
-                "changed_since": changed_since,
-            }
-        )
+        fact = {
+            "role": layer.role.value,
+            "digest": layer.digest,
+            "files": layer.files,
+            "size": layer.size,
+            "outcome": outcome,
+            "reused_from": before["since"] if before else None,
+            "changed_since": changed_since,
+        }
+        if layer.role == LayerRole.code and parts > 1:  # a code layer in parts: which one
+            part += 1
+            fact.update(part=part, parts=parts)
+        facts.append(fact)
     layers = [
         {
             "role": fact["role"],

@@ -13,9 +13,11 @@ The data of each stage, by state (``started`` events carry only what their words
 - pack, finished/reused: ``layers``: ``role``, ``digest``, ``files``, ``size``, ``outcome``
   (``reused`` | ``same_content`` | ``packed``), ``reused_from`` (a job id or None: an earlier
   pack outside the registry), ``changed_since`` (the project's previous job, None on a first
-  pack); ``big_files`` packed again as their own blobs (``path``, ``size``)
-- upload, finished/reused: ``uploaded`` and ``already_present`` (roles), ``files_uploaded`` (big
-  files' paths), ``bytes_uploaded``, ``manifest_uri``, ``reused_from``
+  pack); a code layer in parts also has ``part`` and ``parts`` (1-based, in order) in each
+  part's entry, and reads as one line; ``big_files`` packed again as their own blobs
+  (``path``, ``size``)
+- upload, finished/reused: ``uploaded`` and ``already_present`` (roles, once per code part),
+  ``files_uploaded`` (big files' paths), ``bytes_uploaded``, ``manifest_uri``, ``reused_from``
 - configure, finished/reused: ``changed`` (input names), ``since`` (the previous job), ``image``,
   ``command``
 - submit: started ``scheduler``; finished ``scheduler``, ``scheduler_job_id``
@@ -85,8 +87,36 @@ def pack_layer_text(layer: Mapping[str, Any]) -> str:
     return f"{role} layer packed: {amount} ({why})"
 
 
+def pack_parts_text(parts: list[Mapping[str, Any]]) -> str:
+    """The line of a code layer in parts: how many were packed, how many reused."""
+    role = parts[0]["role"]
+    packed = [part for part in parts if part["outcome"] != "reused"]
+    if not packed:
+        since = parts[0].get("reused_from")
+        origin = f"since job {since}" if since else "since an earlier pack"
+        return f"{role} layer reused: {len(parts)} parts unchanged {origin}"
+    since = parts[0].get("changed_since")
+    why = f"changed since job {since}" if since else "first pack of this project"
+    size = byte_size(sum(part["size"] for part in packed))
+    return (
+        f"{role} layer: {len(packed)} of {len(parts)} parts packed ({size}), "
+        f"{len(parts) - len(packed)} reused ({why})"
+    )
+
+
 def _pack(state: StageState, data: Mapping[str, Any]) -> str:
-    lines = [pack_layer_text(layer) for layer in data["layers"]]
+    lines: list[str] = []
+    parts: list[Mapping[str, Any]] = []
+    for layer in data["layers"]:
+        if layer.get("parts"):
+            parts.append(layer)
+            if layer["part"] == layer["parts"]:
+                lines.append(pack_parts_text(parts))
+                parts = []
+            continue
+        lines.append(pack_layer_text(layer))
+    if parts:  # a record cut short: its parts still said
+        lines.append(pack_parts_text(parts))
     lines += [
         f"big file {big['path']} packed: {byte_size(big['size'])}, its own blob"
         for big in data.get("big_files", [])
@@ -99,13 +129,20 @@ def _upload(state: StageState, data: Mapping[str, Any]) -> str:
         since = data.get("reused_from")
         origin = f" (since job {since})" if since else ""
         return f"layers and manifest already in the store{origin}"
-    sent = [f"{role} layer" for role in data["uploaded"]]
+    uploaded: list[str] = data["uploaded"]
+    there: list[str] = data.get("already_present", [])
+    # A code layer in parts lists its role once per part: said once, with the count.
+    sent = []
+    for role in dict.fromkeys(uploaded):
+        parts = uploaded.count(role) + there.count(role)
+        of = f" ({uploaded.count(role)} of {parts} parts)" if parts > 1 else ""
+        sent.append(f"{role} layer{of}")
     sent += [f"big file {path}" for path in data.get("files_uploaded", [])]
     sent = sent or ["manifest"]
     text = f"uploaded {', '.join(sent)} ({byte_size(data['bytes_uploaded'])})"
-    if data.get("already_present"):
-        present = ", ".join(f"{role} layer" for role in data["already_present"])
-        text += f"; {present} already in the store"
+    present = [role for role in dict.fromkeys(there) if role not in uploaded]
+    if present:
+        text += f"; {', '.join(f'{role} layer' for role in present)} already in the store"
     return text
 
 

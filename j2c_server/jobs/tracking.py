@@ -25,6 +25,7 @@ a warning line (``j2c: warning: MLflow ...``) says why in its log.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from pathlib import PurePath
@@ -203,6 +204,12 @@ async def _tags(record: JobRecord, manifest: Manifest, spec: JobSpec) -> dict[st
         layer = manifest.layer(role)
         if layer is not None:
             tags[f"j2c.{role.value}_digest"] = layer.digest
+    parts = manifest.code_layers()
+    if len(parts) > 1:  # a code layer in parts: the digest above is its first part's
+        tags["j2c.code_parts"] = str(len(parts))
+        tags["j2c.code_digest"] = (
+            "parts:" + hashlib.sha256(",".join(part.digest for part in parts).encode()).hexdigest()
+        )
     commit = await _git_commit(record.request.code_path)
     if commit:
         tags["mlflow.source.git.commit"] = commit

@@ -6,7 +6,13 @@ import time
 from pathlib import PurePosixPath
 
 from .. import __version__
-from ..models import MANIFEST_FORMAT_VERSION, MANIFEST_FORMAT_VERSION_BASE, EntryPoint, Manifest
+from ..models import (
+    MANIFEST_FORMAT_VERSION_BASE,
+    MANIFEST_FORMAT_VERSION_FILES,
+    MANIFEST_FORMAT_VERSION_PARTS,
+    EntryPoint,
+    Manifest,
+)
 from .models import PackResult
 
 
@@ -19,10 +25,16 @@ def make_manifest(
     created_at: float | None = None,
 ) -> Manifest:
     """The manifest for ``result``; pass ``created_at`` to make its digest reproducible.
-    Format version 2 only when it lists big files: without them, an older j2c-unpack reads it."""
+    Format version 3 only when the code layer has several parts, 2 when it lists big files:
+    otherwise 1, so that an older j2c-unpack reads what it can (and refuses what it cannot)."""
     files = [packed.file for packed in result.files] or None
+    version = MANIFEST_FORMAT_VERSION_BASE
+    if len(result.code_parts()) > 1:
+        version = MANIFEST_FORMAT_VERSION_PARTS
+    elif files:
+        version = MANIFEST_FORMAT_VERSION_FILES
     return Manifest(
-        format_version=MANIFEST_FORMAT_VERSION if files else MANIFEST_FORMAT_VERSION_BASE,
+        format_version=version,
         created_by=f"j2c {__version__}",
         created_at=time.time() if created_at is None else created_at,
         layers=[packed.layer for packed in result.layers],

@@ -58,6 +58,11 @@ class PackSpec(_Model):
         ge=0,
         description="Code files of at least this size travel as their own blobs (0: never).",
     )
+    code_part_bytes: int = Field(
+        256 * 1024,
+        ge=0,
+        description="Target uncompressed bytes of one code layer part (0: one code layer).",
+    )
     args: list[str] = Field(default_factory=list, description="Arguments for the entry point.")
     source_image: str | None = None
     never_pack: list[Path] = Field(
@@ -82,6 +87,7 @@ class PackSpec(_Model):
             "layer_cache_max_bytes": settings.layer_cache_max_mb * MIB,
             "layer_cache_keep_sends": settings.layer_cache_keep_sends,
             "big_file_bytes": int(settings.big_file_mb * MIB),
+            "code_part_bytes": settings.code_part_kb * 1024,
         }
         given = {key: value for key, value in fields.items() if value is not None}
         return cls.model_validate({**defaults, **given})
@@ -184,6 +190,10 @@ class PackResult(_Model):
 
     def layer(self, role: LayerRole) -> PackedLayer | None:
         return next((packed for packed in self.layers if packed.layer.role == role), None)
+
+    def code_parts(self) -> list[PackedLayer]:
+        """The code layer's parts, in order (one unless the small files were split)."""
+        return [packed for packed in self.layers if packed.layer.role == LayerRole.code]
 
 
 @dataclass(frozen=True)

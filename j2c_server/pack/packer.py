@@ -6,6 +6,11 @@ on the next pack, and listed in the manifest's ``files``; the code layer's finge
 small files only, so an edit of one small file re-packs kilobytes, and an edit of the big file
 re-copies that file alone.
 
+The small files of the code layer are then cut into parts (``PackSpec.code_part_bytes``,
+:mod:`.parts`), each its own layer with its own fingerprint: an edit re-packs one part, the
+others are recognised without reading their files. A layer that fits in one part is packed as
+before.
+
 Synchronous and CPU-bound by design: callers on an event loop run it with ``asyncio.to_thread``.
 Nothing is written before validation passes; a failed write leaves no partial blob behind.
 """
@@ -23,6 +28,7 @@ from ..errors import PackError
 from ..models import FileBlob, Layer, LayerRole
 from .fingerprint import RACY_WINDOW_NS, CachedLayer, LayerCache, file_key, fingerprint, is_racy
 from .models import PackedFile, PackedLayer, PackProgress, PackResult, PackSpec, PackWarning
+from .parts import split_layer
 from .plan import Prepared, big_entries, prepare
 from .scan import Entry, ScannedLayer
 from .tarwriter import write_layer
@@ -104,6 +110,27 @@ def _pack_layer(
         seconds=time.perf_counter() - started,
     )
     return packed, written.stats.changed
+
+
+def _part_progress(
+    progress: ProgressCallback, files_before: int, bytes_before: int, whole: ScannedLayer
+) -> ProgressCallback:
+    """A part's progress as the whole code layer's: cumulative over its parts."""
+    files_total = len(whole.files)
+    bytes_total = whole.bytes
+
+    def report(part: PackProgress) -> None:
+        progress(
+            PackProgress(
+                part.role,
+                files_before + part.files_done,
+                files_total,
+                bytes_before + part.bytes_done,
+                bytes_total,
+            )
+        )
+
+    return report
 
 
 def _split(scanned: ScannedLayer, threshold: int) -> tuple[ScannedLayer, list[Entry]]:
@@ -197,9 +224,20 @@ def pack(
             files.append(packed_file)
             if file_changed:
                 moved.append(entry.rel)
-        packed, changed = _pack_layer(scanned, spec, cache, started_ns, progress)
-        changed = [*moved, *changed]
-        layers.append(packed)
+        parts = [scanned]
+        if scanned.role == LayerRole.code:
+            parts = split_layer(scanned, spec.code_part_bytes)
+        files_before = bytes_before = 0
+        changed = moved
+        for part in parts:
+            report = progress
+            if progress is not None and len(parts) > 1:
+                report = _part_progress(progress, files_before, bytes_before, scanned)
+            packed, part_changed = _pack_layer(part, spec, cache, started_ns, report)
+            files_before += len(part.files)
+            bytes_before += part.bytes
+            changed = [*changed, *part_changed]
+            layers.append(packed)
         if changed:
             shown = ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
             warnings.append(

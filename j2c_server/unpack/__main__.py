@@ -7,8 +7,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 3. placing       original paths when free and private to the job's user, else under the
                  workdir; then the free space for the layers is checked
 4. downloading   every layer at once; verifying: each one's sha256 before it is used
-5. extracting    safely, code first; then the code layer's big files (bigfiles.py), each its
-                 own verified blob, placed at its path
+5. extracting    safely, code first (every part of it, format_version 3, into the code
+                 folder); then the code layer's big files (bigfiles.py), each its own
+                 verified blob, placed at its path
 6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs;
                  the venv's packages that shadow this interpreter's own are named in the log
 7. running       the entry point with the venv's interpreter; signals forwarded (with
@@ -324,14 +325,23 @@ def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
 
     stage = Stage("extracting")
     total = 0
+    parts = sum(item.layer.role == LayerRole.code for item in fetched)
+    done = 0
     for item in sorted(fetched, key=lambda f: f.layer.role != LayerRole.code):
         role = item.layer.role
         home = placement.homes[role]
+        code = role == LayerRole.code
         result = extract_layer(
-            item.path, home, venv=role == LayerRole.venv, max_bytes=item.layer.unpacked_size
+            item.path,
+            home,
+            venv=role == LayerRole.venv,
+            max_bytes=item.layer.unpacked_size,
+            into=code and done > 0,  # the code layer's later parts: into the same folder
         )
         total += result.bytes
-        say("extracting", f"{role.value} layer: {result.entries} entries into {home}")
+        done += code
+        what = f"{role.value} layer" + (f" part {done} of {parts}" if code and parts > 1 else "")
+        say("extracting", f"{what}: {result.entries} entries into {home}")
     stage.done(f"{byte_size(total)} written ({placement.mode} paths)")
 
 

@@ -34,8 +34,10 @@ How a job uses a venv entry: in relocate mode it runs **in place** (read-only, a
 replaced by a new file (a rename), so the cache's inodes are never written. Cached files have no
 write bits: a job that writes a venv file gets EACCES; one that chmods it first changes its mode
 or mtime, which the fingerprint catches at the next use. The code layer is always **copied**
-(the job's working tree is its own and writable). A venv entry is started once when it is built
-(before it is sealed) and not again while its fingerprint and the interpreter binary are the same.
+(the job's working tree is its own and writable); a code layer in parts (format_version 3) has
+one ``code-<hex>`` entry per part, copied one after the other into the same folder. A venv entry
+is started once when it is built (before it is sealed) and not again while its fingerprint and
+the interpreter binary are the same.
 
 The file-tree operations are in :mod:`.cache_files`. What is left stays one module, over 400
 lines, on purpose: the locking protocol (make, use, evict) is only safe as a whole, and is read
@@ -180,6 +182,7 @@ class Cache:
         self.tmp = root / "tmp"
         self._held: list[int] = []
         self._code_old = ""  # the code layer's source path, for the job being prepared
+        self._code_parts: list[Layer] = []  # its parts, in the manifest's order
 
     def close(self) -> None:
         """Release this job's use locks (at exit: its entries may be evicted from now on)."""
@@ -200,6 +203,7 @@ class Cache:
         materialised or used in place; the venv proved to run. Raises Bypass before anything
         is written to the job's homes when the cache cannot serve the job."""
         self._code_old = next(x.source_path for x in layers if x.role == LayerRole.code)
+        self._code_parts = [x for x in layers if x.role == LayerRole.code]
         items = [self._plan(layer, placement, interpreter) for layer in layers]
         items.sort(key=lambda item: item.key)  # one lock order for every job: no deadlock
         stage = Stage("cache", f"{self.root}")
@@ -509,12 +513,19 @@ class Cache:
         said = []
         python = interpreter.executable
         env: dict[str, str] = {}
-        for item in sorted(items, key=lambda i: i.is_venv):  # code first: a venv may be inside
+        parts = [item for item in items if not item.is_venv]
+        order = {id(layer): index for index, layer in enumerate(self._code_parts)}
+        parts.sort(key=lambda item: order.get(id(item.layer), 0))  # the manifest's order
+        copied = 0
+        for index, item in enumerate(parts):  # code first: a venv may be inside it
             tree = self.entries / item.key / "tree"
+            copied += copy_tree(tree, item.home, link=False, into=index > 0)
+        of = f", {len(parts)} parts" if len(parts) > 1 else ""
+        said.append(f"code copied ({copied} files{of})")
+        for item in items:
             if not item.is_venv:
-                files = copy_tree(tree, item.home, link=False)
-                said.append(f"code copied ({files} files)")
                 continue
+            tree = self.entries / item.key / "tree"
             code_moved = str(placement.code) != self._code_old
             inside = item.home.is_relative_to(placement.code)
             if (

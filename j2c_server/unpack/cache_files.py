@@ -77,12 +77,13 @@ def read_only(tree: Path) -> None:
         os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) & ~0o222)
 
 
-def copy_tree(source: Path, target: Path, *, link: bool) -> int:
-    """``source``'s tree into ``target`` (absent or empty): files hard-linked when ``link`` and
-    the filesystem allows it, else copied (with owner write: the job's own copy); folders
-    writable by their owner; symlinks recreated. The number of files."""
+def copy_tree(source: Path, target: Path, *, link: bool, into: bool = False) -> int:
+    """``source``'s tree into ``target`` (absent or empty; with ``into``, a later code layer
+    part, it may hold earlier parts, whose real folders are reused): files hard-linked when
+    ``link`` and the filesystem allows it, else copied (with owner write: the job's own copy);
+    folders writable by their owner; symlinks recreated. The number of files."""
     target.mkdir(parents=True, exist_ok=True)
-    if any(target.iterdir()):
+    if not into and any(target.iterdir()):
         raise LocalIOError(f"cannot materialise a cached layer into {target}: it is not empty")
     files = 0
     folders: list[tuple[str, int]] = []
@@ -92,7 +93,12 @@ def copy_tree(source: Path, target: Path, *, link: bool) -> int:
             path = os.path.join(target, rel)
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                os.mkdir(path, 0o700)
+                try:
+                    os.mkdir(path, 0o700)
+                except FileExistsError:
+                    st_there = os.lstat(path)
+                    if not into or not stat.S_ISDIR(st_there.st_mode):
+                        raise
                 folders.append((path, stat.S_IMODE(st.st_mode) | 0o700))
             elif stat.S_ISLNK(st.st_mode):
                 os.symlink(os.readlink(entry.path), path)

@@ -66,27 +66,31 @@ class Extracted:
 
 
 def extract_layer(
-    archive: Path, target: Path, *, venv: bool = False, max_bytes: int = 0
+    archive: Path, target: Path, *, venv: bool = False, max_bytes: int = 0, into: bool = False
 ) -> Extracted:
-    """Extract ``archive`` (verified tar.zst) into ``target``, which must be absent or empty.
+    """Extract ``archive`` (verified tar.zst) into ``target``, which must be absent or empty;
+    with ``into`` (a later part of a code layer), ``target`` may hold the earlier parts: their
+    folders are reused (a real folder only: a symlink or file in the way fails the write), and
+    a refused archive leaves what they wrote (the job stops anyway).
 
     ``venv`` allows the interpreter links of a venv layer; ``max_bytes`` (when not 0) is the
     manifest's unpacked size, which the files written may not exceed. Raises UnsafeEntry (naming
     the entry), LayerCorrupt (not a tar.zst, or larger than stated) or LocalIOError (the target
     cannot be written).
     """
-    _prepare_empty(target)
+    _prepare_empty(target, into=into)
+    clear = _clear if not into else lambda _target: None
     try:
         with open(archive, "rb") as compressed, Decompressed(compressed) as stream:
             return _Extraction(stream, target, venv=venv, max_bytes=max_bytes).run()
     except (UnsafeEntry, LayerCorrupt):
-        _clear(target)
+        clear(target)
         raise
     except (tarfile.TarError, zstandard.ZstdError, ValueError, OverflowError) as exc:
-        _clear(target)
+        clear(target)
         raise LayerCorrupt(f"{archive.name} is not a valid tar.zst layer: {exc}") from None
     except OSError as exc:
-        _clear(target)
+        clear(target)
         raise LocalIOError(
             f"cannot extract into {target}: {exc.strerror or exc} ({exc.filename or target})"
         ) from None
@@ -172,7 +176,12 @@ class _Extraction:
                 os.mkdir(folder, 0o755)
             except FileExistsError:
                 if not os.path.isdir(folder) or os.path.islink(folder):
-                    raise
+                    # A file of an earlier entry, or (``into``) an earlier part's symlink.
+                    rel = os.path.relpath(folder, self.root)
+                    raise UnsafeEntry(
+                        f"folder {rel!r} is a symlink or file already in the target (an "
+                        "earlier entry, or an earlier part of the layer): not written through"
+                    ) from None
             self.known_dirs.add(folder)
 
     def _write_file(self, member: tarfile.TarInfo, path: str) -> None:
@@ -333,10 +342,10 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _prepare_empty(target: Path) -> None:
+def _prepare_empty(target: Path, *, into: bool = False) -> None:
     try:
         target.mkdir(parents=True, exist_ok=True)
-        if any(target.iterdir()):
+        if not into and any(target.iterdir()):
             raise LocalIOError(f"cannot extract into {target}: it is not empty")
     except OSError as exc:
         raise LocalIOError(f"cannot create {target}: {exc.strerror or exc}") from None

@@ -124,7 +124,10 @@ def release(placement: Placement, workdir: Path, *, output_dir: Path | None = No
 def _layers(manifest: Manifest) -> dict[LayerRole, Layer]:
     by_role: dict[LayerRole, Layer] = {}
     for layer in manifest.layers:
-        if layer.role in by_role:
+        first = by_role.get(layer.role)
+        # The code layer may come in parts (format_version 3), all from the same folder.
+        part = layer.role == LayerRole.code and manifest.format_version >= 3
+        if first is not None and not (part and first.source_path == layer.source_path):
             raise ManifestInvalid(f"the manifest has two {layer.role.value} layers", field="layers")
         if not os.path.isabs(layer.source_path) or ".." in Path(layer.source_path).parts:
             raise ManifestInvalid(
@@ -132,7 +135,7 @@ def _layers(manifest: Manifest) -> dict[LayerRole, Layer]:
                 "absolute path without '..'",
                 field="layers.source_path",
             )
-        by_role[layer.role] = layer
+        by_role.setdefault(layer.role, layer)
     if LayerRole.code not in by_role:
         raise ManifestInvalid("the manifest has no code layer", field="layers")
     if (LayerRole.venv in by_role) != (manifest.venv is not None):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import PackSettings
-from j2c_server.models import MANIFEST_FORMAT_VERSION, LayerRole, Manifest
+from j2c_server.models import MANIFEST_FORMAT_VERSION_FILES, LayerRole, Manifest
 from j2c_server.pack import PackSpec, make_manifest, pack, preflight, publish
 from j2c_server.storage import open_store
 from j2c_server.storage.base import file_blob_key
@@ -63,7 +63,7 @@ def test_a_big_file_is_its_own_blob_not_in_the_code_layer(big_spec: PackSpec, ca
     assert packed.path.read_bytes() == data and not packed.reused
     assert code.layer.unpacked_size < MIB  # the layer's bytes are the small files'
     manifest = make_manifest(result, created_at=1.0)
-    assert manifest.format_version == MANIFEST_FORMAT_VERSION == 2
+    assert manifest.format_version == MANIFEST_FORMAT_VERSION_FILES == 2
     assert manifest.files == [packed.file]
     assert Manifest.model_validate_json(manifest.canonical_json()) == manifest
 

@@ -39,9 +39,13 @@ def publish_project(
     args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     edit: Callable[[Manifest], Manifest] | None = None,
+    code_part_bytes: int | None = None,
 ) -> str:
-    """Pack ``project`` (+ ``venv``) and publish it to the store folder; the manifest URI."""
+    """Pack ``project`` (+ ``venv``) and publish it to the store folder; the manifest URI.
+    ``code_part_bytes``: the code layer's part size (None: the default; 0: one code layer)."""
     spec = PackSpec(code_path=project, call_path=call_path, venv_path=venv)
+    if code_part_bytes is not None:
+        spec = spec.model_copy(update={"code_part_bytes": code_part_bytes})
     result = pack(spec, store.parent / f"{store.name}-cache")
     manifest = make_manifest(result, args=list(args), env=env)
     if edit is not None:

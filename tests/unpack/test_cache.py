@@ -81,13 +81,15 @@ def test_concurrent_starts_extract_each_layer_once(small_job: SmallJob, tmp_path
 
 
 def big_job(tmp_path: Path, store: Path) -> str:
-    """A code layer of 1,500 incompressible 40 kB files: its extraction takes a while."""
+    """A code layer of 1,500 incompressible 40 kB files, in one part: its extraction takes a
+    while."""
     project = tmp_path / "big" / "project"
     write(project / "job.py", JOB_PY)
     for number in range(1500):
         (project / "data" / f"{number // 100}").mkdir(parents=True, exist_ok=True)
         (project / "data" / f"{number // 100}" / f"{number}.bin").write_bytes(os.urandom(40_000))
-    return publish_project(project, store, "job.py", venv=make_venv(tmp_path / "big" / "venv"))
+    venv = make_venv(tmp_path / "big" / "venv")
+    return publish_project(project, store, "job.py", venv=venv, code_part_bytes=0)
 
 
 def test_a_build_killed_mid_extraction_is_never_used(tmp_path: Path, store: Path) -> None:
