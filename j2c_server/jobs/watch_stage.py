@@ -23,7 +23,9 @@ from ..schedulers.base import LogLine, Scheduler, SchedulerState
 from .journal import Journal, status_change
 
 MAX_BATCH = 1000
-QUEUE_LINES = 10_000  # bounded: a job printing faster than we persist waits for us
+# Bounded, and shallow: a job printing faster than we persist waits in its own log (read from
+# a cursor), not in memory: per watched job at most this many lines and one read.
+QUEUE_LINES = 2_000
 STATUS_INTERVAL_S = 1.0
 _NOT_YET_RUNNING = (JobStatus.submitted, JobStatus.queued)
 RETRY_MAX_S = 30.0

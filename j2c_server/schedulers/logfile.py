@@ -22,7 +22,7 @@ from .base import LogLine
 
 POLL_INTERVAL_S = 0.05
 MAX_LINE_BYTES = 64 * 1024
-_READ_BYTES = 1024 * 1024
+_READ_BYTES = 256 * 1024
 
 
 def parse_cursor(cursor: str | None) -> int:
