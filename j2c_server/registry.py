@@ -33,6 +33,7 @@ from . import event_archive, registry_paging
 from .errors import ConfigError, Conflict, J2CError, NotFound
 from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
 from .private import private_dir, private_file, tighten_file
+from .registry_batch import Append, GroupCommit, Outcome, apply_batch
 from .wire_event import WireEvent, wire_json
 
 T = TypeVar("T")
@@ -153,6 +154,7 @@ class Registry:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="j2c-registry")
+        self._group_commit = GroupCommit(lambda appends: self._call(self._append_batch, appends))
         migrate(self._conn())
 
     # ------------------------------------------------------------------ plumbing
@@ -352,9 +354,18 @@ class Registry:
         owner: str | None = None,
     ) -> list[WireEvent]:
         """:meth:`append` without a record change and without reading the record back: the
-        path of a job's log lines, taken many times a second per running job."""
-        _, events = await self._call(self._append, job_id, drafts, None, log_cursor, owner, False)
-        return events
+        path of a job's log lines, taken many times a second per running job. Appends of
+        several jobs waiting together share one transaction (:mod:`.registry_batch`)."""
+        return await self._group_commit.append(Append(job_id, drafts, log_cursor, owner))
+
+    def _append_batch(self, appends: list[Append]) -> list[Outcome]:
+        def apply(conn: sqlite3.Connection, append: Append) -> list[WireEvent]:
+            _, events = self._append_in(
+                conn, append.job_id, append.drafts, None, append.log_cursor, append.owner, False
+            )
+            return events
+
+        return apply_batch(self._conn(), appends, apply)
 
     def _append(
         self,
@@ -367,39 +378,50 @@ class Registry:
     ) -> tuple[JobRecord | None, list[WireEvent]]:
         conn = self._conn()
         with _write(conn):
-            row = conn.execute(
-                "SELECT record, last_seq, status FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
-            if row is None:
-                raise NotFound(f"no job {job_id!r}", field="job_id")
-            if owner is not None:
-                lease = conn.execute(
-                    "SELECT owner FROM leases WHERE job_id = ?", (job_id,)
-                ).fetchone()
-                if lease is None or lease[0] != owner:
-                    raise LeaseLost(f"job {job_id} is watched by another process now")
-            status = JobStatus(row[2])
-            if status.terminal:
-                # The terminal status event is the last event of a job, whoever writes next.
-                raise Conflict(f"job {job_id} is already {status.value}", field="job_id")
-            events = self._insert_events(conn, job_id, int(row[1]), drafts)
-            if events:
-                conn.execute("UPDATE jobs SET last_seq = ? WHERE id = ?", (events[-1].seq, job_id))
-            if log_cursor is not None:
-                conn.execute("UPDATE jobs SET log_cursor = ? WHERE id = ?", (log_cursor, job_id))
-            if change is None and not want_record:
-                return None, events
-            # Parsing the record is most of an append's cost: only when it is changed or wanted.
-            record = _record((row[0], int(row[1])))
-            if events:
-                record.last_seq = events[-1].seq
-            if change is not None:
-                change(record)
-                record.updated_at = time.time()
-                conn.execute(
-                    "UPDATE jobs SET record = ?, status = ?, updated_at = ? WHERE id = ?",
-                    (record.model_dump_json(), record.status.value, record.updated_at, job_id),
-                )
+            return self._append_in(conn, job_id, drafts, change, log_cursor, owner, want_record)
+
+    def _append_in(
+        self,
+        conn: sqlite3.Connection,
+        job_id: str,
+        drafts: Sequence[EventDraft],
+        change: RecordChange | None,
+        log_cursor: str | None,
+        owner: str | None,
+        want_record: bool,
+    ) -> tuple[JobRecord | None, list[WireEvent]]:
+        """One append inside the caller's write transaction."""
+        row = conn.execute(
+            "SELECT record, last_seq, status FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no job {job_id!r}", field="job_id")
+        if owner is not None:
+            lease = conn.execute("SELECT owner FROM leases WHERE job_id = ?", (job_id,)).fetchone()
+            if lease is None or lease[0] != owner:
+                raise LeaseLost(f"job {job_id} is watched by another process now")
+        status = JobStatus(row[2])
+        if status.terminal:
+            # The terminal status event is the last event of a job, whoever writes next.
+            raise Conflict(f"job {job_id} is already {status.value}", field="job_id")
+        events = self._insert_events(conn, job_id, int(row[1]), drafts)
+        if events:
+            conn.execute("UPDATE jobs SET last_seq = ? WHERE id = ?", (events[-1].seq, job_id))
+        if log_cursor is not None:
+            conn.execute("UPDATE jobs SET log_cursor = ? WHERE id = ?", (log_cursor, job_id))
+        if change is None and not want_record:
+            return None, events
+        # Parsing the record is most of an append's cost: only when it is changed or wanted.
+        record = _record((row[0], int(row[1])))
+        if events:
+            record.last_seq = events[-1].seq
+        if change is not None:
+            change(record)
+            record.updated_at = time.time()
+            conn.execute(
+                "UPDATE jobs SET record = ?, status = ?, updated_at = ? WHERE id = ?",
+                (record.model_dump_json(), record.status.value, record.updated_at, job_id),
+            )
         return record, events
 
     @staticmethod

@@ -185,3 +185,54 @@ def test_registry_from_a_newer_j2c_is_refused(tmp_path: Path) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(ConfigError, match="newer"):
         Registry(tmp_path / "r.sqlite3")
+
+
+async def test_log_appends_of_many_jobs_share_transactions_each_with_its_own_outcome(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 jobs' watchers appending at once: their batches are committed together (far fewer
+    transactions than appends), every job's lines numbered in order once each; a job whose
+    lease another process holds, and a finished job, are refused alone (their appends leave no
+    row) and the others' lines land."""
+    jobs = [f"job-{i}" for i in range(30)]
+    for index, job_id in enumerate(jobs):
+        await registry.create_or_attach(_record(job_id, f"k{index}"), _pending())
+        await registry.acquire_lease(job_id, "other" if job_id == "job-7" else "me", 3600)
+    await registry.append(
+        "job-9",
+        [{"kind": "status", "status": JobStatus.failed}],
+        change=lambda r: setattr(r, "status", JobStatus.failed),
+    )
+    transactions = [0]
+    real = registry._append_batch
+
+    def counted(appends: list[object]) -> object:
+        transactions[0] += 1
+        return real(appends)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(registry, "_append_batch", counted)
+
+    async def watcher(job_id: str) -> list[int] | type[Exception]:
+        seqs: list[int] = []
+        for batch in range(20):
+            drafts = [{"kind": "log", "text": f"{job_id} {batch}.{i}"} for i in range(3)]
+            try:
+                events = await registry.append_events(
+                    job_id, drafts, log_cursor=str(batch), owner="me"
+                )
+            except (LeaseLost, Conflict) as exc:
+                return type(exc)
+            seqs += [event.seq for event in events]
+        return seqs
+
+    results = dict(zip(jobs, await asyncio.gather(*(watcher(j) for j in jobs)), strict=True))
+    assert results.pop("job-7") is LeaseLost
+    assert results.pop("job-9") is Conflict
+    assert all(seqs == list(range(2, 62)) for seqs in results.values())
+    assert transactions[0] < 28 * 20 / 2  # 560 appends
+    for job_id in ("job-7", "job-9"):
+        events, _ = await registry.events(job_id)
+        assert not [e for e in events if e.kind == EventKind.log]
+    events, _ = await registry.events("job-3")
+    assert [e.text for e in events[1:4]] == ["job-3 0.0", "job-3 0.1", "job-3 0.2"]
+    assert await registry.log_cursor("job-3") == "19"
