@@ -196,7 +196,7 @@ async def test_a_failing_stream_ends_with_a_close_the_client_sees(
         raise RuntimeError("registry exploded")
         yield  # an async generator, like the real one
 
-    monkeypatch.setattr(service, "stream", broken)
+    monkeypatch.setattr(service, "stream_wire", broken)
     ws = await jp_ws_fetch("j2c", "api", "jobs", record.id, "stream")
     assert await asyncio.wait_for(ws.read_message(), 10) is None
     assert ws.close_code == 1011
@@ -298,7 +298,7 @@ async def test_log_lines_redact_the_token_in_the_url(
         raise RuntimeError("registry exploded")
 
     monkeypatch.setattr(service, "jobs_page", broken_page)
-    monkeypatch.setattr(service, "stream", broken)
+    monkeypatch.setattr(service, "stream_wire", broken)
     with pytest.raises(HTTPClientError) as failed:
         await jp_fetch("j2c", "api", "jobs", params=auth)
     assert failed.value.code == 500
