@@ -268,10 +268,18 @@ class Fanout:
                 if terminal:
                     await wake.wait()  # nothing follows; only a removal (seen by the poller)
                     continue
-                remaining = idle_since + self._idle_s - time.monotonic()
+                # The idle deadline sets the same wake-up: no asyncio.wait_for, which on Python
+                # 3.11 can swallow a cancel that lands as the wait ends (the service's stop
+                # then waited for this feed forever).
+                deadline = idle_since + self._idle_s
+                timer = asyncio.get_running_loop().call_later(
+                    max(deadline - time.monotonic(), 0.0), wake.set
+                )
                 try:
-                    await asyncio.wait_for(wake.wait(), max(remaining, 0.0))
-                except asyncio.TimeoutError:
+                    await wake.wait()
+                finally:
+                    timer.cancel()
+                if time.monotonic() >= deadline:
                     idle_since = time.monotonic()
                     await self._on_idle(job_id)
 
