@@ -22,15 +22,13 @@ from tests.support.jobs import follow
 SIZES = [0, 1, 125, 126, 127, 65535, 65536, 70000]
 
 
-async def test_many_viewers_get_every_event_once_in_frames_of_every_size(
-    jp_ws_fetch: Any, jp_serverapp: Any
-) -> None:
-    service: JobService = jp_serverapp.web_app.settings["j2c_service"]
+async def _running_job(service: JobService, job_id: str) -> tuple[JobRecord, Journal]:
+    """A running job that nobody takes over (another owner's lease), and its writer."""
     now = time.time()
     record = JobRecord(
-        id="viewed",
+        id=job_id,
         name="x",
-        key="viewed",
+        key=job_id,
         status=JobStatus.running,
         request=JobRequest(code_path="/p", call_path="/p/x.py"),
         scheduler="local",
@@ -38,8 +36,15 @@ async def test_many_viewers_get_every_event_once_in_frames_of_every_size(
         updated_at=now,
     )
     await service.registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
-    await service.registry.acquire_lease(record.id, "someone-else", 3600)  # nobody takes over
-    journal = Journal(service.registry, service.bus, record.id)
+    await service.registry.acquire_lease(record.id, "someone-else", 3600)
+    return record, Journal(service.registry, service.bus, record.id)
+
+
+async def test_many_viewers_get_every_event_once_in_frames_of_every_size(
+    jp_ws_fetch: Any, jp_serverapp: Any
+) -> None:
+    service: JobService = jp_serverapp.web_app.settings["j2c_service"]
+    record, journal = await _running_job(service, "viewed")
     rng = random.Random(19)
     viewers: list[tuple[int, asyncio.Future[Any]]] = []
     last = 1
@@ -99,20 +104,7 @@ async def test_a_reader_slower_than_the_close_timeout_still_gets_every_event(
     (The handler used to close right after queueing the last frames; tornado then dropped the
     connection with the frames still queued: the last events lost, no close frame.)"""
     service: JobService = jp_serverapp.web_app.settings["j2c_service"]
-    now = time.time()
-    record = JobRecord(
-        id="slow-reader",
-        name="x",
-        key="slow-reader",
-        status=JobStatus.running,
-        request=JobRequest(code_path="/p", call_path="/p/x.py"),
-        scheduler="local",
-        created_at=now,
-        updated_at=now,
-    )
-    await service.registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
-    await service.registry.acquire_lease(record.id, "someone-else", 3600)
-    journal = Journal(service.registry, service.bus, record.id)
+    record, journal = await _running_job(service, "slow-reader")
 
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little
