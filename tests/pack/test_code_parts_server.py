@@ -15,18 +15,10 @@ import pytest
 
 from j2c_server.models import JobStatus
 from tests.support.jobs import final_status, follow, log_lines, settle, stage_events, submit
+from tests.support.projects import SEEN_FILES_PY
 
 MIB = 1024 * 1024
-TRAIN_PY = """\
-import hashlib, json, os
-seen = {}
-for folder, _, names in os.walk("."):
-    for name in names:
-        path = os.path.join(folder, name)[2:]
-        with open(path, "rb") as handle:
-            seen[path] = hashlib.sha256(handle.read()).hexdigest()
-print(json.dumps(seen, sort_keys=True), flush=True)
-"""
+TRAIN_PY = SEEN_FILES_PY + "print(json.dumps(seen, sort_keys=True), flush=True)\n"
 
 
 @pytest.fixture

@@ -161,3 +161,16 @@ def make_venv(
     compileall.compile_dir(str(site_packages(path)), quiet=1)
     backdate(path)
     return path
+
+
+# A job's first lines that read every file under its working folder into ``seen`` (relative path
+# -> sha256): what the job was sent, for tests to compare with what was packed.
+SEEN_FILES_PY = """\
+import hashlib, json, os
+seen = {}
+for folder, _, names in os.walk("."):
+    for name in names:
+        path = os.path.join(folder, name)[2:]
+        with open(path, "rb") as handle:
+            seen[path] = hashlib.sha256(handle.read()).hexdigest()
+"""

@@ -15,22 +15,18 @@ import pytest
 
 from j2c_server.models import FileBlob, Manifest
 from j2c_server.unpack.errors import ExitCode
-from tests.support.projects import backdate, write
+from tests.support.projects import SEEN_FILES_PY, backdate, write
 from tests.unpack.helpers import publish_project, run_unpack
 
 MIB = 1024 * 1024
 PART = 32 * 1024
-JOB = """\
-import hashlib, json, os
-seen = {}
-for folder, _, names in os.walk("."):
-    for name in names:
-        path = os.path.join(folder, name)[2:]
-        with open(path, "rb") as handle:
-            seen[path] = hashlib.sha256(handle.read()).hexdigest()
+JOB = (
+    SEEN_FILES_PY
+    + """\
 modes = {d: oct(os.stat(d).st_mode & 0o777) for d in ("pkg", "pkg/b")}
 print("FILES", json.dumps(seen, sort_keys=True), json.dumps(modes), flush=True)
 """
+)
 
 
 @pytest.fixture
