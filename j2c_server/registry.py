@@ -339,11 +339,7 @@ class Registry:
         an optional scheduler log cursor, all in one transaction. With ``owner``, refuse
         (:class:`LeaseLost`) unless that owner still holds the job's lease: a watcher that lost
         its lease can never write a line its successor also writes."""
-        record, events = await self._call(
-            self._append, job_id, drafts, change, log_cursor, owner, True
-        )
-        assert record is not None
-        return record, events
+        return await self._call(self._append, job_id, drafts, change, log_cursor, owner)
 
     async def append_events(
         self,
@@ -374,11 +370,12 @@ class Registry:
         change: RecordChange | None,
         log_cursor: str | None,
         owner: str | None,
-        want_record: bool,
-    ) -> tuple[JobRecord | None, list[WireEvent]]:
+    ) -> tuple[JobRecord, list[WireEvent]]:
         conn = self._conn()
         with _write(conn):
-            return self._append_in(conn, job_id, drafts, change, log_cursor, owner, want_record)
+            record, events = self._append_in(conn, job_id, drafts, change, log_cursor, owner, True)
+        assert record is not None  # asked for
+        return record, events
 
     def _append_in(
         self,

@@ -17,6 +17,8 @@ from .errors import J2CError
 from .handler_base import AUTH_RESOURCE, MAX_SEQ, READ, J2CErrors, ws_requires
 from .wire_event import WireEvent
 
+CLOSE_FLUSH_S = 60.0  # how long the last events may take to reach a reading client
+
 
 class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
     """``/jobs/{id}/stream?after=N``: replays the events after N, then sends live ones, one
@@ -71,9 +73,11 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
         the connection 5 s after its close frame if the client has not answered, and with it
         whatever is still queued in the stream: a slow reader lost the last events so."""
         self._flush()
-        if self._flushed is not None:
-            with contextlib.suppress(StreamClosedError):
-                await self._flushed
+        if self._flushed is not None and not self._flushed.done():
+            # Bounded: a client that stopped reading altogether is closed on anyway.
+            await asyncio.wait({self._flushed}, timeout=CLOSE_FLUSH_S)
+            if self._flushed.done() and not self._flushed.cancelled():
+                self._flushed.exception()  # a closed stream: retrieved, nothing to send
         self.close(code, reason)
 
     def _send(self, event: WireEvent) -> Awaitable[None] | None:
