@@ -4,10 +4,11 @@ These are the wire shapes shared by the REST API, the websocket stream, the CLI'
 output, the registry and ``j2c-unpack``. The TypeScript types in ``src/models.ts`` are generated
 from their JSON schema (``python -m j2c_server.schema_export``) and a test checks they agree.
 
-This module imports only pydantic and the standard library: ``j2c-unpack`` loads it inside the
-training container, where start-up time matters. It stays one module, over 400 lines, on
-purpose: it is the whole wire contract and the one source the TypeScript types are generated
-from, so a change of a shape and of every shape that holds it is one reviewable diff.
+This module imports only pydantic, the standard library and ``manifest_plan`` (the manifest's
+pydantic-free copy ``j2c-unpack`` runs on, which holds ``LayerRole``). It stays one module, over
+400 lines, on purpose: it is the whole wire contract and the one source the TypeScript types
+are generated from, so a change of a shape and of every shape that holds it is one reviewable
+diff.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from enum import Enum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+# Re-exported: defined beside the manifest plan, which j2c-unpack imports without pydantic.
+from .manifest_plan import LayerRole as LayerRole
 
 MANIFEST_FORMAT_VERSION = 3  # the newest written and read; 3: the code layer in several parts
 MANIFEST_FORMAT_VERSION_PARTS = 3  # several ``code`` layers: an older reader would miss files
@@ -215,11 +219,6 @@ class JobRequest(_Strict):
 
 
 # --------------------------------------------------------------------------- manifest
-
-
-class LayerRole(str, Enum):
-    code = "code"
-    venv = "venv"
 
 
 class Layer(_Strict):

@@ -2,7 +2,9 @@
 
 The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on stderr:
 
-1. manifest      fetch the manifest and validate it (and its digest, when its name is one)
+1. manifest      fetch the manifest and validate it (and its digest, when its name is one);
+                 with the node cache, a manifest validated there before is not validated again
+                 (plan_cache.py: no pydantic import on a warm start)
 2. python        the venv's Python major.minor must be this interpreter's
 3. placing       original paths when free and private to the job's user, else under the
                  workdir; then the free space for the layers is checked
@@ -44,7 +46,8 @@ from .errors import LocalIOError, UnpackError
 from .log import Stage, say
 
 if TYPE_CHECKING:
-    from ..models import Manifest
+    from ..manifest_plan import ManifestPlan
+    from .cache import Cache
     from .fetch import Fetched
     from .homes import Placement
     from .interpreter import Interpreter
@@ -169,13 +172,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
+    from .cache import open_cache
+
+    # The node's cache first: it may hold this manifest's plan (no validation, no pydantic).
+    cache = open_cache(options.cache_dir, options.cache_max)
+    try:
+        return _unpack_and_run(options, user_args, cache)
+    finally:
+        if cache is not None:
+            cache.close()  # only now: the entries this job used may be evicted from here on
+
+
+def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Cache | None) -> int:
     from .fetch import read_manifest
     from .homes import place_layers, release, trust_requested
     from .interpreter import check_python, this_interpreter
     from .workdir import workdir_in_use
 
     # 1-2: what to run, and whether this interpreter can run it at all.
-    manifest = read_manifest(options.manifest)
+    manifest = read_manifest(options.manifest, cache.plans if cache is not None else None)
     if manifest.files:
         from .bigfiles import check_files
 
@@ -190,7 +205,7 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
         placement = place_layers(manifest, options.paths, workdir, trust=trust)
         try:
             return _run_placed(
-                options, user_args, manifest, interpreter, placement, workdir, output_dir
+                options, user_args, manifest, interpreter, placement, workdir, output_dir, cache
             )
         finally:
             # Original-path copies are this job's alone: the next job must not find them.
@@ -201,45 +216,41 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
 def _run_placed(
     options: argparse.Namespace,
     user_args: list[str],
-    manifest: Manifest,
+    manifest: ManifestPlan,
     interpreter: Interpreter,
     placement: Placement,
     workdir: Path,
     output_dir: Path,
+    cache: Cache | None,
 ) -> int:
     """Phases 3 (room) to 8, once the layers' homes are decided."""
-    from .cache import Bypass, open_cache
+    from .cache import Bypass
 
-    cache = open_cache(options.cache_dir, options.cache_max)
-    try:
-        prepared = None
-        extra_env: dict[str, str] = {}
-        if cache is not None:
-            try:
-                prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
-            except Bypass as exc:
-                say("cache", f"not used for this job: {exc}")
-        if prepared is None:
-            python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
-        else:
-            placement, python, extra_env = prepared.placement, prepared.python, prepared.env
-        if manifest.files:
-            from .bigfiles import place_files
+    prepared = None
+    extra_env: dict[str, str] = {}
+    if cache is not None:
+        try:
+            prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
+        except Bypass as exc:
+            say("cache", f"not used for this job: {exc}")
+    if prepared is None:
+        python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
+    else:
+        placement, python, extra_env = prepared.placement, prepared.python, prepared.env
+    if manifest.files:
+        from .bigfiles import place_files
 
-            blobs = workdir / "blobs"
-            used = cache if prepared is not None else None
-            place_files(options.manifest, manifest.files, placement.code, blobs, used)
-        return _run_prepared(
-            options, user_args, manifest, python, placement, workdir, output_dir, extra_env
-        )
-    finally:
-        if cache is not None:
-            cache.close()  # only now: the entries this job used may be evicted from here on
+        blobs = workdir / "blobs"
+        used = cache if prepared is not None else None
+        place_files(options.manifest, manifest.files, placement.code, blobs, used)
+    return _run_prepared(
+        options, user_args, manifest, python, placement, workdir, output_dir, extra_env
+    )
 
 
 def _prepare_uncached(
     manifest_uri: str,
-    manifest: Manifest,
+    manifest: ManifestPlan,
     placement: Placement,
     interpreter: Interpreter,
     workdir: Path,
@@ -263,7 +274,7 @@ def _prepare_uncached(
 def _run_prepared(
     options: argparse.Namespace,
     user_args: list[str],
-    manifest: Manifest,
+    manifest: ManifestPlan,
     python: Path,
     placement: Placement,
     workdir: Path,
@@ -303,7 +314,7 @@ def _run_prepared(
 
 
 def _launched(
-    options: argparse.Namespace, manifest: Manifest, argv: list[str], rank: NodeRank
+    options: argparse.Namespace, manifest: ManifestPlan, argv: list[str], rank: NodeRank
 ) -> list[str]:
     """The entry argv as the launcher runs it."""
     from .errors import EntryNotRunnable
@@ -320,7 +331,7 @@ def _launched(
 
 
 def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
-    from ..models import LayerRole
+    from ..manifest_plan import LayerRole
     from .extract import extract_layer
 
     stage = Stage("extracting")

@@ -20,14 +20,13 @@ import os
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..models import FileBlob
+from ..manifest_plan import FilePlan
 from ..units import byte_size
+from .entry_names import relative_name
 from .errors import DiskFull, LayerCorrupt, LocalIOError, ManifestInvalid, UnsafeEntry
-from .extract import _relative_name
 from .fetch import _download, _file_sha256, _Stopped, blob_uri, shown
 from .log import Stage, say
 
@@ -38,7 +37,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 _CHUNK = 1024 * 1024
 
 
-def check_files(files: list[FileBlob]) -> list[str]:
+def check_files(files: list[FilePlan]) -> list[str]:
     """Each big file's path, normalised; UnsafeEntry for one that could land outside the code
     folder, names the folder itself, or is listed twice; ManifestInvalid for one digest listed
     with two sizes."""
@@ -52,7 +51,7 @@ def check_files(files: list[FileBlob]) -> list[str]:
                 field="files.size",
             )
         try:
-            rel = _relative_name(blob.path, blob.path)
+            rel = relative_name(blob.path, blob.path)
         except UnsafeEntry as exc:
             raise UnsafeEntry(f"big file: {exc.message}", field="files.path") from None
         if not rel or "\x00" in rel or "\\" in rel:
@@ -64,7 +63,7 @@ def check_files(files: list[FileBlob]) -> list[str]:
     return rels
 
 
-def file_uri(manifest_uri: str, blob: FileBlob) -> str:
+def file_uri(manifest_uri: str, blob: FilePlan) -> str:
     if blob.url:
         return blob.url
     return blob_uri(manifest_uri, blob.digest, ".file", what=f"big file {blob.path}")
@@ -72,7 +71,7 @@ def file_uri(manifest_uri: str, blob: FileBlob) -> str:
 
 def place_files(
     manifest_uri: str,
-    files: list[FileBlob],
+    files: list[FilePlan],
     code_home: Path,
     blob_dir: Path,
     cache: Cache | None = None,
@@ -104,7 +103,7 @@ def place_files(
     return sum(blob.size for blob in files)
 
 
-def download_files(manifest_uri: str, unique: list[FileBlob], blob_dir: Path) -> dict[str, Path]:
+def download_files(manifest_uri: str, unique: list[FilePlan], blob_dir: Path) -> dict[str, Path]:
     """Each blob (one per digest) verified in ``blob_dir``; digest -> path."""
     total = sum(blob.size for blob in unique)
     stage = Stage("downloading", f"{len(unique)} big file blobs, {byte_size(total)}")
@@ -112,12 +111,14 @@ def download_files(manifest_uri: str, unique: list[FileBlob], blob_dir: Path) ->
     _check_room(blob_dir, [b for b in unique if not _present(blob_dir, b)])
     stop = threading.Event()
 
-    def one(blob: FileBlob) -> tuple[Path, bool]:
+    def one(blob: FilePlan) -> tuple[Path, bool]:
         try:
             return _fetch_file(file_uri(manifest_uri, blob), blob, blob_dir, stop)
         except BaseException:
             stop.set()
             raise
+
+    from concurrent.futures import ThreadPoolExecutor  # only when something is downloaded
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, len(unique)))) as pool:
         futures = {blob.digest: pool.submit(one, blob) for blob in unique}
@@ -130,11 +131,11 @@ def download_files(manifest_uri: str, unique: list[FileBlob], blob_dir: Path) ->
     return {digest: path for digest, (path, _) in fetched.items()}
 
 
-def _present(blob_dir: Path, blob: FileBlob) -> bool:
+def _present(blob_dir: Path, blob: FilePlan) -> bool:
     return (blob_dir / f"{blob.digest.removeprefix('sha256:')}.file").exists()
 
 
-def _check_room(blob_dir: Path, wanted: list[FileBlob]) -> None:
+def _check_room(blob_dir: Path, wanted: list[FilePlan]) -> None:
     """DiskFull (74) before downloading when the blobs cannot fit (they are moved, not copied,
     into the code folder when it is on the same filesystem, which relocate mode's is)."""
     need = sum(blob.size for blob in wanted)
@@ -151,7 +152,7 @@ def _check_room(blob_dir: Path, wanted: list[FileBlob]) -> None:
 
 
 def _fetch_file(
-    uri: str, blob: FileBlob, blob_dir: Path, stop: threading.Event
+    uri: str, blob: FilePlan, blob_dir: Path, stop: threading.Event
 ) -> tuple[Path, bool]:
     started = time.monotonic()
     expected = blob.digest.removeprefix("sha256:")

@@ -8,6 +8,7 @@ Enabled by ``--cache-dir DIR`` or ``J2C_UNPACK_CACHE=DIR``; bounded by ``--cache
     DIR/entries/b-<hex>/data.tar.zst  a verified blob
     DIR/locks/<key>.make, .use        flock files (kept; a few bytes each)
     DIR/tmp/                          entries being built; renamed into entries/ when complete
+    DIR/plans/<sha256>-<validator>.json  manifests validated here before (plan_cache.py)
 
 Keys: ``code-<hex>`` (a code layer is never rewritten), ``venv-<hex>-<placement>`` (a venv
 relocated for one placement: the path it runs at and this interpreter), ``b-<hex>`` (a blob),
@@ -57,7 +58,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..models import FileBlob, Layer, LayerRole
+from ..manifest_plan import FilePlan, LayerPlan, LayerRole
 from ..units import byte_size
 from .cache_files import (
     Refused,
@@ -71,6 +72,7 @@ from .errors import LocalIOError
 from .homes import Placement, _others_could_change
 from .interpreter import Interpreter
 from .log import Stage, say
+from .plan_cache import PlanCache
 from .summary import add_bytes
 
 CACHE_ENV = "J2C_UNPACK_CACHE"
@@ -103,7 +105,7 @@ def parse_size(text: str) -> int:
 class _Item:
     """One layer as the cache serves it to this job."""
 
-    layer: Layer
+    layer: LayerPlan
     key: str
     home: Path  # where the job needs the layer
     built_for: Path  # the path a venv entry is relocated for (the code: its home)
@@ -147,7 +149,7 @@ def open_cache(folder: Path | None, max_text: str | None) -> Cache | None:
         if why:
             say("cache", f"not used: {root} {why}")
             return None
-        for name in ("entries", "locks", "tmp"):
+        for name in ("entries", "locks", "tmp", "plans"):
             sub = root / name
             with contextlib.suppress(FileExistsError):
                 sub.mkdir(mode=0o700)
@@ -180,9 +182,10 @@ class Cache:
         self.entries = root / "entries"
         self.locks = root / "locks"
         self.tmp = root / "tmp"
+        self.plans = PlanCache(root / "plans", owners)  # manifests validated on this node
         self._held: list[int] = []
         self._code_old = ""  # the code layer's source path, for the job being prepared
-        self._code_parts: list[Layer] = []  # its parts, in the manifest's order
+        self._code_parts: list[LayerPlan] = []  # its parts, in the manifest's order
 
     def close(self) -> None:
         """Release this job's use locks (at exit: its entries may be evicted from now on)."""
@@ -195,7 +198,7 @@ class Cache:
     def prepare(
         self,
         manifest_uri: str,
-        layers: list[Layer],
+        layers: list[LayerPlan],
         placement: Placement,
         interpreter: Interpreter,
     ) -> Prepared:
@@ -232,7 +235,7 @@ class Cache:
         self.evict()  # also on warm starts: a lowered cap, or entries freed since
         return self._materialise(items, placement, interpreter)
 
-    def _plan(self, layer: Layer, placement: Placement, interpreter: Interpreter) -> _Item:
+    def _plan(self, layer: LayerPlan, placement: Placement, interpreter: Interpreter) -> _Item:
         hexdigest = layer.digest.removeprefix("sha256:")
         home = placement.homes[layer.role]
         if layer.role != LayerRole.venv:
@@ -352,13 +355,13 @@ class Cache:
             total += self._build(item, blobs[item.hex], interpreter)
         stage.done(f"{byte_size(total)} written into the cache")
 
-    def _blobs(self, manifest_uri: str, layers: list[Layer], blob_dir: Path) -> dict[str, Path]:
+    def _blobs(self, manifest_uri: str, layers: list[LayerPlan], blob_dir: Path) -> dict[str, Path]:
         """Each layer's verified blob in the cache: found, or downloaded (once) and kept."""
         from .fetch import download_layers
 
         found: dict[str, Path] = {}
         makes: list[int] = []
-        wanted: list[Layer] = []
+        wanted: list[LayerPlan] = []
         try:
             for layer in sorted(layers, key=lambda item: item.digest):
                 key = f"b-{layer.digest.removeprefix('sha256:')}"
@@ -385,14 +388,14 @@ class Cache:
                 os.close(fd)
         return found
 
-    def file_blobs(self, manifest_uri: str, blobs: list[FileBlob]) -> dict[str, Path]:
+    def file_blobs(self, manifest_uri: str, blobs: list[FilePlan]) -> dict[str, Path]:
         """Each big file's verified blob (one per digest) in the cache, as ``f-<hex>`` entries:
         found, or downloaded once and kept; held (use lock) until the job ends. Digest -> path."""
         from .bigfiles import download_files
 
         found: dict[str, Path] = {}
         makes: list[int] = []
-        wanted: list[FileBlob] = []
+        wanted: list[FilePlan] = []
         try:
             for blob in sorted(blobs, key=lambda item: item.digest):
                 key = f"f-{blob.digest.removeprefix('sha256:')}"
@@ -418,7 +421,7 @@ class Cache:
         say("cache", f"{len(blobs) - len(wanted)} of {len(blobs)} big files from the cache")
         return found
 
-    def _blob(self, key: str, layer: Layer | FileBlob, *, repair: bool) -> Path | None:
+    def _blob(self, key: str, layer: LayerPlan | FilePlan, *, repair: bool) -> Path | None:
         """The cached blob, checked: its stat as recorded, else its sha256 again. With
         ``repair`` (the make lock is held) a refused one is removed."""
         entry = self.entries / key

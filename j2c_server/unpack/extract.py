@@ -10,7 +10,8 @@ Nothing is written outside the target, whatever the archive holds:
   deliberate exception is a venv's interpreter link (``bin/python*``), which points at the base
   interpreter by absolute path and is rewritten by the relocation anyway;
 - an entry that would be written through one of the archive's own symlinks is refused;
-- names deeper than ``MAX_DEPTH`` folders or longer than ``MAX_NAME_BYTES`` are refused;
+- names deeper than ``MAX_DEPTH`` folders or longer than ``MAX_NAME_BYTES`` (entry_names.py)
+  are refused;
 - a layer that writes more file bytes than its manifest's ``unpacked_size`` is corrupt.
 
 A refused archive leaves the target empty again, and the error names the entry.
@@ -39,14 +40,14 @@ from pathlib import Path
 import zstandard
 
 from .decompress import Decompressed
+from .entry_names import MAX_NAME_BYTES
+from .entry_names import relative_name as _relative_name
 from .errors import LayerCorrupt, LocalIOError, UnsafeEntry
 
 MAX_LINK_HOPS = 40
 MAX_HEADER_BYTES = 1024 * 1024  # a pax record or GNU long name is read whole into memory
 # Deeper or longer names are refused as unsafe: no project needs them, and the kernel (PATH_MAX)
 # and recursive tree walks (rmtree, os.walk) fail on them in ways that are not a clear refusal.
-MAX_DEPTH = 256
-MAX_NAME_BYTES = 4095
 _HEADER_TYPES = {
     tarfile.XHDTYPE,
     tarfile.XGLTYPE,
@@ -302,29 +303,6 @@ class _BoundedHeaders(tarfile.TarInfo):
                 f"{self.name!r} (at most {MAX_HEADER_BYTES} are read)"
             )
         return super()._proc_member(archive)  # type: ignore[misc,no-any-return]
-
-
-def _relative_name(name: str, entry: str) -> str:
-    """``name`` relative to the target ('' for the root); UnsafeEntry (naming ``entry``) when it
-    is absolute or climbs with '..'. ``name`` is the entry's own name or its hard link's target.
-    """
-    what = f"entry {entry!r}" if name == entry else f"entry {entry!r} links to {name!r}, which"
-    if name.startswith("/"):
-        raise UnsafeEntry(f"{what} has an absolute path")
-    parts = [part for part in name.split("/") if part not in ("", ".")]
-    if ".." in parts:
-        raise UnsafeEntry(f"{what} has a '..' component")
-    if len(parts) > MAX_DEPTH or len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
-        label = f"entry {_short(entry)!r}" + ("" if name == entry else " links to a name that")
-        raise UnsafeEntry(
-            f"{label} is {len(parts)} folders deep and {len(name)} characters long "
-            f"(at most {MAX_DEPTH} and {MAX_NAME_BYTES} are extracted)"
-        )
-    return "/".join(parts)
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= 80 else f"{name[:40]}...{name[-20:]}"
 
 
 def _inside(rel: str, link_target: str) -> bool:

@@ -15,30 +15,27 @@ already in the workdir (a restarted job) is verified again and reused.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from pydantic import ValidationError
-
 from ..backoff import Backoff, retry_sync
-from ..errors import J2CError, validation_error_to_j2c
-from ..models import MANIFEST_FORMAT_VERSION, Layer, Manifest
+from ..errors import J2CError
+from ..manifest_plan import LayerPlan, ManifestPlan
 from ..units import byte_size
 from .errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
 from .log import Stage, say
 from .summary import add_bytes
+
+if TYPE_CHECKING:
+    from .plan_cache import PlanCache
 
 CHUNK = 1024 * 1024
 MANIFEST_LIMIT = 16 * 1024 * 1024
@@ -59,17 +56,39 @@ def shown(uri: str) -> str:
 # --------------------------------------------------------------------------- the manifest
 
 
-def read_manifest(uri: str) -> Manifest:
-    """The manifest at ``uri``; when its name is its digest, the bytes are checked against it."""
+def read_manifest(uri: str, plans: PlanCache | None = None) -> ManifestPlan:
+    """The manifest at ``uri``; when its name is its digest, the bytes are checked against it.
+    Validated by :class:`~j2c_server.models.Manifest`, unless ``plans`` holds what the same
+    validator accepted for the same bytes on this node before (no pydantic import then)."""
     stage = Stage("manifest")
     data = _read_small(uri)
+    sha256 = hashlib.sha256(data).hexdigest()
     match = _MANIFEST_PATH.match(urlsplit(uri).path)
-    if match and hashlib.sha256(data).hexdigest() != match["hex"]:
+    if match and sha256 != match["hex"]:
         raise LayerCorrupt(
             f"the manifest at {shown(uri)} does not match its digest sha256:{match['hex']}",
             field="manifest",
             hint="the stored manifest is corrupt or was replaced; submit the job again",
         )
+    plan = plans.get(sha256) if plans is not None else None
+    how = "validated before on this node"
+    if plan is None:
+        dumped = _validated(uri, data)
+        plan = ManifestPlan.from_dict(dumped)
+        how = "validated"
+        if plans is not None:
+            plans.put(sha256, dumped)
+    stage.done(f"{shown(uri)}: {len(plan.layers)} layers, entry {plan.entry.describe()} ({how})")
+    return plan
+
+
+def _validated(uri: str, data: bytes) -> dict[str, Any]:
+    """``data`` checked by the pydantic models: every field, defaults filled in."""
+    from pydantic import ValidationError
+
+    from ..errors import validation_error_to_j2c
+    from ..models import MANIFEST_FORMAT_VERSION, Manifest
+
     try:
         raw = json.loads(data)
     except ValueError as exc:
@@ -91,8 +110,7 @@ def read_manifest(uri: str) -> Manifest:
         raise validation_error_to_j2c(
             exc, error=ManifestInvalid, context=context, default_field="manifest"
         ) from None
-    stage.done(f"{shown(uri)}: {len(manifest.layers)} layers, entry {manifest.entry.describe()}")
-    return manifest
+    return manifest.model_dump(mode="json")
 
 
 def _read_small(uri: str) -> bytes:
@@ -125,7 +143,7 @@ def _read_small(uri: str) -> bytes:
 # --------------------------------------------------------------------------- the layers
 
 
-def layer_uri(manifest_uri: str, layer: Layer) -> str:
+def layer_uri(manifest_uri: str, layer: LayerPlan) -> str:
     """Where ``layer`` is fetched from: its own ``url``, else beside the manifest in its store."""
     if layer.url:
         return layer.url
@@ -152,13 +170,13 @@ def blob_uri(manifest_uri: str, digest: str, suffix: str, *, what: str) -> str:
 
 @dataclass(frozen=True)
 class Fetched:
-    layer: Layer
+    layer: LayerPlan
     path: Path
     reused: bool
     seconds: float
 
 
-def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> list[Fetched]:
+def download_layers(manifest_uri: str, layers: list[LayerPlan], blob_dir: Path) -> list[Fetched]:
     """Fetch every layer concurrently into ``blob_dir``, each verified; in ``layers``' order.
 
     The first failure (in layer order) is raised once every download has stopped, and a
@@ -169,7 +187,7 @@ def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> l
     stage = Stage("downloading", f"{len(layers)} layers, {byte_size(total)}")
     stop = threading.Event()
 
-    def one(layer: Layer) -> Fetched:
+    def one(layer: LayerPlan) -> Fetched:
         try:
             return _fetch_layer(layer_uri(manifest_uri, layer), layer, blob_dir, stop)
         except BaseException:
@@ -177,6 +195,8 @@ def download_layers(manifest_uri: str, layers: list[Layer], blob_dir: Path) -> l
             raise
 
     try:
+        from concurrent.futures import ThreadPoolExecutor  # a warm start downloads nothing
+
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(layers)))) as pool:
             futures = [pool.submit(one, layer) for layer in layers]
     except BaseException:  # SIGTERM/SIGINT in the main thread: the downloads stop too
@@ -197,7 +217,7 @@ class _Stopped(Exception):
     """Another layer failed: this download stopped early on purpose."""
 
 
-def _fetch_layer(uri: str, layer: Layer, blob_dir: Path, stop: threading.Event) -> Fetched:
+def _fetch_layer(uri: str, layer: LayerPlan, blob_dir: Path, stop: threading.Event) -> Fetched:
     started = time.monotonic()
     expected = layer.digest.removeprefix("sha256:")
     dest = blob_dir / f"{expected}.tar.zst"
@@ -221,7 +241,7 @@ def _fetch_layer(uri: str, layer: Layer, blob_dir: Path, stop: threading.Event) 
     return Fetched(layer, dest, False, seconds)
 
 
-def _verify(layer: Layer, uri: str, got: str, size: int) -> None:
+def _verify(layer: LayerPlan, uri: str, got: str, size: int) -> None:
     if got != layer.digest.removeprefix("sha256:") or size != layer.size:
         raise LayerCorrupt(
             f"the {layer.role.value} layer from {shown(uri)} does not match the manifest: "
@@ -286,6 +306,9 @@ def _open(uri: str, *, what: str) -> BinaryIO:
             field=what,
             hint="use file://, s3:// or https:// (a presigned URL)",
         )
+    import urllib.error  # http(s) only: their import is a warm start's cost otherwise
+    import urllib.request
+
     request = urllib.request.Request(uri, headers={"Accept-Encoding": "identity"})  # noqa: S310
     try:
         response: BinaryIO = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)  # noqa: S310
@@ -307,8 +330,14 @@ def _open(uri: str, *, what: str) -> BinaryIO:
 def _read(source: BinaryIO, uri: str) -> bytes:
     try:
         return source.read(CHUNK)
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:
         raise StoreUnavailable(f"reading {shown(uri)}: {exc}") from None
+    except Exception as exc:
+        import http.client  # loaded already when the source is an HTTP response
+
+        if isinstance(exc, http.client.HTTPException):
+            raise StoreUnavailable(f"reading {shown(uri)}: {exc}") from None
+        raise
 
 
 def _with_retries(op: Callable[[], T], uri: str) -> T:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ..models import Layer, LayerRole, Manifest
+from ..manifest_plan import LayerPlan, LayerRole, ManifestPlan
 from .errors import LocalIOError, ManifestInvalid
 from .log import say
 
@@ -77,7 +77,7 @@ def trust_requested(flag: bool) -> bool:
 
 
 def place_layers(
-    manifest: Manifest, mode: Mode, workdir: Path, *, trust: bool = False
+    manifest: ManifestPlan, mode: Mode, workdir: Path, *, trust: bool = False
 ) -> Placement:
     """Decide where each layer goes and prepare it: original-path folders are created (and
     recorded in the workdir); in relocate mode, what a previous run left there is cleared."""
@@ -121,8 +121,8 @@ def release(placement: Placement, workdir: Path, *, output_dir: Path | None = No
     (workdir / RECORD).unlink(missing_ok=True)
 
 
-def _layers(manifest: Manifest) -> dict[LayerRole, Layer]:
-    by_role: dict[LayerRole, Layer] = {}
+def _layers(manifest: ManifestPlan) -> dict[LayerRole, LayerPlan]:
+    by_role: dict[LayerRole, LayerPlan] = {}
     for layer in manifest.layers:
         first = by_role.get(layer.role)
         # The code layer may come in parts (format_version 3), all from the same folder.

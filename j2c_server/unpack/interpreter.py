@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models import Manifest
+from ..manifest_plan import ManifestPlan
 from .errors import PythonMismatch
 
 
@@ -34,7 +34,7 @@ def this_interpreter() -> Interpreter:
     return Interpreter(Path(executable), f"{sys.version_info.major}.{sys.version_info.minor}")
 
 
-def check_python(manifest: Manifest, interpreter: Interpreter) -> None:
+def check_python(manifest: ManifestPlan, interpreter: Interpreter) -> None:
     """Raise PythonMismatch unless the venv's major.minor is this interpreter's."""
     if manifest.venv is None or manifest.venv.python_version == interpreter.version:
         return

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from ..models import Manifest
+from ..manifest_plan import ManifestPlan
 from .errors import EntryNotRunnable, ManifestInvalid
 from .log import say
 
@@ -40,7 +40,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 def entry_command(
-    manifest: Manifest, code: Path, python: Path, output_dir: Path, extra_args: list[str]
+    manifest: ManifestPlan, code: Path, python: Path, output_dir: Path, extra_args: list[str]
 ) -> list[str]:
     """The argv that runs the manifest's entry point with ``python``."""
     entry = manifest.entry
@@ -62,7 +62,7 @@ def entry_command(
     return [str(python), "-I", str(NOTEBOOK_RUNNER), str(path), str(saved), *args]
 
 
-def working_dir(manifest: Manifest, code: Path) -> Path:
+def working_dir(manifest: ManifestPlan, code: Path) -> Path:
     cwd = _inside(code, manifest.workdir, "workdir")
     if not cwd.is_dir():
         raise EntryNotRunnable(
@@ -72,7 +72,7 @@ def working_dir(manifest: Manifest, code: Path) -> Path:
     return cwd
 
 
-def job_environment(manifest: Manifest, venv: Path | None, output_dir: Path) -> dict[str, str]:
+def job_environment(manifest: ManifestPlan, venv: Path | None, output_dir: Path) -> dict[str, str]:
     env = {**os.environ, **manifest.env}
     env.pop("PYTHONHOME", None)
     if venv is not None:

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..models import Layer
+from ..manifest_plan import LayerPlan
 from ..units import byte_size
 from .errors import DiskFull
 from .homes import Placement
@@ -29,7 +29,7 @@ class _Need:
     what: list[str] = field(default_factory=list)
 
 
-def check_free_space(layers: list[Layer], placement: Placement, blob_dir: Path) -> None:
+def check_free_space(layers: list[LayerPlan], placement: Placement, blob_dir: Path) -> None:
     """Raise DiskFull when a filesystem cannot hold what this job will write to it."""
     needs: dict[int, _Need] = {}
 

@@ -99,7 +99,7 @@ def test_an_older_reader_refuses_format_version_3(project: Path, tmp_path: Path)
     store = tmp_path / "store"
     uri = publish_project(project, store, "job.py", code_part_bytes=PART)
     older = (
-        "import sys; import j2c_server.unpack.fetch as fetch; fetch.MANIFEST_FORMAT_VERSION = 2; "
+        "import sys; import j2c_server.models as models; models.MANIFEST_FORMAT_VERSION = 2; "
         "from j2c_server.unpack.__main__ import main; sys.exit(main(sys.argv[1:]))"
     )
     workdir = tmp_path / "job"

@@ -1,0 +1,126 @@
+"""The manifest as ``j2c-unpack`` runs it: frozen dataclasses, standard library only.
+
+:class:`j2c_server.models.Manifest` (pydantic) is the wire contract and the one validator of a
+manifest. ``j2c-unpack`` validates with it once per manifest and node, then works on this plain
+copy of what it accepted; a warm start (the node cache holds the plan, ``unpack/plan_cache.py``)
+builds the copy from the plan without importing pydantic, whose import and first model cost
+more than the rest of a warm start together.
+
+Every field of the pydantic models is here under the same name (``tests/unpack/test_plan.py``
+checks both ways), and :func:`ManifestPlan.from_dict` takes a complete ``model_dump`` only:
+a missing or unknown key is an error, never a default, so the two cannot drift quietly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any
+
+
+class LayerRole(str, Enum):
+    code = "code"
+    venv = "venv"
+
+
+class PlanError(ValueError):
+    """A plan that is not a complete dump of a validated manifest: validate the manifest."""
+
+
+def _take(cls: type, data: Any) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    if not isinstance(data, dict) or set(data) != names:
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise PlanError(f"{cls.__name__} needs exactly {sorted(names)}, got {got}")
+    return data
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    role: LayerRole
+    digest: str
+    size: int
+    files: int
+    unpacked_size: int
+    source_path: str
+    media_type: str
+    url: str | None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LayerPlan:
+        values = _take(cls, data)
+        return cls(**{**values, "role": LayerRole(values["role"])})
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    path: str
+    digest: str
+    size: int
+    mode: int
+    url: str | None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FilePlan:
+        return cls(**_take(cls, data))
+
+
+@dataclass(frozen=True)
+class EntryPlan:
+    kind: str  # "script", "module" or "notebook"
+    target: str
+
+    def describe(self) -> str:
+        return f"-m {self.target}" if self.kind == "module" else self.target
+
+
+@dataclass(frozen=True)
+class VenvPlan:
+    python_version: str
+    home: str
+    include_system_site_packages: bool
+    prompt: str | None
+
+
+@dataclass(frozen=True)
+class ManifestPlan:
+    format_version: int
+    created_by: str
+    created_at: float
+    layers: list[LayerPlan]
+    entry: EntryPlan
+    args: list[str]
+    workdir: str
+    env: dict[str, str]
+    venv: VenvPlan | None
+    source_image: str | None
+    files: list[FilePlan] | None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ManifestPlan:
+        """The plan of ``Manifest.model_dump(mode="json")`` (all fields, defaults included)."""
+        values = _take(cls, data)
+        try:
+            venv = values["venv"]
+            files = values["files"]
+            return cls(
+                **{
+                    **values,
+                    "layers": [LayerPlan.from_dict(layer) for layer in values["layers"]],
+                    "entry": EntryPlan(**_take(EntryPlan, values["entry"])),
+                    "args": [str(arg) for arg in values["args"]],
+                    "env": dict(values["env"]),
+                    "venv": None if venv is None else VenvPlan(**_take(VenvPlan, venv)),
+                    "files": None if files is None else [FilePlan.from_dict(f) for f in files],
+                }
+            )
+        except (TypeError, ValueError) as exc:  # a role that is no LayerRole, a list that is not
+            raise PlanError(f"not a validated manifest: {exc}") from None
+
+    def layer(self, role: LayerRole) -> LayerPlan | None:
+        """The first layer of ``role``: the venv, or the code layer's first part."""
+        return next((layer for layer in self.layers if layer.role == role), None)
+
+    def code_layers(self) -> list[LayerPlan]:
+        """The code layer's parts, in extraction order (several from format_version 3)."""
+        return [layer for layer in self.layers if layer.role == LayerRole.code]

@@ -1,0 +1,179 @@
+"""The manifest plan: the pydantic-free copy j2c-unpack runs on, and the node cache's plans.
+
+The plan must never drift from the pydantic models (same fields, both ways; a dump with a
+field missing or added is refused), and a warm start must take a manifest's plan from the
+cache only when the same validator accepted the same bytes on this node, and then import no
+pydantic at all. Through the real j2c-unpack subprocess, with a real cache folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from j2c_server.manifest_plan import (
+    EntryPlan,
+    FilePlan,
+    LayerPlan,
+    LayerRole,
+    ManifestPlan,
+    PlanError,
+    VenvPlan,
+)
+from j2c_server.models import EntryPoint, FileBlob, Layer, Manifest, VenvInfo
+from tests.unpack.conftest import SmallJob
+
+# j2c-unpack's main, then whether pydantic was ever imported by it (on stderr, last line).
+_UNPACK_AND_TELL = (
+    "import sys\n"
+    "from j2c_server.unpack.__main__ import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('pydantic imported:', 'pydantic' in sys.modules, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+_PAIRS: list[tuple[type[BaseModel], type]] = [
+    (Manifest, ManifestPlan),
+    (Layer, LayerPlan),
+    (FileBlob, FilePlan),
+    (EntryPoint, EntryPlan),
+    (VenvInfo, VenvPlan),
+]
+_DIGEST = "sha256:" + "ab" * 32
+
+
+def _unpack(uri: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    options = ["--cache-dir", str(cache), "--paths", "relocate", "--"]
+    done = subprocess.run(
+        [sys.executable, "-c", _UNPACK_AND_TELL, uri, *options],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "USER CODE RAN" in done.stdout
+    return done
+
+
+def _manifest(**changes: object) -> Manifest:
+    layer = Layer(role=LayerRole.code, digest=_DIGEST, size=1, source_path="/p")
+    values: dict[str, object] = {
+        "created_by": "test",
+        "created_at": 1.0,
+        "layers": [layer],
+        "entry": EntryPoint(kind="script", target="job.py"),
+        **changes,
+    }
+    return Manifest.model_validate(values)
+
+
+@pytest.mark.parametrize(("model", "plan"), _PAIRS, ids=lambda pair: getattr(pair, "__name__", ""))
+def test_every_model_field_is_in_the_plan_and_no_other(model: type[BaseModel], plan: type) -> None:
+    assert set(model.model_fields) == {field.name for field in dataclasses.fields(plan)}
+
+
+def test_a_full_dump_becomes_a_plan_with_the_same_values() -> None:
+    blob = FileBlob(path="data/big.bin", digest=_DIGEST, size=5, mode=0o600)
+    venv = VenvInfo(python_version="3.11", home="/usr/bin")
+    manifest = _manifest(args=["--lr", "0.1"], env={"A": "1"}, venv=venv, files=[blob])
+    plan = ManifestPlan.from_dict(manifest.model_dump(mode="json"))
+    assert plan.layers[0].role is LayerRole.code
+    assert plan.layer(LayerRole.code) == plan.code_layers()[0]
+    assert plan.entry.describe() == manifest.entry.describe()
+    assert plan.files is not None and plan.files[0].mode == 0o600
+    assert plan.venv is not None and plan.venv.python_version == "3.11"
+    assert (plan.args, plan.env, plan.workdir) == (["--lr", "0.1"], {"A": "1"}, ".")
+    # Field for field, what the validator accepted (defaults included).
+    assert dataclasses.asdict(plan) == manifest.model_dump(mode="python")
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda d: d.pop("workdir"),  # a default not written out: never guessed
+        lambda d: d.update(extra=1),  # a field the plan does not know
+        lambda d: d["layers"][0].pop("media_type"),
+        lambda d: d["layers"][0].update(role="data"),  # no such role
+        lambda d: d.update(entry={"kind": "script"}),
+        lambda d: d.update(layers=None),
+    ],
+    ids=["missing", "unknown", "nested-missing", "bad-role", "bad-entry", "not-a-list"],
+)
+def test_an_incomplete_or_unknown_dump_is_refused(spoil: object) -> None:
+    dumped = _manifest().model_dump(mode="json")
+    spoil(dumped)  # type: ignore[operator]
+    with pytest.raises(PlanError):
+        ManifestPlan.from_dict(dumped)
+
+
+def test_a_warm_start_takes_the_plan_and_imports_no_pydantic(
+    small_job: SmallJob, tmp_path: Path
+) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    cold = _unpack(uri, cache)
+    assert "entry job.py (validated) in" in cold.stderr
+    assert cold.stderr.rstrip().endswith("pydantic imported: True")
+    (plan,) = (cache / "plans").iterdir()
+    assert oct(plan.stat().st_mode & 0o777) == "0o600"
+
+    warm = _unpack(uri, cache)
+    assert "entry job.py (validated before on this node) in" in warm.stderr
+    assert warm.stderr.rstrip().endswith("pydantic imported: False")
+
+    # Other bytes (an edit, a new manifest): validated, a second plan.
+    (small_job.project / "job.py").write_text((small_job.project / "job.py").read_text() + "\n")
+    edited = _unpack(small_job.publish(), cache)
+    assert "(validated) in" in edited.stderr
+    assert len(list((cache / "plans").iterdir())) == 2
+
+
+@pytest.mark.parametrize("spoil", ["others-can-write", "not-json", "incomplete", "symlink"])
+def test_a_doubtful_plan_is_refused_and_the_manifest_validated(
+    small_job: SmallJob, tmp_path: Path, spoil: str
+) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    _unpack(uri, cache)
+    (plan,) = (cache / "plans").iterdir()
+    if spoil == "others-can-write":
+        os.chmod(plan, 0o666)
+    elif spoil == "not-json":
+        os.chmod(plan, 0o600)
+        plan.write_text("{")
+    elif spoil == "incomplete":
+        data = json.loads(plan.read_text())
+        del data["manifest"]["entry"]
+        plan.write_text(json.dumps(data))
+    else:
+        real = tmp_path / "elsewhere.json"
+        plan.rename(real)
+        plan.symlink_to(real)
+    again = _unpack(uri, cache)
+    assert "(validated) in" in again.stderr, again.stderr
+    assert again.stderr.rstrip().endswith("pydantic imported: True")
+    if spoil != "symlink":
+        assert f"plan {plan.name} refused" in again.stderr
+    # Validated again, the plan is written again, private: the next start is warm.
+    assert oct(plan.lstat().st_mode & 0o777) == "0o600" and not plan.is_symlink()
+    assert "(validated before on this node)" in _unpack(uri, cache).stderr
+
+
+def test_a_plan_of_another_validator_is_not_read(small_job: SmallJob, tmp_path: Path) -> None:
+    """A new image (another j2c, other checks) never trusts what an older one accepted."""
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    _unpack(uri, cache)
+    (plan,) = (cache / "plans").iterdir()
+    sha, _validator = plan.stem.rsplit("-", 1)
+    plan.rename(plan.with_name(f"{sha}-{'0' * 16}.json"))
+    again = _unpack(uri, cache)
+    assert "(validated) in" in again.stderr
+    assert len(list((cache / "plans").iterdir())) == 2
