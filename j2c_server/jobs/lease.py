@@ -122,8 +122,8 @@ class JobDriver:
                     self._stop("lease lost")
                     return
                 renewed = time.monotonic()
-            record = await self.registry.get(self.job_id)
-            if record.status == JobStatus.cancelling and self.interrupt_for_cancel():
+            state = await self.registry.state(self.job_id)
+            if state.status == JobStatus.cancelling and self.interrupt_for_cancel():
                 return
 
     def _stop(self, reason: str) -> None:

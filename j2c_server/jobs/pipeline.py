@@ -356,7 +356,7 @@ class Pipeline:
             self.journal,
             scheduler,
             handle,
-            current=lambda: self.registry.get(self.job_id),
+            current=lambda: self.registry.state(self.job_id),
             log=self.log,
         ).run()
         await self._finished(

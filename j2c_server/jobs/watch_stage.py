@@ -18,7 +18,7 @@ from typing import TypeVar
 from ..backoff import Backoff, retry_async
 from ..errors import SchedulerUnavailable
 from ..models import EventKind, JobHandle, JobRecord, JobStatus
-from ..registry import EventDraft, RecordChange
+from ..registry import EventDraft, JobState, RecordChange
 from ..schedulers.base import LogLine, Scheduler, SchedulerState
 from .journal import Journal, status_change
 
@@ -40,7 +40,7 @@ class Watcher:
         scheduler: Scheduler,
         handle: JobHandle,
         *,
-        current: Callable[[], Awaitable[JobRecord]],
+        current: Callable[[], Awaitable[JobState]],  # the job's status and message, read often
         log: Log,
     ) -> None:
         self.journal = journal
@@ -128,12 +128,12 @@ class Watcher:
         the terminal one is recorded by the results stage, after the last line."""
         while True:
             state = await self._status()
-            record = await self.current()
+            recorded = await self.current()
             if (
                 not state.status.terminal
                 and state.status != JobStatus.submitted
-                and record.status != JobStatus.cancelling
-                and (state.status, state.message) != (record.status, record.message)
+                and recorded.status != JobStatus.cancelling
+                and (state.status, state.message) != (recorded.status, recorded.message)
             ):
                 await self.journal.status(state.status, state.message)
             await asyncio.sleep(STATUS_INTERVAL_S)

@@ -236,3 +236,19 @@ async def test_log_appends_of_many_jobs_share_transactions_each_with_its_own_out
     events, _ = await registry.events("job-3")
     assert [e.text for e in events[1:4]] == ["job-3 0.0", "job-3 0.1", "job-3 0.2"]
     assert await registry.log_cursor("job-3") == "19"
+
+
+async def test_a_jobs_state_is_its_records_status_and_message(registry: Registry) -> None:
+    """What a job's driver reads every second, without parsing the record."""
+    await registry.create_or_attach(_record(), _pending())
+    assert await registry.state("job-1") == (JobStatus.pending, None)
+
+    def running(record: JobRecord) -> None:
+        record.status, record.message = JobStatus.running, 'on node "a" ✓'
+
+    await registry.append("job-1", [{"kind": "status", "status": "running"}], change=running)
+    state = await registry.state("job-1")
+    record = await registry.get("job-1")
+    assert state == (record.status, record.message) == (JobStatus.running, 'on node "a" ✓')
+    with pytest.raises(NotFound):
+        await registry.state("no-such-job")
