@@ -167,6 +167,14 @@ class Fanout:
 
     async def follow(self, job_id: str, after: int = 0) -> AsyncIterator[WireEvent]:
         """The job's events after ``after``, then live ones; ends after the terminal status."""
+        async for batch in self.follow_batches(job_id, after):
+            for event in batch:
+                yield event
+
+    async def follow_batches(self, job_id: str, after: int = 0) -> AsyncIterator[list[WireEvent]]:
+        """:meth:`follow` in batches: whatever is queued (or read) when the follower looks, so
+        a job printing a hundred lines a second costs its viewers a few steps, not one each;
+        a batch never goes past the terminal status event, and the last batch holds it."""
         if self._closed:
             raise FanoutClosed
         feed = self._feeds.get(job_id)
@@ -183,22 +191,25 @@ class Fanout:
                 if me.error is not None:
                     raise me.error
                 if me.queue:
-                    event = me.queue.popleft()
-                    yield event
-                    if event.terminal:
+                    batch = list(me.queue)
+                    me.queue.clear()
+                    if _up_to_terminal(batch):
+                        yield batch
                         return
+                    yield batch
                     continue
                 if me.behind:
                     # The queue is empty and the feed leaves a follower that is behind alone:
                     # me.last is exactly what was delivered.
                     read, status = await self.registry.events(job_id, me.last, STREAM_BATCH)
                     events = [WireEvent.of(event) for event in read]
-                    for event in events:
-                        yield event
-                        me.last = event.seq
-                        if event.terminal:
+                    if events:
+                        ended = _up_to_terminal(events)
+                        me.last = events[-1].seq
+                        yield events
+                        if ended:
                             return
-                    if not events and status.terminal:
+                    elif status.terminal:
                         return
                     # Caught up when this read reached what the feed has offered: the feed's
                     # next batch starts right after it (older seqs in it are skipped).
@@ -310,6 +321,15 @@ class Fanout:
                 seq = newest.get(job_id)
                 if last is not None and (seq is None or seq > last):
                     self.bus.publish(job_id)  # None: removed; the feed's read says NotFound
+
+
+def _up_to_terminal(batch: list[WireEvent]) -> bool:
+    """Cut ``batch`` after its terminal status event, if it has one (then True)."""
+    for index, event in enumerate(batch):
+        if event.terminal:
+            del batch[index + 1 :]
+            return True
+    return False
 
 
 def _offer(follower: _Follower, events: list[WireEvent]) -> None:

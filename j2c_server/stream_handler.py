@@ -47,8 +47,10 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
 
     async def _send_events(self, job_id: str) -> None:
         try:
-            async for event in self.service.stream_wire(job_id, self._after):
-                slow = self._send(event)
+            async for batch in self.service.stream_wire(job_id, self._after):
+                slow = None
+                for event in batch:
+                    slow = self._send(event) or slow
                 if slow is not None:
                     # Back-pressure: a slow browser holds what the kernel's socket buffer
                     # holds plus one step's frames, then its follower's bounded queue; then

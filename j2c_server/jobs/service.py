@@ -326,17 +326,19 @@ class JobService:
         the terminal status event. Pushed by this process's writes and by one shared poll for
         other processes' (:class:`~.eventbus.Fanout`); a follower of a job nobody drives
         takes it over."""
-        async for wire in self.stream_wire(job_id, after):
-            yield wire.event
+        async for batch in self.stream_wire(job_id, after):
+            for wire in batch:
+                yield wire.event
 
-    async def stream_wire(self, job_id: str, after: int = 0) -> AsyncIterator[WireEvent]:
-        """:meth:`stream`, each event with its JSON bytes (made once for all followers)."""
+    async def stream_wire(self, job_id: str, after: int = 0) -> AsyncIterator[list[WireEvent]]:
+        """:meth:`stream` in batches (what arrived together), each event with its JSON bytes
+        (made once for all followers): what the websocket sends."""
         if self._stopping:
             raise ServiceStopping("j2c is shutting down; reconnect with your last seq")
         metrics.follower_joined()
         try:
-            async for event in self.fanout.follow(job_id, after):
-                yield event
+            async for batch in self.fanout.follow_batches(job_id, after):
+                yield batch
         except FanoutClosed:
             raise ServiceStopping("j2c is shutting down; reconnect with your last seq") from None
         finally:

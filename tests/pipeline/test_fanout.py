@@ -250,3 +250,32 @@ async def test_this_process_writes_reach_followers_without_reading_them_back(
         # The other process's six commits: read by the feed for all three followers, not by
         # each of them (that would be up to 3 x 6 reads).
         assert reads[0] - before <= 3
+
+
+async def test_what_arrives_together_reaches_a_follower_as_one_batch(j2c_data_dir: Path) -> None:
+    """A live follower takes everything queued for it in one step (a viewer of a job printing a
+    hundred lines a second costs a few steps, not one per line), in order, and its last batch
+    ends with the terminal status event, nothing after it."""
+    async with _service() as service:
+        job_id = await _running_job(service)
+        journal = Journal(service.registry, service.bus, job_id)
+        batches: list[list[int]] = []
+
+        async def follow() -> None:
+            async for batch in service.stream_wire(job_id):
+                batches.append([event.seq for event in batch])
+                await asyncio.sleep(0.05)  # a slow step: what arrives meanwhile queues up
+
+        follower = asyncio.ensure_future(follow())
+        await asyncio.sleep(0.2)  # replayed (seq 1), live from here on
+        for batch in range(10):
+            await journal.write_events(
+                [{"kind": EventKind.log, "text": f"{batch}.{i}"} for i in range(20)],
+                log_cursor=str(batch),
+            )
+        await _finish(journal)
+        await asyncio.wait_for(follower, 10)
+    seqs = [seq for batch in batches for seq in batch]
+    assert seqs == list(range(1, 1 + 1 + 200 + 1))
+    assert len(batches) <= 5, [len(batch) for batch in batches]
+    assert max(len(batch) for batch in batches) >= 100
