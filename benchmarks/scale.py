@@ -13,7 +13,9 @@ Two phases on one server (local scheduler, ``file://`` store, jobs on this machi
   (``lagprobe.py``, a 5 ms timer in the server), and whether any viewer saw a seq out of order.
 
 Jobs print until a stop file appears, so every job runs through the whole window. The client
-is one process; its own CPU is printed too (a saturated client inflates the latencies).
+is one process; its own CPU is printed too (a saturated client inflates the latencies). Live
+viewers read with ``wsreader.py`` (every frame of a socket read parsed in one loop, as a
+browser does in C++), not tornado's client, whose cost per message saturated a core at 100 jobs.
 
 Run: ``python benchmarks/scale.py [--jobs 20 --rate 20 --viewers 3 --idle-sockets 300]``. The
 server imports j2c from ``PYTHONPATH`` (so a checkout of another commit can be measured).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import statistics
@@ -35,6 +38,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wsreader
 from common import percentile
 from pipeline import Server
 
@@ -72,7 +76,9 @@ class Meter:
 
     def percent(self) -> float:
         times = self.process.cpu_times()
-        return 100 * (times.user + times.system - self._cpu) / (time.monotonic() - self._wall)
+        return float(
+            100 * (times.user + times.system - self._cpu) / (time.monotonic() - self._wall)
+        )
 
 
 class Viewer:
@@ -90,8 +96,10 @@ class Viewer:
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        async with self.server.stream(self.job_id) as events:
-            async for received, event in events:
+        path = f"j2c/api/jobs/{self.job_id}/stream"
+        async for batch in wsreader.messages(self.server.port, path, self.server.token):
+            received = time.time()  # the batch came in one socket read
+            for event in map(json.loads, batch):
                 self.misordered += event["seq"] != self.seq + 1
                 self.seq = event["seq"]
                 if event["kind"] == "status" and event.get("status") == "running":
