@@ -79,7 +79,7 @@ class FanoutClosed(Exception):
 
 
 class _Follower:
-    __slots__ = ("behind", "error", "last", "queue", "wake")
+    __slots__ = ("behind", "error", "last", "queue", "terminal_queued", "wake")
 
     def __init__(self, after: int) -> None:
         self.last = after  # the highest seq queued for (or delivered to) this follower
@@ -89,6 +89,7 @@ class _Follower:
         self.behind = True
         self.wake = asyncio.Event()
         self.error: BaseException | None = None
+        self.terminal_queued = False  # a batch with the terminal status event was offered
 
 
 class _Feed:
@@ -193,7 +194,7 @@ class Fanout:
                 if me.queue:
                     batch = list(me.queue)
                     me.queue.clear()
-                    if _up_to_terminal(batch):
+                    if me.terminal_queued and _up_to_terminal(batch):
                         yield batch
                         return
                     yield batch
@@ -298,7 +299,9 @@ class Fanout:
     def _offer_all(feed: _Feed, events: list[WireEvent]) -> None:
         feed.last = events[-1].seq
         feed.ended = events[-1].terminal
+        terminal = any(event.terminal for event in events)  # once, not once per follower
         for follower in list(feed.followers):
+            follower.terminal_queued |= terminal
             _offer(follower, events)
 
     @staticmethod
@@ -336,6 +339,16 @@ def _offer(follower: _Follower, events: list[WireEvent]) -> None:
     """Queue the events the follower lacks, in order; a gap or a full queue sends it back to
     reading the registry from its last seq."""
     if not follower.behind:
+        first, count = events[0].seq, len(events)
+        if (
+            first == follower.last + 1
+            and events[-1].seq == first + count - 1  # consecutive (a feed's batch always is)
+            and len(follower.queue) + count <= FOLLOWER_BUFFER
+        ):
+            follower.queue.extend(events)
+            follower.last = events[-1].seq
+            follower.wake.set()
+            return
         for event in events:
             if event.seq <= follower.last:
                 continue

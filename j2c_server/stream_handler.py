@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections.abc import Awaitable
 
 from jupyter_server.base.websocket import WebSocketMixin
@@ -48,9 +47,7 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
     async def _send_events(self, job_id: str) -> None:
         try:
             async for batch in self.service.stream_wire(job_id, self._after):
-                slow = None
-                for event in batch:
-                    slow = self._send(event) or slow
+                slow = self._send(batch)
                 if slow is not None:
                     # Back-pressure: a slow browser holds what the kernel's socket buffer
                     # holds plus one step's frames, then its follower's bounded queue; then
@@ -82,17 +79,20 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
                 self._flushed.exception()  # a closed stream: retrieved, nothing to send
         self.close(code, reason)
 
-    def _send(self, event: WireEvent) -> Awaitable[None] | None:
-        """Send one event as one text message. The messages of one loop step (a burst of
+    def _send(self, batch: list[WireEvent]) -> Awaitable[None] | None:
+        """Send each event as one text message. The messages of one loop step (a burst of
         events) leave in one socket write at the step's end, not one write and one task each
-        as through ``write_message``; the event's JSON is made once for all its followers.
+        as through ``write_message``; each event's frame is made once for all its followers.
         Returns what to await when the client reads slower than that."""
         conn = self.ws_connection
         if conn is None or conn.is_closing():
             raise WebSocketClosedError
         if not isinstance(conn, WebSocketProtocol13) or self.get_compression_options() is not None:
-            return self.write_message(event.data.decode())  # deflating: tornado frames it
-        self._frames.append(_text_frame(event.data))
+            written = None
+            for event in batch:  # deflating: tornado frames each message
+                written = self.write_message(event.data.decode())
+            return written
+        self._frames.append(b"".join([event.frame for event in batch]))
         if len(self._frames) == 1:
             asyncio.get_running_loop().call_soon(self._flush)
         if self._flushed is not None and not self._flushed.done():
@@ -113,13 +113,3 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
     def on_close(self) -> None:
         if self._pump is not None:
             self._pump.cancel()
-
-
-def _text_frame(payload: bytes) -> bytes:
-    """One unfragmented, unmasked (server to client) websocket text frame (RFC 6455, 5.2)."""
-    size = len(payload)
-    if size < 126:
-        return struct.pack("!BB", 0x81, size) + payload
-    if size <= 0xFFFF:
-        return struct.pack("!BBH", 0x81, 126, size) + payload
-    return struct.pack("!BBQ", 0x81, 127, size) + payload

@@ -2,12 +2,14 @@
 
 The fan-out (:mod:`.eventbus`) and the websocket carry :class:`WireEvent`; a job printing
 hundreds of lines a second to several viewers would otherwise serialise each line once per
-viewer. The bytes are what the registry stores for the event (its JSON, defaults left out).
+viewer. The bytes are what the registry stores for the event (its JSON, defaults left out);
+the websocket frame of them is made once too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
 
 from .models import Event
 
@@ -16,6 +18,11 @@ from .models import Event
 class WireEvent:
     event: Event
     data: bytes
+    # The websocket text frame of ``data``: built once, however many viewers write it.
+    frame: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frame", text_frame(self.data))
 
     @classmethod
     def of(cls, event: Event) -> WireEvent:
@@ -28,6 +35,16 @@ class WireEvent:
     @property
     def terminal(self) -> bool:
         return self.event.terminal
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One unfragmented, unmasked (server to client) websocket text frame (RFC 6455, 5.2)."""
+    size = len(payload)
+    if size < 126:
+        return struct.pack("!BB", 0x81, size) + payload
+    if size <= 0xFFFF:
+        return struct.pack("!BBH", 0x81, 126, size) + payload
+    return struct.pack("!BBQ", 0x81, 127, size) + payload
 
 
 def wire_json(event: Event) -> str:
