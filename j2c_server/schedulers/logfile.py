@@ -31,6 +31,7 @@ from .base import LogLine
 POLL_INTERVAL_S = 0.05
 MAX_LINE_BYTES = 64 * 1024
 _READ_BYTES = 256 * 1024
+QUIET_READS = 2  # empty reads in a row before the job's end is looked for
 
 
 def parse_cursor(cursor: str | None) -> int:
@@ -62,14 +63,20 @@ class _Tail:
         self.offset = offset
         self.fd: int | None = None
         self.closed = False
+        self.quiet = 0  # reads in a row that found nothing new
         self._reading = threading.Lock()
 
     def read(self, job_ended: Callable[[], bool]) -> tuple[bool, bytes]:
         """(whether the job had ended before this read, the new bytes). The end is looked
-        for only when there is nothing new to read: a job printing fast costs one read."""
+        for only when the file stayed quiet for a whole interval (the previous read found
+        nothing new either): a job printing every few rounds costs reads, not end checks."""
         data = self._read()
         if data:
+            self.quiet = 0
             return False, data
+        self.quiet += 1
+        if self.quiet < QUIET_READS:
+            return False, b""
         ended = job_ended()
         # Read again after looking: whatever was written before the end is in this read.
         return ended, self._read()

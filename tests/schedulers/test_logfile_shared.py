@@ -90,3 +90,28 @@ async def test_a_file_that_cannot_be_read_fails_its_follower_only(tmp_path: Path
         await asyncio.wait_for(bad, 10)
     ended.set()
     assert await asyncio.wait_for(fine, 10) == ["fine"]
+
+
+def test_the_end_is_looked_for_only_after_a_quiet_interval(tmp_path: Path) -> None:
+    """A job printing every other round costs reads, never end checks (a lock probe each)."""
+    path = tmp_path / "job.log"
+    path.write_text("")
+    checks: list[int] = []
+    tail = logfile._Tail(path, 0)
+
+    def ended() -> bool:
+        checks.append(1)
+        return True
+
+    for round_number in range(10):
+        if round_number % 2 == 0:
+            with path.open("a") as out:
+                out.write(f"{round_number}\n")
+        assert tail.read(ended) == (
+            False,
+            f"{round_number}\n".encode() if round_number % 2 == 0 else b"",
+        )
+    assert checks == []
+    assert tail.read(ended) == (True, b"")  # the second quiet read in a row looks
+    assert checks == [1]
+    tail.close()
