@@ -128,6 +128,7 @@ class _SharedReader:
         self._later: dict[_Tail, tuple[Callable[[], bool], asyncio.Future[_Read]]] = {}
         self._round: asyncio.Handle | None = None
         self._tick: asyncio.TimerHandle | None = None
+        self._reading: set[asyncio.Future[dict[_Tail, _Read | BaseException]]] = set()  # held
 
     def read(
         self, tail: _Tail, job_ended: Callable[[], bool], *, at_once: bool
@@ -154,6 +155,8 @@ class _SharedReader:
         batch = {tail: item for tail, item in batch.items() if not item[1].done()}
         if batch:
             task = asyncio.ensure_future(asyncio.to_thread(_read_all, batch))
+            self._reading.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(self._reading.discard)
             task.add_done_callback(lambda done: _deliver(batch, done))
 
 
