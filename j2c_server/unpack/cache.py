@@ -53,7 +53,6 @@ import hashlib
 import json
 import os
 import secrets
-import stat
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -66,6 +65,7 @@ from .cache_files import (
     fingerprint,
     read_only,
     rmtree,
+    unsafe,
     write_json,
 )
 from .errors import LocalIOError
@@ -153,25 +153,13 @@ def open_cache(folder: Path | None, max_text: str | None) -> Cache | None:
             sub = root / name
             with contextlib.suppress(FileExistsError):
                 sub.mkdir(mode=0o700)
-            if problem := _unsafe(os.lstat(sub), owners, folder=True):
+            if problem := unsafe(os.lstat(sub), owners, folder=True):
                 say("cache", f"not used: {sub} {problem}")
                 return None
     except OSError as exc:
         say("cache", f"not used: {root} cannot be prepared ({exc.strerror or exc})")
         return None
     return Cache(root, max_bytes, frozenset(owners))
-
-
-def _unsafe(st: os.stat_result, owners: frozenset[int] | set[int], *, folder: bool) -> str | None:
-    if st.st_uid not in owners:
-        return f"belongs to uid {st.st_uid}"
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symlink"
-    if folder and not stat.S_ISDIR(st.st_mode):
-        return "is not a folder"
-    if st.st_mode & 0o022:
-        return "is writable by group or others"
-    return None
 
 
 class Cache:
@@ -257,7 +245,7 @@ class Cache:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
         except OSError as exc:
             raise Bypass(f"{path} cannot be opened ({exc.strerror or exc})") from None
-        if why := _unsafe(os.fstat(fd), self.owners, folder=False):
+        if why := unsafe(os.fstat(fd), self.owners, folder=False):
             os.close(fd)
             raise Bypass(f"{path} {why}")
         try:
@@ -290,7 +278,7 @@ class Cache:
         entry = self.entries / key
         meta = self._read_meta(entry)
         tree = entry / "tree"
-        if why := _unsafe(os.lstat(tree), self.owners, folder=True):
+        if why := unsafe(os.lstat(tree), self.owners, folder=True):
             raise Refused(f"its tree {why}")
         if fingerprint(tree, self.owners) != meta.get("fingerprint"):
             raise Refused("its files changed since it was built")
@@ -298,7 +286,7 @@ class Cache:
 
     def _read_meta(self, entry: Path) -> dict[str, object]:
         st = os.lstat(entry)  # FileNotFoundError: not there
-        if why := _unsafe(st, self.owners, folder=True):
+        if why := unsafe(st, self.owners, folder=True):
             raise Refused(f"{entry} {why}")
         try:
             fd = os.open(entry / "meta.json", os.O_RDONLY | _OPEN_FLAGS)
@@ -307,7 +295,7 @@ class Cache:
         except OSError as exc:
             raise Refused(f"its meta.json cannot be read ({exc.strerror})") from None
         with os.fdopen(fd, "rb") as handle:
-            if why := _unsafe(os.fstat(handle.fileno()), self.owners, folder=False):
+            if why := unsafe(os.fstat(handle.fileno()), self.owners, folder=False):
                 raise Refused(f"its meta.json {why}")
             try:
                 meta = json.loads(handle.read())
@@ -429,7 +417,7 @@ class Cache:
             meta = self._read_meta(entry)
             data = entry / "data.tar.zst"
             st = os.lstat(data)
-            if why := _unsafe(st, self.owners, folder=False):
+            if why := unsafe(st, self.owners, folder=False):
                 raise Refused(f"its blob {why}")
             if _blob_stat(st) != meta.get("stat"):
                 from .fetch import _file_sha256

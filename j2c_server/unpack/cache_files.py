@@ -22,6 +22,20 @@ class Refused(Exception):
     """A cache entry that must not be used (someone else's, or writable): built again."""
 
 
+def unsafe(st: os.stat_result, owners: frozenset[int] | set[int], *, folder: bool) -> str | None:
+    """Why an entry, lock or plan of the cache must not be used (None: it may): someone
+    else's, a symlink, not a folder when one is needed, or writable by group or others."""
+    if st.st_uid not in owners:
+        return f"belongs to uid {st.st_uid}"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if folder and not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_mode & 0o022:
+        return "is writable by group or others"
+    return None
+
+
 def write_json(path: Path, data: dict[str, object]) -> None:
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..manifest_plan import ManifestPlan, PlanError
-from .cache_files import write_json
+from .cache_files import unsafe, write_json
 from .log import say
 
 MAX_PLANS = 256
@@ -61,8 +61,9 @@ class PlanCache:
             return None  # not there (or a symlink): validate
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(handle.fileno())
-            if st.st_uid not in self.owners or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
-                say("cache", f"plan {path.name} refused: not private to the cache's owner")
+            why = unsafe(st, self.owners, folder=False)
+            if why or not stat.S_ISREG(st.st_mode):
+                say("cache", f"plan {path.name} refused: it {why or 'is not a file'}")
                 return None
             try:
                 plan = ManifestPlan.from_dict(json.loads(handle.read())["manifest"])
