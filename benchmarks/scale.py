@@ -46,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 JOB_LIMIT_S = 900  # a job left behind by a killed run stops by itself
 SETTLED_S = 1.0  # a viewer is past the start-up backlog when its newest line is this fresh
 SETTLE_MAX_S = 120.0  # measured anyway after this: a server that never catches up
+DELIVER_MAX_S = 60.0  # the window's lines not all delivered by then: stopped anyway
 STAMP_PY = """\
 import os, sys, time
 rate, stop, limit = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
@@ -184,9 +185,16 @@ async def live_phase(server: Server, meter: Meter, args: argparse.Namespace) -> 
         "rss_mb": meter.process.memory_info().rss / 2**20,
         "settled_s": settled,
     }
+    # Every line printed in the window delivered before the jobs are stopped: a hundred jobs
+    # ending at once is a burst of work of its own, not the steady state measured here.
+    ended = began + args.window
+    drain = time.monotonic()
+    while time.monotonic() - drain < DELIVER_MAX_S and not all(
+        v.latencies and v.latencies[-1][0] > ended for v in viewers
+    ):
+        await asyncio.sleep(0.2)
     stop.touch()
     await asyncio.wait_for(asyncio.gather(*(v.task for v in viewers), return_exceptions=True), 300)
-    ended = began + args.window
     lines = [
         (1000 * delay, 1000 * persisted)
         for viewer in viewers

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Dict, Unicode
+from traitlets import Bool, Dict, Unicode
 
 from . import __version__
 from .config import J2CSettings, load_settings
@@ -25,6 +26,13 @@ class J2CApp(ExtensionApp):
         config=True,
         help="j2c settings (same keys as j2c.yaml), e.g. "
         "{'storage': {'url': 's3://bucket/prefix'}, 'scheduler': {'default': 'slurm'}}.",
+    )
+    freeze_startup_objects = Bool(
+        True,
+        config=True,
+        help="Move every object alive once the server has started (modules, classes, config: "
+        "hundreds of thousands) out of the garbage collector's reach (gc.freeze): with many "
+        "jobs printing, each full collection otherwise walks them all, a pause of 0.2-0.5 s.",
     )
     config_file = Unicode(
         "", config=True, help="YAML file with j2c settings (default: $J2C_CONFIG or j2c.yaml)."
@@ -65,6 +73,10 @@ class J2CApp(ExtensionApp):
             service.registry, service.settings.registry, self.log
         )
         self.settings["j2c_compactor"].start()
+        if self.freeze_startup_objects:
+            # No collect first: that would block the loop a moment; what is garbage now is
+            # little, and kept.
+            gc.freeze()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes())

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -44,6 +44,22 @@ class EventBus:
     def __init__(self) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._sinks: defaultdict[str, set[Sink]] = defaultdict(set)
+        self._writing: Counter[str] = Counter()
+
+    @contextmanager
+    def writing(self, job_id: str) -> Iterator[None]:
+        """Around a write of ``job_id``'s events that publishes them when committed: until
+        then the poller leaves that job's new seqs to the hand-over (see :meth:`Fanout._poll`)."""
+        self._writing[job_id] += 1
+        try:
+            yield
+        finally:
+            self._writing[job_id] -= 1
+            if not self._writing[job_id]:
+                del self._writing[job_id]
+
+    def is_writing(self, job_id: str) -> bool:
+        return job_id in self._writing
 
     def publish(self, job_id: str, events: Sequence[WireEvent] = ()) -> None:
         """Wake ``job_id``'s subscribers; ``events``, when given, are the ones just committed,
@@ -202,8 +218,7 @@ class Fanout:
                 if me.behind:
                     # The queue is empty and the feed leaves a follower that is behind alone:
                     # me.last is exactly what was delivered.
-                    read, status = await self.registry.events(job_id, me.last, STREAM_BATCH)
-                    events = [WireEvent.of(event) for event in read]
+                    events, status = await self.registry.wire_events(job_id, me.last, STREAM_BATCH)
                     if events:
                         ended = _up_to_terminal(events)
                         me.last = events[-1].seq
@@ -270,8 +285,9 @@ class Fanout:
                         idle_since = time.monotonic()
                     terminal = feed.ended
                 else:
-                    read, status = await self.registry.events(job_id, feed.last, STREAM_BATCH)
-                    events = [WireEvent.of(event) for event in read]
+                    events, status = await self.registry.wire_events(
+                        job_id, feed.last, STREAM_BATCH
+                    )
                     if events:
                         self._offer_all(feed, events)
                         idle_since = time.monotonic()
@@ -311,19 +327,34 @@ class Fanout:
 
     async def _poll(self) -> None:
         """Wake the feeds of jobs whose newest seq in the registry is past what they offered:
-        events another process wrote (this process's own writes wake them through the bus)."""
+        events another process wrote (this process's own writes wake them through the bus).
+
+        A seq this process has just committed is in the registry a few loop steps before its
+        writer hands it over; waking the feed then would read back what is on its way (with a
+        hundred jobs printing, most of the registry's reads). So a job with a write of this
+        process in flight is left to that hand-over for one round; if the feed has not moved
+        by the next, it is woken anyway (the writer was cancelled after its commit)."""
+        held: dict[str, int] = {}  # job -> the feed's last seq when its wake was held back
         while self._feeds:
             await asyncio.sleep(POLL_S)
-            known = {job_id: feed.last for job_id, feed in self._feeds.items()}
-            followed = [job_id for job_id, last in known.items() if last is not None]
+            followed = [job_id for job_id, feed in self._feeds.items() if feed.last is not None]
             try:
                 newest = await self.registry.last_seqs(followed)
             except sqlite3.Error:  # e.g. the file locked past busy_timeout: next round retries
                 continue
-            for job_id, last in known.items():
-                seq = newest.get(job_id)
-                if last is not None and (seq is None or seq > last):
-                    self.bus.publish(job_id)  # None: removed; the feed's read says NotFound
+            holding: dict[str, int] = {}
+            for job_id in followed:
+                feed = self._feeds.get(job_id)
+                if feed is None or feed.last is None:
+                    continue  # unfollowed meanwhile
+                last, seq = feed.last, newest.get(job_id)
+                if seq is not None and seq <= last:
+                    continue
+                if seq is not None and self.bus.is_writing(job_id) and held.get(job_id) != last:
+                    holding[job_id] = last
+                    continue
+                self.bus.publish(job_id)  # None: removed; the feed's read says NotFound
+            held = holding
 
 
 def _up_to_terminal(batch: list[WireEvent]) -> bool:

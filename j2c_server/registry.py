@@ -12,7 +12,8 @@ the disk.
 The schema is versioned in one place: :data:`MIGRATIONS`, applied in order up to
 ``PRAGMA user_version``. The module is over 400 lines on purpose: the schema, its migrations and
 every statement that reads or writes those tables live together, so a change of a table and of
-all its queries is one diff.
+all its queries is one diff (except the group commit's three batched statements, which are
+:mod:`.registry_batch`'s).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from . import event_archive, registry_paging
 from .errors import ConfigError, Conflict, J2CError, NotFound
 from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
 from .private import private_dir, private_file, tighten_file
-from .registry_batch import Append, GroupCommit, Outcome, apply_batch
-from .wire_event import WireEvent, wire_json
+from .registry_batch import Append, GroupCommit, JobRow, Outcome, write_batch
+from .wire_event import WireEvent, log_line_json, wire_json
 
 T = TypeVar("T")
 
@@ -140,14 +141,25 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 
 # What an append checks: the job's seq, status and lease owner; its record only when wanted.
+# What an append is checked against (last seq, status, lease owner), and the record it changes.
 _APPEND_READ = (
-    "SELECT j.last_seq, j.status, l.owner FROM jobs j "
-    "LEFT JOIN leases l ON l.job_id = j.id WHERE j.id = ?"
-)
-_APPEND_READ_RECORD = (
     "SELECT j.last_seq, j.status, l.owner, j.record FROM jobs j "
     "LEFT JOIN leases l ON l.job_id = j.id WHERE j.id = ?"
 )
+
+
+def _check_append(job_id: str, job: JobRow | None, owner: str | None) -> int:
+    """Refuse an append to a job that is gone, finished, or (with ``owner``) watched by
+    another process; else the job's last seq."""
+    if job is None:
+        raise NotFound(f"no job {job_id!r}", field="job_id")
+    last_seq, status, lease_owner = job
+    if owner is not None and lease_owner != owner:
+        raise LeaseLost(f"job {job_id} is watched by another process now")
+    if JobStatus(status).terminal:
+        # The terminal status event is the last event of a job, whoever writes next.
+        raise Conflict(f"job {job_id} is already {status}", field="job_id")
+    return int(last_seq)
 
 
 def _record(row: tuple[str, int]) -> JobRecord:
@@ -391,13 +403,12 @@ class Registry:
         return await self._group_commit.append(Append(job_id, drafts, log_cursor, owner))
 
     def _append_batch(self, appends: list[Append]) -> list[Outcome]:
-        def apply(conn: sqlite3.Connection, append: Append) -> list[WireEvent]:
-            _, events = self._append_in(
-                conn, append.job_id, append.drafts, None, append.log_cursor, append.owner, False
-            )
-            return events
+        def check(append: Append, job: JobRow | None) -> int:
+            return _check_append(append.job_id, job, append.owner)
 
-        return apply_batch(self._conn(), appends, apply)
+        conn = self._conn()
+        with _write(conn):
+            return write_batch(conn, appends, check, self._make_events)
 
     def _append(
         self,
@@ -409,77 +420,83 @@ class Registry:
     ) -> tuple[JobRecord, list[WireEvent]]:
         conn = self._conn()
         with _write(conn):
-            record, events = self._append_in(conn, job_id, drafts, change, log_cursor, owner, True)
-        assert record is not None  # asked for
+            row = conn.execute(_APPEND_READ, (job_id,)).fetchone()
+            last_seq = _check_append(job_id, None if row is None else row[:3], owner)
+            events = self._insert_events(conn, job_id, last_seq, drafts)
+            if events or log_cursor is not None:
+                conn.execute(
+                    "UPDATE jobs SET last_seq = ?, log_cursor = coalesce(?, log_cursor) "
+                    "WHERE id = ?",
+                    (events[-1].seq if events else last_seq, log_cursor, job_id),
+                )
+            record = _record((row[3], last_seq))
+            if events:
+                record.last_seq = events[-1].seq
+            if change is not None:
+                change(record)
+                record.updated_at = time.time()
+                conn.execute(
+                    "UPDATE jobs SET record = ?, status = ?, updated_at = ? WHERE id = ?",
+                    (record.model_dump_json(), record.status.value, record.updated_at, job_id),
+                )
         return record, events
 
-    def _append_in(
-        self,
-        conn: sqlite3.Connection,
-        job_id: str,
-        drafts: Sequence[EventDraft],
-        change: RecordChange | None,
-        log_cursor: str | None,
-        owner: str | None,
-        want_record: bool,
-    ) -> tuple[JobRecord | None, list[WireEvent]]:
-        """One append inside the caller's write transaction."""
-        # One read for the checks, the job's record text only when it is changed or wanted
-        # (a watcher's log lines need neither: a hundred jobs append a thousand times a second).
-        parse = change is not None or want_record
-        row = conn.execute(_APPEND_READ_RECORD if parse else _APPEND_READ, (job_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"no job {job_id!r}", field="job_id")
-        if owner is not None and row[2] != owner:
-            raise LeaseLost(f"job {job_id} is watched by another process now")
-        status = JobStatus(row[1])
-        if status.terminal:
-            # The terminal status event is the last event of a job, whoever writes next.
-            raise Conflict(f"job {job_id} is already {status.value}", field="job_id")
-        events = self._insert_events(conn, job_id, int(row[0]), drafts)
-        if events or log_cursor is not None:
-            conn.execute(
-                "UPDATE jobs SET last_seq = ?, log_cursor = coalesce(?, log_cursor) WHERE id = ?",
-                (events[-1].seq if events else int(row[0]), log_cursor, job_id),
-            )
-        if not parse:
-            return None, events
-        record = _record((row[3], int(row[0])))
-        if events:
-            record.last_seq = events[-1].seq
-        if change is not None:
-            change(record)
-            record.updated_at = time.time()
-            conn.execute(
-                "UPDATE jobs SET record = ?, status = ?, updated_at = ? WHERE id = ?",
-                (record.model_dump_json(), record.status.value, record.updated_at, job_id),
-            )
-        return record, events
-
-    @staticmethod
     def _insert_events(
-        conn: sqlite3.Connection, job_id: str, last_seq: int, drafts: Sequence[EventDraft]
+        self, conn: sqlite3.Connection, job_id: str, last_seq: int, drafts: Sequence[EventDraft]
     ) -> list[WireEvent]:
-        now = time.time()
-        events = [
-            Event.model_validate({**draft, "job_id": job_id, "seq": last_seq + i, "time": now})
-            for i, draft in enumerate(drafts, start=1)
-        ]
-        texts = [wire_json(event) for event in events]
+        wires, texts = self._make_events(job_id, last_seq, drafts)
         conn.executemany(
             "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)",
-            [(job_id, event.seq, text) for event, text in zip(events, texts, strict=True)],
+            [(job_id, wire.seq, text) for wire, text in zip(wires, texts, strict=True)],
         )
-        return [WireEvent(event, text.encode()) for event, text in zip(events, texts, strict=True)]
+        return wires
+
+    @staticmethod
+    def _make_events(
+        job_id: str, last_seq: int, drafts: Sequence[EventDraft]
+    ) -> tuple[list[WireEvent], list[str]]:
+        """The drafts as events numbered after ``last_seq``: their wire form and stored JSON."""
+        now = time.time()
+        wires: list[WireEvent] = []
+        texts: list[str] = []
+        for seq, draft in enumerate(drafts, start=last_seq + 1):
+            # A plain log line (most events) skips the model; anything else is validated.
+            text = log_line_json(job_id, seq, now, draft)
+            wire = None if text is None else _log_wire(seq, text)
+            if text is None or wire is None:
+                event = Event.model_validate({**draft, "job_id": job_id, "seq": seq, "time": now})
+                text = wire_json(event)
+                wire = WireEvent(seq, event.terminal, text.encode())
+            texts.append(text)
+            wires.append(wire)
+        return wires, texts
 
     async def events(
         self, job_id: str, after: int = 0, limit: int | None = None
     ) -> tuple[list[Event], JobStatus]:
         """Events with ``seq > after`` in order, and the job's status read in the same snapshot
         (a terminal status means no event will follow the last one returned)."""
-        return await self._call(self._events, job_id, after, limit)
+        head, rows, status = await self._call(self._read_events, job_id, after, limit)
+        return head + [Event.model_validate_json(text) for _, text in rows], status
 
-    def _events(self, job_id: str, after: int, limit: int | None) -> tuple[list[Event], JobStatus]:
+    async def wire_events(
+        self, job_id: str, after: int = 0, limit: int | None = None
+    ) -> tuple[list[WireEvent], JobStatus]:
+        """:meth:`events` as the bytes followers are sent, not parsed (what a follower that
+        fell behind reads, many times a second when many jobs print)."""
+        return await self._call(self._wire_events, job_id, after, limit)
+
+    def _wire_events(
+        self, job_id: str, after: int, limit: int | None
+    ) -> tuple[list[WireEvent], JobStatus]:
+        head, rows, status = self._read_events(job_id, after, limit)
+        wires = [WireEvent.of(event) for event in head]
+        return wires + [WireEvent.stored(seq, text) for seq, text in rows], status
+
+    def _read_events(
+        self, job_id: str, after: int, limit: int | None
+    ) -> tuple[list[Event], list[tuple[int, str]], JobStatus]:
+        """The archived events (parsed), the rows after them (seq, JSON) and the status."""
         conn = self._conn()
         # A read transaction: the status and the events come from the same snapshot.
         conn.execute("BEGIN")
@@ -495,12 +512,12 @@ class Registry:
                 after = row[1]
                 limit = None if limit is None or limit < 0 else limit - len(head)
             rows = conn.execute(
-                "SELECT event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                "SELECT seq, event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (job_id, after, -1 if limit is None else limit),
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        return head + [Event.model_validate_json(r[0]) for r in rows], JobStatus(row[0])
+        return head, rows, JobStatus(row[0])
 
     async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
         """Each job's newest ``seq``, for jobs that exist: what a follower's poller compares
@@ -613,6 +630,13 @@ class Registry:
             .fetchone()
         )
         return None if row is None else str(row[0])
+
+
+def _log_wire(seq: int, text: str) -> WireEvent | None:
+    try:
+        return WireEvent(seq, False, text.encode())
+    except UnicodeEncodeError:  # a lone surrogate: the model's path says what is wrong
+        return None
 
 
 def open_registry(data_path: Path) -> Registry:

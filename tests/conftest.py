@@ -6,6 +6,8 @@ can use them.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,15 @@ pytest_plugins = [
     "tests.support.slurm",
     "tests.support.podman",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_gc() -> Iterator[None]:
+    """A test that starts j2c (start_all_extensions) freezes what was alive
+    (J2CApp.freeze_startup_objects): given back to the collector after it, so the test process
+    does not keep it all, and the next test starts unfrozen."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture

@@ -68,20 +68,22 @@ class Journal:
         change: RecordChange | None = None,
         log_cursor: str | None = None,
     ) -> JobRecord:
-        record, events = await self.registry.append(
-            self.job_id, drafts, change=change, log_cursor=log_cursor, owner=self.owner
-        )
-        if events:
-            self.bus.publish(self.job_id, events)
+        with self.bus.writing(self.job_id):
+            record, events = await self.registry.append(
+                self.job_id, drafts, change=change, log_cursor=log_cursor, owner=self.owner
+            )
+            if events:
+                self.bus.publish(self.job_id, events)
         return record
 
     async def write_events(self, drafts: Sequence[EventDraft], *, log_cursor: str) -> None:
         """Events without a record change (a job's log lines): the registry's fast path."""
-        events = await self.registry.append_events(
-            self.job_id, drafts, log_cursor=log_cursor, owner=self.owner
-        )
-        if events:
-            self.bus.publish(self.job_id, events)
+        with self.bus.writing(self.job_id):
+            events = await self.registry.append_events(
+                self.job_id, drafts, log_cursor=log_cursor, owner=self.owner
+            )
+            if events:
+                self.bus.publish(self.job_id, events)
 
     async def status(
         self,

@@ -328,7 +328,7 @@ class JobService:
         takes it over."""
         async for batch in self.stream_wire(job_id, after):
             for wire in batch:
-                yield wire.event
+                yield wire.to_event()
 
     async def stream_wire(self, job_id: str, after: int = 0) -> AsyncIterator[list[WireEvent]]:
         """:meth:`stream` in batches (what arrived together), each event with its JSON bytes

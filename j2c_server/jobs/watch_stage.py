@@ -53,11 +53,11 @@ class Watcher:
     async def run(self) -> SchedulerState:
         """Follow the job to its end; return the scheduler's final state."""
         cursor = await self.journal.registry.log_cursor(self.journal.job_id)
-        queue: asyncio.Queue[LogLine | None] = asyncio.Queue(QUEUE_LINES)
-        reader = asyncio.create_task(self._read_logs(cursor, queue))
+        lines = _Lines(QUEUE_LINES)
+        reader = asyncio.create_task(self._read_logs(cursor, lines))
         poller = asyncio.create_task(self._poll_status())
         try:
-            await self._write_logs(queue)
+            await self._write_logs(lines)
             await reader  # re-raises a reader failure
         finally:
             for task in (reader, poller):
@@ -66,13 +66,15 @@ class Watcher:
                     await task
         return await self._status()
 
-    async def _read_logs(self, cursor: str | None, queue: asyncio.Queue[LogLine | None]) -> None:
+    async def _read_logs(self, cursor: str | None, lines: _Lines) -> None:
         received = 0  # lines so far: a retry after new lines starts a fresh backoff
 
         async def follow() -> None:
             nonlocal cursor, received
             async for line in self.scheduler.follow_logs(self.handle, cursor):
-                await queue.put(line)
+                if lines.full():
+                    await lines.room()
+                lines.add(line)
                 cursor = line.cursor
                 received += 1
 
@@ -80,21 +82,13 @@ class Watcher:
             what = f"logs of {self.handle.id}"
             await retry_async(follow, scheduler_backoff(what, self.log), progress=lambda: received)
         finally:
-            await queue.put(None)
+            lines.end()
 
-    async def _write_logs(self, queue: asyncio.Queue[LogLine | None]) -> None:
+    async def _write_logs(self, lines: _Lines) -> None:
         while True:
-            first = await queue.get()
-            if first is None:
-                return
-            batch = [first]
-            ended = False
-            while len(batch) < MAX_BATCH and not queue.empty():
-                item = queue.get_nowait()
-                if item is None:
-                    ended = True
-                    break
-                batch.append(item)
+            batch = await lines.take(MAX_BATCH)
+            if not batch:
+                return  # ended, everything written
             drafts: list[EventDraft] = [log_draft(line) for line in batch]
             change = None
             if not self._output_seen:
@@ -104,8 +98,6 @@ class Watcher:
                 await self.journal.write_events(drafts, log_cursor=batch[-1].cursor)
             else:
                 await self.journal.write(drafts, change=change, log_cursor=batch[-1].cursor)
-            if ended:
-                return
 
     async def _running_before(
         self, drafts: list[EventDraft]
@@ -141,6 +133,46 @@ class Watcher:
     async def _status(self) -> SchedulerState:
         what = f"status of {self.handle.id}"
         return await until_available(lambda: self.scheduler.status(self.handle), what, self.log)
+
+
+class _Lines:
+    """The reader's lines on their way to the writer: added one at a time, taken all at once
+    (one wake-up of the writer per read of the log, not one queue step per line). Bounded:
+    the reader waits for room while ``limit`` lines wait."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lines: list[LogLine] = []
+        self._ended = False
+        self._ready = asyncio.Event()  # lines wait, or the reader ended
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def full(self) -> bool:
+        return len(self._lines) >= self.limit
+
+    async def room(self) -> None:
+        self._room.clear()
+        await self._room.wait()
+
+    def add(self, line: LogLine) -> None:
+        self._lines.append(line)
+        self._ready.set()
+
+    def end(self) -> None:
+        self._ended = True
+        self._ready.set()
+
+    async def take(self, most: int) -> list[LogLine]:
+        """Up to ``most`` lines, in order, once any wait; [] once the reader ended and every
+        line was taken."""
+        while not self._lines and not self._ended:
+            self._ready.clear()
+            await self._ready.wait()
+        batch = self._lines[:most]
+        del self._lines[:most]
+        self._room.set()
+        return batch
 
 
 def scheduler_backoff(what: str, log: Log, *, attempts: int | None = None) -> Backoff:

@@ -12,6 +12,7 @@ last persisted cursor points, so no line is lost or doubled.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,13 +49,15 @@ class SchedulerState(BaseModel):
     exit_code: int | None = None
 
 
-class LogLine(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a job's output. A plain dataclass, not a model: every backend builds them
+    from text it decoded itself, thousands a second with many jobs printing."""
 
-    text: str = Field(..., description="One line, without its newline.")
+    text: str  # one line, without its newline
+    cursor: str  # the resume point just after this line
     stream: Literal["stdout", "stderr"] = "stdout"
-    cursor: str = Field(..., description="Resume point just after this line.")
-    rank: int | None = Field(None, description="The node rank that wrote it (multi-node jobs).")
+    rank: int | None = None  # the node rank that wrote it (multi-node jobs)
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 
 from ..errors import InvalidInput
 from ..models import Resources
@@ -89,7 +90,7 @@ async def follow_ranks(
             if isinstance(item, BaseException):
                 raise item
             positions[rank] = item.cursor
-            yield item.model_copy(update={"rank": rank, "cursor": rank_cursor(positions)})
+            yield replace(item, rank=rank, cursor=rank_cursor(positions))
     finally:
         for task in tasks:
             task.cancel()

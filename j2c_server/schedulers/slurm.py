@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +267,7 @@ class SlurmScheduler(SchedulerBase):
                 delivered = True
                 if ranked:  # srun --label: each line starts with its rank
                     rank, text = label_rank(line.text)
-                    line = line.model_copy(update={"rank": rank, "text": text})
+                    line = replace(line, rank=rank, text=text)
                 yield line
         finally:
             poller.cancel()

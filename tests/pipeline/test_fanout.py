@@ -108,7 +108,7 @@ async def test_idle_followers_cost_no_registry_reads_and_other_writers_reach_all
         job_id = await _running_job(service)
         followers = [asyncio.ensure_future(_collect(service, job_id)) for _ in range(100)]
         await asyncio.sleep(0.5)  # every follower has replayed the first event
-        reads = _count_calls(monkeypatch, service.registry, "_events")
+        reads = _count_calls(monkeypatch, service.registry, "_read_events")
         await asyncio.sleep(1.0)
         assert reads[0] == 0
         polls = _count_calls(monkeypatch, service.registry, "_last_seqs")
@@ -227,7 +227,7 @@ async def test_this_process_writes_reach_followers_without_reading_them_back(
         journal = Journal(service.registry, service.bus, job_id)
         followers = [asyncio.ensure_future(_collect(service, job_id)) for _ in range(3)]
         await asyncio.sleep(0.3)  # replayed, caught up: fed by the feed from here on
-        reads = _count_calls(monkeypatch, service.registry, "_events")
+        reads = _count_calls(monkeypatch, service.registry, "_read_events")
         for batch in range(200):
             await journal.write_events(
                 [{"kind": EventKind.log, "text": f"{batch}.{i}"} for i in range(3)],

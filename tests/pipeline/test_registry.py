@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from j2c_server.errors import ConfigError, Conflict, NotFound
 from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.registry import SCHEMA_VERSION, LeaseLost, Registry
+from j2c_server.registry_batch import Append
 
 _WRITER = """
 import asyncio, sys
@@ -236,6 +238,44 @@ async def test_log_appends_of_many_jobs_share_transactions_each_with_its_own_out
     events, _ = await registry.events("job-3")
     assert [e.text for e in events[1:4]] == ["job-3 0.0", "job-3 0.1", "job-3 0.2"]
     assert await registry.log_cursor("job-3") == "19"
+
+
+async def test_one_batch_numbers_each_jobs_appends_in_order_and_refuses_each_alone(
+    registry: Registry,
+) -> None:
+    """A transaction's appends are checked and numbered in order (the same job twice: the
+    second after the first); an invalid draft or a removed job fails that append alone, and
+    what it carried (its cursor too) is not written."""
+    for index, job_id in enumerate(("a", "b")):
+        await registry.create_or_attach(_record(job_id, f"k{index}"), _pending())
+
+    def line(text: str) -> dict[str, object]:
+        return {"kind": "log", "stream": "stdout", "text": text}
+
+    appends = [
+        Append("a", [line("a1"), line("a2")], "10", None),
+        Append("b", [line("b0"), {"kind": "status", "status": "nonsense"}], "5", None),
+        Append("gone", [line("x")], "1", None),
+        Append("a", [], "12", None),  # a cursor alone
+        Append("a", [line("a3")], None, None),
+        Append("b", [line("b1")], None, None),
+    ]
+    outcomes = await asyncio.to_thread(registry._append_batch, appends)
+
+    assert [[w.seq for w in o] if isinstance(o, list) else type(o) for o in outcomes] == [
+        [2, 3],
+        ValidationError,
+        NotFound,
+        [],
+        [4],
+        [2],
+    ]
+    a_events, _ = await registry.events("a")
+    b_events, _ = await registry.events("b")
+    assert [e.text for e in a_events[1:]] == ["a1", "a2", "a3"]
+    assert [e.text for e in b_events[1:]] == ["b1"]
+    assert await registry.last_seqs(["a", "b"]) == {"a": 4, "b": 2}
+    assert (await registry.log_cursor("a"), await registry.log_cursor("b")) == ("12", None)
 
 
 async def test_a_jobs_state_is_its_records_status_and_message(registry: Registry) -> None:
