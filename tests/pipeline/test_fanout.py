@@ -7,6 +7,7 @@ Jobs here are rows written straight into a real registry (by this process throug
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import subprocess
 import sys
@@ -279,3 +280,32 @@ async def test_what_arrives_together_reaches_a_follower_as_one_batch(j2c_data_di
     assert seqs == list(range(1, 1 + 1 + 200 + 1))
     assert len(batches) <= 5, [len(batch) for batch in batches]
     assert max(len(batch) for batch in batches) >= 100
+
+
+async def test_a_commit_whose_hand_over_never_comes_still_reaches_followers(
+    j2c_data_dir: Path,
+) -> None:
+    """The poller leaves a job this process is writing to that write's hand-over (one round):
+    a write that committed but never handed its events over (its writer stuck) is still
+    delivered, by the poller's next round."""
+    async with _service() as service:
+        job_id = await _running_job(service)
+        got: list[str | None] = []
+
+        async def follow() -> None:
+            async for event in service.stream(job_id):
+                got.append(event.text)
+
+        follower = asyncio.ensure_future(follow())
+        await asyncio.sleep(0.3)  # replayed, live from here on
+        with service.bus.writing(job_id):  # in flight, and never published
+            await service.registry.append_events(
+                job_id, [{"kind": EventKind.log, "text": "committed"}]
+            )
+            started = time.monotonic()
+            while "committed" not in got:
+                assert time.monotonic() - started < 5, got
+                await asyncio.sleep(0.01)
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
