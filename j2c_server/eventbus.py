@@ -333,7 +333,8 @@ class Fanout:
         writer hands it over; waking the feed then would read back what is on its way (with a
         hundred jobs printing, most of the registry's reads). So a job with a write of this
         process in flight is left to that hand-over for one round; if the feed has not moved
-        by the next, it is woken anyway (the writer was cancelled after its commit)."""
+        by the next, it is woken anyway (a hand-over that does not come: the writer stuck after
+        its commit; one cancelled stops counting as writing at once)."""
         held: dict[str, int] = {}  # job -> the feed's last seq when its wake was held back
         while self._feeds:
             await asyncio.sleep(POLL_S)

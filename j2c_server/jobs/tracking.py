@@ -36,6 +36,7 @@ import httpx
 
 from ..config import J2CSettings, MlflowSettings
 from ..models import EventKind, JobRecord, JobResults, JobStatus, LayerRole, Manifest, TrackingRun
+from ..process_output import output_within
 from ..registry import Registry
 from ..schedulers.base import JobSpec
 from .journal import Journal
@@ -175,10 +176,12 @@ async def _git_commit(folder: str) -> str | None:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        out, _ = await asyncio.wait_for(process.communicate(), _GIT_TIMEOUT_S)
-    except (OSError, TimeoutError):
+        output = await output_within(process, _GIT_TIMEOUT_S)
+    except OSError:
         return None
-    commit = out.decode().strip()
+    if output is None:
+        return None
+    commit = output[0].decode().strip()
     return commit if process.returncode == 0 and len(commit) == 40 else None
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 import httpx
 
 from ..errors import ConfigError, SchedulerError
+from ..process_output import output_within
 
 _SETTING = "scheduler.kubernetes.kubeconfig"
 _EXEC_TIMEOUT_S = 60.0
@@ -107,14 +108,12 @@ class ExecPlugin:
                 field=_SETTING,
                 hint=self.install_hint,
             ) from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), _EXEC_TIMEOUT_S)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        output = await output_within(proc, _EXEC_TIMEOUT_S)
+        if output is None:
             raise SchedulerError(
                 f"kubeconfig exec plugin {self.command!r} did not answer in {_EXEC_TIMEOUT_S:.0f} s"
             ) from None
+        out, err = output
         if proc.returncode != 0:
             detail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise SchedulerError(
