@@ -140,7 +140,6 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-# What an append checks: the job's seq, status and lease owner; its record only when wanted.
 # What an append is checked against (last seq, status, lease owner), and the record it changes.
 _APPEND_READ = (
     "SELECT j.last_seq, j.status, l.owner, j.record FROM jobs j "
@@ -476,7 +475,10 @@ class Registry:
     ) -> tuple[list[Event], JobStatus]:
         """Events with ``seq > after`` in order, and the job's status read in the same snapshot
         (a terminal status means no event will follow the last one returned)."""
-        head, rows, status = await self._call(self._read_events, job_id, after, limit)
+        return await self._call(self._events, job_id, after, limit)
+
+    def _events(self, job_id: str, after: int, limit: int | None) -> tuple[list[Event], JobStatus]:
+        head, rows, status = self._read_events(job_id, after, limit)  # parsed here, off the loop
         return head + [Event.model_validate_json(text) for _, text in rows], status
 
     async def wire_events(
