@@ -62,15 +62,23 @@ export CONTAINERS_CONF="$CONF"
 
 # ---------------------------------------------------------------- the image
 IMAGE_NAME=${J2C_PLATFORM_IMAGE_NAME:-localhost/j2c-platform}
+PYTHON=${PYTHON:-$(command -v python3)}
+# Two tags: the base (Debian + j2c-unpack's libraries) by this script and the host's pip
+# freeze, rebuilt rarely (minutes); the image = base + j2c's sources, by their hash, made in
+# seconds whenever a source changes.
+base_hash=$(
+    { sha256sum "$0"; "$PYTHON" -m pip freeze 2>/dev/null | grep -ivE '^(j2c|-e )'; } |
+        sha256sum | cut -c1-16
+)
+BASE="$IMAGE_NAME-base:$base_hash"
 recipe_hash=$(
     {
-        sha256sum "$0"
+        echo "$BASE"
         cd "$ROOT_DIR" && find j2c_server -name '*.py' -not -path '*/labextension/*' | LC_ALL=C sort |
             xargs sha256sum
     } | sha256sum | cut -c1-16
 )
 IMAGE="$IMAGE_NAME:$recipe_hash"
-PYTHON=${PYTHON:-$(command -v python3)}
 
 mirror() { # the Debian mirror apt already uses (never hard-coded here)
     local files=() f
@@ -80,7 +88,7 @@ mirror() { # the Debian mirror apt already uses (never hard-coded here)
         "${files[@]}"
 }
 
-build_image() {
+build_base() {
     local work rootfs uri
     work=$(mktemp -d "${TMPDIR:-/var/tmp}/j2c-platform-XXXXXX")
     rootfs="$work/rootfs"
@@ -110,8 +118,6 @@ build_image() {
         exit 1
     fi
     grep -v "$noise" <<<"$out" >&2 || true
-    (cd "$ROOT_DIR" && tar -c --exclude='__pycache__' --exclude='j2c_server/labextension' \
-        j2c_server) | tar -C "$lib" -x
     cat >"$rootfs/usr/local/bin/j2c-unpack" <<'EOF'
 #!/usr/bin/python3 -I
 import sys
@@ -121,15 +127,29 @@ sys.exit(main())
 EOF
     chmod 755 "$rootfs/usr/local/bin/j2c-unpack"
     rm -rf "$rootfs/var/cache/apt/archives/"*.deb "$rootfs/var/lib/apt/lists/"*
-    log "podman import $IMAGE"
-    tar -C "$rootfs" -c . | podman import --quiet - "$IMAGE" >/dev/null
+    log "podman import $BASE"
+    tar -C "$rootfs" -c . | podman import --quiet - "$BASE" >/dev/null
+    rm -rf "$work"
+}
+
+add_sources() { # the base + j2c's Python package in /opt/j2c/lib, committed as $IMAGE
+    local work ctr
+    work=$(mktemp -d "${TMPDIR:-/var/tmp}/j2c-platform-XXXXXX")
+    (cd "$ROOT_DIR" && tar -c --exclude='__pycache__' --exclude='j2c_server/labextension' \
+        j2c_server) | tar -C "$work" -x
+    ctr=$(podman create --quiet "$BASE" /bin/true)
+    podman cp "$work/j2c_server" "$ctr:/opt/j2c/lib/" >&2
+    podman commit --quiet "$ctr" "$IMAGE" >/dev/null
+    podman rm --force "$ctr" >/dev/null
     rm -rf "$work"
 }
 
 if podman image exists "$IMAGE"; then
     log "reusing $IMAGE"
 else
-    build_image
+    podman image exists "$BASE" || build_base
+    log "adding j2c's sources: $IMAGE"
+    add_sources
 fi
 
 # ---------------------------------------------------------------- the API service
