@@ -7,6 +7,7 @@ pipeline's stages and by the service's dry run and preflight.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from ..config import J2CSettings
@@ -48,12 +49,19 @@ def job_image(settings: J2CSettings, record: JobRecord) -> str | None:
 
 
 def job_spec(
-    settings: J2CSettings, record: JobRecord, manifest_uri: str, store: ObjectStore
+    settings: J2CSettings,
+    record: JobRecord,
+    manifest_uri: str,
+    store: ObjectStore,
+    *,
+    manifest_digest: str,
 ) -> JobSpec:
-    """What the scheduler gets: ``j2c-unpack <manifest> --output-uri <store> -- <args>`` in the
-    job's image, with the request's env, ``J2C_JOB_ID`` and where the store is (never a
-    credential). With presigned URLs the job has no way to write to the store, so its outputs
-    stay where the scheduler keeps them."""
+    """What the scheduler gets: ``j2c-unpack <manifest> --manifest-digest <sha256:...>
+    --output-uri <store> -- <args>`` in the job's image, with the request's env, ``J2C_JOB_ID``
+    and where the store is (never a credential). ``manifest_digest`` is the sha256 of the exact
+    bytes at ``manifest_uri``: the job refuses any other manifest, so whoever else can write the
+    store cannot swap a queued job's manifest. With presigned URLs the job has no way to write
+    to the store, so its outputs stay where the scheduler keeps them."""
     request = record.request
     unpack = scheduler_class(record.scheduler).unpack_command(settings)
     outputs = (
@@ -72,6 +80,8 @@ def job_spec(
         command=[
             *unpack,
             manifest_uri,
+            "--manifest-digest",
+            manifest_digest,
             *outputs,
             *unpack_options(request.resources),
             "--",
@@ -114,9 +124,10 @@ def refuse_if_over_limit(plan: PackPlan) -> None:
 
 async def presigned_manifest(
     settings: J2CSettings, store: ObjectStore, manifest: Manifest, job_id: str
-) -> str:
+) -> tuple[str, str]:
     """A per-job manifest whose layers carry presigned URLs, itself presigned: the job needs
-    no storage credentials. Recorded and shown only redacted."""
+    no storage credentials. Its presigned URL (recorded and shown only redacted) and the
+    digest of the bytes stored there (``sha256:...``, for the job's ``--manifest-digest``)."""
     expiry = settings.storage.presign_expiry_s
     layers: list[Layer] = []
     for layer in manifest.layers:
@@ -135,7 +146,8 @@ async def presigned_manifest(
     ]
     resolved = manifest.model_copy(update={"layers": layers, "files": files or None})
     key = f"jobs/{job_id}/manifest.json"
-    await store.put_bytes(key, resolved.canonical_json())
+    body = resolved.canonical_json()
+    await store.put_bytes(key, body)
     url = await store.presign(key, expires_s=expiry)
     assert url is not None  # the layers were presigned by the same store
-    return url
+    return url, "sha256:" + hashlib.sha256(body).hexdigest()

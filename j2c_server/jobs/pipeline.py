@@ -294,12 +294,12 @@ class Pipeline:
         )
         await self._started(Stage.configure, inputs)
         store = self.clients.store()
-        job_manifest = (
+        job_manifest, pinned = (
             await presigned_manifest(self.settings, store, manifest, self.job_id)
             if presign
-            else manifest_uri
+            else (manifest_uri, manifest.digest())
         )
-        spec = job_spec(self.settings, record, job_manifest, store)
+        spec = job_spec(self.settings, record, job_manifest, store, manifest_digest=pinned)
         state, changes = configure_changes(inputs, previous)
         shown = spec.model_copy(
             update={

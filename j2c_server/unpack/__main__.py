@@ -2,7 +2,8 @@
 
 The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on stderr:
 
-1. manifest      fetch the manifest and validate it (and its digest, when its name is one);
+1. manifest      fetch the manifest, refuse it unless its bytes hash to --manifest-digest
+                 (or, without one, to its content-addressed name), and validate it;
                  with the node cache, a manifest validated there before is not validated again
                  (plan_cache.py: no pydantic import on a warm start)
 2. python        the venv's Python major.minor must be this interpreter's
@@ -77,6 +78,13 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("manifest", metavar="MANIFEST_URI", help="file://, s3:// or https://")
     parser.add_argument(
+        "--manifest-digest",
+        metavar="sha256:HEX",
+        type=_digest,
+        help="the sha256 of the manifest's bytes: any other manifest is refused (exit 65), "
+        "whatever its path; the server gives every job its own",
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         help="j2c-unpack's folder, kept after the job (default: a temporary folder, removed "
@@ -141,6 +149,17 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(own), user_args
 
 
+_HEX = "0123456789abcdef"
+
+
+def _digest(text: str) -> str:
+    """``--manifest-digest``: ``sha256:`` and 64 lowercase hex digits."""
+    hexdigest = text.removeprefix("sha256:")
+    if not text.startswith("sha256:") or len(hexdigest) != 64 or hexdigest.strip(_HEX):
+        raise argparse.ArgumentTypeError(f"{text!r} is not sha256:<64 lowercase hex digits>")
+    return text
+
+
 class _Terminated(BaseException):
     """SIGTERM outside the run (which forwards it to the job): stop, but clean up first."""
 
@@ -190,7 +209,8 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
     from .workdir import workdir_in_use
 
     # 1-2: what to run, and whether this interpreter can run it at all.
-    manifest = read_manifest(options.manifest, cache.plans if cache is not None else None)
+    plans = cache.plans if cache is not None else None
+    manifest = read_manifest(options.manifest, plans, options.manifest_digest)
     if manifest.files:
         from .bigfiles import check_files
 

@@ -56,13 +56,42 @@ def shown(uri: str) -> str:
 # --------------------------------------------------------------------------- the manifest
 
 
-def read_manifest(uri: str, plans: PlanCache | None = None) -> ManifestPlan:
-    """The manifest at ``uri``; when its name is its digest, the bytes are checked against it.
+def read_manifest(
+    uri: str, plans: PlanCache | None = None, pinned: str | None = None
+) -> ManifestPlan:
+    """The manifest at ``uri``, refused unless its bytes hash to ``pinned`` (the job's
+    ``--manifest-digest``: whatever the path, a manifest replaced after submission never runs).
+    Unpinned, a content-addressed name (``.../manifests/sha256/<hex>.json``) is checked against
+    its bytes, and any other path is used with a ``not pinned`` warning (a hand-run job).
     Validated by :class:`~j2c_server.models.Manifest`, unless ``plans`` holds what the same
     validator accepted for the same bytes on this node before (no pydantic import then)."""
     stage = Stage("manifest")
     data = _read_small(uri)
     sha256 = hashlib.sha256(data).hexdigest()
+    _check_digest(uri, sha256, pinned)
+    raw = _parsed(uri, data)
+    plan = plans.get(sha256, raw) if plans is not None else None
+    how = "validated before on this node"
+    if plan is None:
+        dumped = _validated(uri, raw)
+        plan = ManifestPlan.from_dict(dumped)
+        how = "validated"
+        if plans is not None:
+            plans.put(sha256, raw, dumped)
+    stage.done(f"{shown(uri)}: {len(plan.layers)} layers, entry {plan.entry.describe()} ({how})")
+    return plan
+
+
+def _check_digest(uri: str, sha256: str, pinned: str | None) -> None:
+    """Refuse bytes that are not the pinned (or, unpinned, the content-addressed) manifest."""
+    if pinned is not None and sha256 != pinned.removeprefix("sha256:"):
+        raise ManifestInvalid(
+            f"the manifest at {shown(uri)} is sha256:{sha256}, not the {pinned} this job was "
+            "given (--manifest-digest): it was changed after the job was submitted; nothing run",
+            field="manifest",
+            hint="someone else who can write the store may have replaced it; submit the job "
+            "again, and restrict who can write the store's jobs/ and manifests/",
+        )
     match = _MANIFEST_PATH.match(urlsplit(uri).path)
     if match and sha256 != match["hex"]:
         raise LayerCorrupt(
@@ -70,31 +99,30 @@ def read_manifest(uri: str, plans: PlanCache | None = None) -> ManifestPlan:
             field="manifest",
             hint="the stored manifest is corrupt or was replaced; submit the job again",
         )
-    plan = plans.get(sha256) if plans is not None else None
-    how = "validated before on this node"
-    if plan is None:
-        dumped = _validated(uri, data)
-        plan = ManifestPlan.from_dict(dumped)
-        how = "validated"
-        if plans is not None:
-            plans.put(sha256, dumped)
-    stage.done(f"{shown(uri)}: {len(plan.layers)} layers, entry {plan.entry.describe()} ({how})")
-    return plan
+    if pinned is None and match is None:
+        say(
+            "manifest",
+            f"not pinned: {shown(uri)} is not content-addressed and no --manifest-digest was "
+            f"given; running the bytes found (sha256:{sha256}) unchecked",
+        )
 
 
-def _validated(uri: str, data: bytes) -> dict[str, Any]:
-    """``data`` checked by the pydantic models: every field, defaults filled in."""
+def _parsed(uri: str, data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ManifestInvalid(
+            f"the manifest at {shown(uri)} is not JSON: {exc}", field="manifest"
+        ) from None
+
+
+def _validated(uri: str, raw: Any) -> dict[str, Any]:
+    """The manifest's JSON checked by the pydantic models: every field, defaults filled in."""
     from pydantic import ValidationError
 
     from ..errors import validation_error_to_j2c
     from ..models import MANIFEST_FORMAT_VERSION, Manifest
 
-    try:
-        raw = json.loads(data)
-    except ValueError as exc:
-        raise ManifestInvalid(
-            f"the manifest at {shown(uri)} is not JSON: {exc}", field="manifest"
-        ) from None
     version = raw.get("format_version") if isinstance(raw, dict) else None
     if isinstance(version, int) and version > MANIFEST_FORMAT_VERSION:
         raise ManifestInvalid(

@@ -5,9 +5,12 @@ is only run after :class:`j2c_server.models.Manifest` accepted it. So the first 
 validates, then stores what it accepted (``model_dump``) under the sha256 of the manifest's
 bytes *and of the validator* (this j2c's version and the source of the two modules that define
 the manifest): the same bytes, checked by the same code, pass again. A later job that fetched
-the same bytes builds its :class:`ManifestPlan` from that file; any doubt (a file that is
-someone else's, writable by others, not a complete plan) is a miss, and the manifest is
-validated as on a cold start.
+the same bytes builds its :class:`ManifestPlan` from that file, once the file proved to be the
+plan of those bytes: it names their digest, and its content is the manifest's JSON field for
+field (layer digests, entry, env...), so the cache can only vouch that the validator accepted
+them, never change what runs. Any doubt (a file that is someone else's, writable by others, not
+a complete plan, of another digest or content) is a miss, and the manifest is validated as on a
+cold start.
 
 Plans are a few kB each; the least recently used beyond :data:`MAX_PLANS` are removed.
 """
@@ -51,9 +54,9 @@ class PlanCache:
     def _path(self, manifest_sha256: str) -> Path:
         return self.folder / f"{manifest_sha256}-{self._validator}.json"
 
-    def get(self, manifest_sha256: str) -> ManifestPlan | None:
-        """The plan of the manifest whose bytes hash to ``manifest_sha256``, if this validator
-        accepted them on this node before; None otherwise."""
+    def get(self, manifest_sha256: str, raw: object) -> ManifestPlan | None:
+        """The plan of the manifest whose bytes hash to ``manifest_sha256`` and parse to
+        ``raw``, if this validator accepted them on this node before; None otherwise."""
         path = self._path(manifest_sha256)
         try:
             fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
@@ -65,19 +68,30 @@ class PlanCache:
             if why or not stat.S_ISREG(st.st_mode):
                 say("cache", f"plan {path.name} refused: it {why or 'is not a file'}")
                 return None
+            plan: ManifestPlan | None = None
             try:
-                plan = ManifestPlan.from_dict(json.loads(handle.read())["manifest"])
+                kept = json.loads(handle.read())
+                why = _not_of(kept, manifest_sha256, raw)
+                plan = None if why else ManifestPlan.from_dict(kept["manifest"])
             except (ValueError, KeyError, TypeError, PlanError) as exc:
-                say("cache", f"plan {path.name} refused ({exc}): the manifest is validated again")
+                why = str(exc)
+            if plan is None:
+                say("cache", f"plan {path.name} refused ({why}): the manifest is validated again")
                 return None
         with contextlib.suppress(OSError):
             os.utime(path)  # least recently used = oldest mtime
         return plan
 
-    def put(self, manifest_sha256: str, dumped: dict[str, object]) -> None:
-        """Keep what the validator accepted; a cache that cannot take it only costs speed."""
+    def put(self, manifest_sha256: str, raw: object, dumped: dict[str, object]) -> None:
+        """Keep what the validator accepted; a cache that cannot take it only costs speed.
+        A manifest not written as j2c writes it (defaults left out, say) is not kept: its
+        plan could not be checked against its bytes, so it is validated on every start."""
+        if not written_out(dumped, raw):
+            say("cache", "the manifest's plan is not kept: not in j2c's canonical form")
+            return
+        record: dict[str, object] = {"manifest_sha256": manifest_sha256, "manifest": dumped}
         try:
-            write_json(self._path(manifest_sha256), {"manifest": dumped})
+            write_json(self._path(manifest_sha256), record)
             self._trim()
         except OSError as exc:
             say("cache", f"the manifest's plan is not kept: {exc.strerror or exc}")
@@ -87,3 +101,31 @@ class PlanCache:
         for old in plans[: max(0, len(plans) - MAX_PLANS)]:
             with contextlib.suppress(OSError):
                 old.unlink()
+
+
+def _not_of(kept: object, manifest_sha256: str, raw: object) -> str | None:
+    """Why a kept plan is not the plan of these manifest bytes (None: it is)."""
+    if not isinstance(kept, dict) or kept.get("manifest_sha256") != manifest_sha256:
+        return "it is the plan of another manifest digest"
+    if not written_out(kept.get("manifest"), raw):
+        return "its layers, entry or env are not the fetched manifest's"
+    return None
+
+
+def written_out(dumped: object, raw: object) -> bool:
+    """Whether ``raw`` (the manifest's JSON) is ``dumped`` (a full plan) as j2c writes a
+    manifest: every field, ``None`` left out (``Manifest.canonical_json``). Then a plan says
+    nothing the manifest's bytes do not: a plan with other layer digests, another entry or env
+    is never used for them."""
+    if isinstance(dumped, dict):
+        present = {key: value for key, value in dumped.items() if value is not None}
+        return (
+            isinstance(raw, dict)
+            and present.keys() == raw.keys()
+            and all(written_out(value, raw[key]) for key, value in present.items())
+        )
+    if isinstance(dumped, list):
+        return (
+            isinstance(raw, list) and len(dumped) == len(raw) and all(map(written_out, dumped, raw))
+        )
+    return type(dumped) is type(raw) and dumped == raw
