@@ -101,7 +101,7 @@ async def test_an_edit_of_only_the_big_file_uploads_only_that_blob(
     assert all(layer.reused for layer in second.layers)
     published = await publish(store, second, make_manifest(second))
     assert published.uploaded == [] and published.files_uploaded == ["data/train.bin"]
-    assert published.bytes_uploaded == len(data)
+    assert published.bytes_uploaded == len(data) + published.manifest_size
     digest = second.files[0].file.digest
     assert await store.get_bytes(file_blob_key(digest)) == data
 

@@ -82,7 +82,8 @@ async def test_an_edit_uploads_only_its_part(
     assert name.endswith(".tar.zst") and size < 64 * 1024
     finished = stage_events(events, "finished")
     upload = finished["upload"]
-    assert upload.data["bytes_uploaded"] == size and upload.data["uploaded"] == ["code"]
+    assert upload.data["bytes_uploaded"] == size + upload.data["manifest_bytes"]
+    assert 0 < upload.data["manifest_bytes"] < 16 * 1024 and upload.data["uploaded"] == ["code"]
     assert upload.data["files_uploaded"] == []
     assert f"uploaded code layer (1 of {len(parts)} parts)" in (upload.text or "")
     text = finished["pack"].text or ""
