@@ -1,0 +1,155 @@
+"""The image check as the service runs it: at preflight, before upload, and while following a job.
+
+:func:`image_report` finds the target's inventory (the image store; for ``scheduler: container``
+the engine's image ID, probed once) and compares the job's needs with it, in a worker thread (it
+reads metadata and parses the project's sources). It never fails a send: a check that cannot be
+made says why in the report. :class:`InventoryLearner` takes the ``j2c: inventory:`` line a
+job's ``j2c-unpack`` prints and keeps it for the job's target, so the next preflight knows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..config import J2CSettings
+from ..errors import J2CError
+from ..models import JobHandle
+from ..pack.venv import open_venv
+from ..unpack.inventory import PREFIX, site_dirs
+from .diff import compare, lab_glibc
+from .models import ImageInventory, ImageReport
+from .needs import lab_dists, project_imports
+from .probe import container_image_key, container_inventory
+from .store import InventoryStore, Stored
+from .target import CONTAINER, Target, target_for
+
+MAX_LINE = 4 * 1024 * 1024
+_log = logging.getLogger("j2c")
+
+
+def _not_known(target: Target, key: str, why: str | None = None) -> ImageReport:
+    detail = f" ({why})" if why else ""
+    return ImageReport(
+        target=target.label,
+        key=key,
+        known=False,
+        message=f"{target.label} not known yet{detail}: checked when the job starts",
+    )
+
+
+def _python_line(lab: str | None, inventory: ImageInventory) -> str | None:
+    if lab is None or lab == inventory.python.minor:
+        return None
+    return (
+        f"the venv was made with Python {lab}, the image runs {inventory.python.version}: "
+        "the venv's packages will not load"
+    )
+
+
+def compare_with(
+    stored: Stored, target: Target, venv_path: Path | None, code_path: Path, skip: list[Path]
+) -> ImageReport:
+    """The report of one project against one stored inventory (synchronous: a worker thread)."""
+    started = time.monotonic()
+    inventory = stored.inventory
+    venv = open_venv(venv_path) if venv_path is not None else None
+    if venv is None:
+        venv_dists, base_folders, lab_python = {}, [Path(p) for p in site_dirs()], None
+    else:
+        folders = [venv.site_packages] if venv.site_packages else []
+        venv_dists = lab_dists(folders)
+        base_folders = [Path(p) for p in venv.base.paths] if venv.base else []
+        base_folders = base_folders if venv.info.include_system_site_packages else []
+        lab_python = venv.info.python_version
+    base = {k: d for k, d in lab_dists(base_folders).items() if k not in venv_dists}
+    imports = project_imports(code_path, [*skip, *([venv.root] if venv else [])])
+    found = compare(venv_dists, base, imports, inventory, lab_glibc())
+    return ImageReport(
+        target=target.label,
+        key=stored.key,
+        known=True,
+        source=stored.source,
+        learned_at=stored.stored_at,
+        python=_python_line(lab_python, inventory),
+        missing=found.missing,
+        versions=found.versions,
+        wheels=found.wheels,
+        shadows=found.shadows,
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+async def image_report(
+    settings: J2CSettings,
+    scheduler: str,
+    image: str | None,
+    venv_path: Path | None,
+    code_path: Path,
+) -> ImageReport | None:
+    """The job's differences with its target; None when it runs on the lab's own Python."""
+    target = target_for(settings, scheduler, image)
+    if target is None:
+        return None
+    store = InventoryStore(settings.data_path())
+    key = target.key
+    try:
+        if scheduler == CONTAINER and image:
+            key, stored = await container_inventory(settings, image, store)
+            if stored is None:
+                return _not_known(target, key, "the container engine has no such image")
+        else:
+            stored = await asyncio.to_thread(store.get, key)
+        if stored is None:
+            return _not_known(target, key)
+        skip = [settings.data_path()]
+        return await asyncio.to_thread(compare_with, stored, target, venv_path, code_path, skip)
+    except (J2CError, OSError, ValueError) as exc:
+        # The check informs a send; it never stops one.
+        _log.warning("j2c: image check of %s failed: %s", target.label, exc)
+        return _not_known(target, key, str(exc))
+
+
+class InventoryLearner:
+    """Keeps the first ``j2c: inventory:`` line of one job for the job's target key. The job
+    is one this user's server follows (its own registry), so its word is trusted; the line must
+    still be a valid inventory."""
+
+    def __init__(
+        self, settings: J2CSettings, scheduler: str, image: str | None, handle: JobHandle
+    ) -> None:
+        self.settings = settings
+        self.target = target_for(settings, scheduler, image)
+        self.handle = handle
+        self.learned = False
+
+    @staticmethod
+    def wants(text: str) -> bool:
+        return text.startswith(PREFIX)
+
+    async def __call__(self, text: str) -> str:
+        """Keep the line's inventory; returns the short line the job's log shows instead."""
+        if self.learned or self.target is None or len(text) > MAX_LINE:
+            return f"{PREFIX}(not kept: {'one per job' if self.learned else 'no target'})"
+        self.learned = True  # one per job: a job's later lines are its own output
+        try:
+            data = json.loads(text[len(PREFIX) :])
+            inventory = ImageInventory.model_validate(data)
+            key: str | None = self.target.key
+            if self.target.scheduler == CONTAINER:
+                key = await container_image_key(self.settings, self.handle.id)
+            if key is None:
+                return f"{PREFIX}(not kept: the job's container is gone)"
+            store = InventoryStore(self.settings.data_path())
+            await asyncio.to_thread(store.put, key, inventory, "job")
+        except (ValueError, ValidationError, J2CError, OSError) as exc:
+            _log.warning("j2c: a job's inventory line was not kept: %s", exc)
+            return f"{PREFIX}(not kept: {str(exc)[:200]})"
+        python = inventory.python.version
+        dists = len(inventory.distributions)
+        return f"{PREFIX}Python {python}, {dists} distributions: kept for {self.target.label}"

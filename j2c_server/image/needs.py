@@ -1,0 +1,229 @@
+"""What a job needs from its base Python, read in the lab.
+
+- the venv's distributions (they ship) with their ``Requires-Dist`` and wheel tags;
+- the lab base's distributions (what ``--system-site-packages`` let pip skip), with the
+  import names each provides;
+- the top-level imports of the project's ``.py`` files and notebook code cells (``ast``), minus
+  the standard library and the project's own modules. An import inside ``try`` that handles
+  ``ImportError`` is optional and not counted, nor one under ``if TYPE_CHECKING``.
+
+Everything read is memoised by path and mtime in this process, so the server's second preflight
+of a project re-reads only what changed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from ..unpack.inventory import normalize, top_level
+
+_SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
+MAX_SOURCE_FILES = 5000
+_OPTIONAL = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+@dataclass(frozen=True)
+class LabDist:
+    key: str  # PEP 503 name
+    name: str
+    version: str
+    requires: tuple[str, ...]
+    top_level: tuple[str, ...]
+    path: Path  # its .dist-info / .egg-info folder
+    tags: tuple[str, ...] = ()  # WHEEL's Tag lines (compiled wheels only)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}"
+
+    def size(self) -> int:
+        """Installed bytes, by RECORD (files without a recorded size are stat'ed)."""
+        dist = metadata.PathDistribution(self.path)
+        total = 0
+        for item in dist.files or []:
+            if item.size is not None:
+                total += item.size
+                continue
+            try:
+                total += os.stat(self.path.parent / item).st_size
+            except OSError:
+                continue
+        return total
+
+
+_dist_memo: dict[tuple[str, int], LabDist | None] = {}
+_imports_memo: dict[tuple[str, int, int], frozenset[str]] = {}
+
+
+def _wheel_tags(folder: Path) -> tuple[str, ...]:
+    try:
+        text = (folder / "WHEEL").read_text(errors="replace")
+    except OSError:
+        return ()
+    if "root-is-purelib: true" in text.lower():
+        return ()
+    return tuple(
+        line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")
+    )
+
+
+def _read_dist(folder: Path) -> LabDist | None:
+    dist = metadata.PathDistribution(folder)
+    name = dist.metadata["Name"] if dist.metadata is not None else None
+    if not name:
+        return None
+    return LabDist(
+        key=normalize(name),
+        name=name,
+        version=dist.version,
+        requires=tuple(dist.requires or ()),
+        top_level=tuple(top_level(dist)),
+        path=folder,
+        tags=_wheel_tags(folder),
+    )
+
+
+def lab_dists(folders: list[Path]) -> dict[str, LabDist]:
+    """Key → distribution in ``folders``; the first folder holding a name wins (as imports)."""
+    found: dict[str, LabDist] = {}
+    for root in folders:
+        try:
+            names = sorted(os.listdir(root))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith((".dist-info", ".egg-info")):
+                continue
+            folder = root / name
+            try:
+                mtime = os.stat(folder).st_mtime_ns
+            except OSError:
+                continue
+            memo = (str(folder), mtime)
+            if memo not in _dist_memo:
+                _dist_memo[memo] = _read_dist(folder) if folder.is_dir() else None
+            dist = _dist_memo[memo]
+            if dist is not None:
+                found.setdefault(dist.key, dist)
+    return found
+
+
+# ---------------------------------------------------------------------- the project's imports
+
+
+def _optional(node: ast.Try) -> bool:
+    for handler in node.handlers:
+        kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        if handler.type is None or any(
+            isinstance(k, ast.Name) and k.id in _OPTIONAL for k in kinds
+        ):
+            return True
+    return False
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imported_names(tree: ast.AST) -> set[str]:
+    """The first part of every absolute import, but not optional or type-checking ones."""
+    names: set[str] = set()
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Try) and _optional(node):
+            todo.extend([*node.handlers, *node.orelse, *node.finalbody])
+        elif isinstance(node, ast.If) and _type_checking(node):
+            todo.extend(node.orelse)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _notebook_source(text: str) -> list[str]:
+    """Each code cell's source, IPython's magics and shell lines left out."""
+    cells = json.loads(text).get("cells", [])
+    sources = []
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        lines = source if isinstance(source, list) else source.splitlines(keepends=True)
+        kept = ["\n" if line.lstrip().startswith(("%", "!")) else line for line in lines]
+        sources.append("".join(kept))
+    return sources
+
+
+def _file_imports(path: Path, st: os.stat_result) -> frozenset[str]:
+    memo = (str(path), st.st_mtime_ns, st.st_size)
+    if memo in _imports_memo:
+        return _imports_memo[memo]
+    names: set[str] = set()
+    try:
+        text = path.read_text(errors="replace")
+        sources = _notebook_source(text) if path.suffix == ".ipynb" else [text]
+    except (OSError, ValueError, AttributeError):
+        sources = []
+    for source in sources:
+        try:
+            names |= imported_names(ast.parse(source))
+        except (SyntaxError, ValueError):
+            continue  # not this check's business: the job says so when it runs
+    _imports_memo[memo] = frozenset(names)
+    return _imports_memo[memo]
+
+
+@dataclass
+class ProjectImports:
+    by_module: dict[str, list[str]] = field(default_factory=dict)  # module → files importing it
+    local: set[str] = field(default_factory=set)  # the project's own module names
+
+
+def project_imports(code_root: Path, skip: list[Path]) -> ProjectImports:
+    """The imports of the project's sources (at most :data:`MAX_SOURCE_FILES` files), without
+    nested virtual environments, hidden folders, caches and ``skip`` (the venv, j2c's data)."""
+    found = ProjectImports()
+    skipped = {os.path.realpath(p) for p in skip}
+    seen = 0
+    for folder, dirs, files in os.walk(code_root):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIP_DIRS
+            and os.path.realpath(os.path.join(folder, d)) not in skipped
+            and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+        )
+        found.local.update(d for d in dirs if d.isidentifier())
+        for name in sorted(files):
+            stem, suffix = os.path.splitext(name)
+            if suffix not in (".py", ".ipynb") or seen >= MAX_SOURCE_FILES:
+                continue
+            seen += 1
+            if suffix == ".py":
+                found.local.add(stem)
+            path = Path(folder, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            rel = path.relative_to(code_root).as_posix()
+            for module in _file_imports(path, st):
+                found.by_module.setdefault(module, []).append(rel)
+    for module in [*found.local, *sys.stdlib_module_names, "__future__"]:
+        found.by_module.pop(module, None)
+    return found

@@ -1,0 +1,196 @@
+"""The inventory of the Python a job runs on: stdlib only, and also a script on its own.
+
+What a ``--system-site-packages`` venv finds under it: the interpreter (version, ABI tags), the
+platform (machine, glibc) and the distributions in the base's own site folders (name, version,
+top-level import names, ``Requires-Dist``), plus torch's and CUDA's versions read from metadata
+(torch is never imported). The lab compares it with what a job needs (``j2c_server.image``).
+
+Two ways it runs:
+
+- in a job, ``j2c-unpack`` calls :func:`report`: one ``j2c: inventory: {json}`` line, which the
+  server that follows the job stores for the job's target. With the node cache it is computed once
+  per interpreter and kept in ``<cache>/inventory/``; later jobs find it there and say nothing;
+- the lab's probe sends this file's source as ``python3 -I -c <source>`` into a short-lived
+  container of the image: run as a script, it prints the inventory as JSON. So the module imports
+  nothing outside the standard library at its top (``report`` imports j2c-unpack's helpers
+  lazily).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import site
+import sys
+import sysconfig
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+PREFIX = "j2c: inventory: "
+_NAME_RE = re.compile(r"[-_.]+")
+_MODULE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[^/]*)?\.(py|pyc|so|pyd)$")
+_TORCH_RE = re.compile(r"^(__version__|cuda|hip)\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]", re.M)
+
+
+def normalize(name: str) -> str:
+    """PEP 503: 'Scikit_Learn' and 'scikit-learn' are one project."""
+    return _NAME_RE.sub("-", name).lower()
+
+
+def site_dirs() -> list[str]:
+    """The base interpreter's site folders: what a job's venv sees through system site
+    packages (not j2c-unpack's own libraries, nor a venv it may run from)."""
+    found = [*site.getsitepackages([sys.base_prefix])]
+    # Debian's python3 also reads /usr/lib/python3/dist-packages, which the call above names
+    # only with the distribution's own patches: take whatever sys.path adds under the prefix.
+    for entry in sys.path:
+        if entry.endswith(("site-packages", "dist-packages")) and entry.startswith(sys.base_prefix):
+            found.append(entry)
+    return [path for path in dict.fromkeys(found) if os.path.isdir(path)]
+
+
+def top_level(dist: metadata.Distribution) -> list[str]:
+    """The import names a distribution provides: ``top_level.txt``, else its RECORD's first
+    path parts (modules and packages, not its metadata or scripts)."""
+    text = dist.read_text("top_level.txt")
+    if text:
+        return sorted({line.strip() for line in text.splitlines() if line.strip()})
+    names: set[str] = set()
+    for item in dist.files or []:
+        parts = item.parts
+        if (
+            not parts
+            or parts[0] in ("..", "__pycache__")
+            or parts[0].endswith((".dist-info", ".data", ".egg-info"))
+        ):
+            continue
+        if len(parts) > 1:
+            if parts[0].isidentifier():
+                names.add(parts[0])
+        elif (match := _MODULE_RE.match(parts[0])) is not None:
+            names.add(match.group(1))
+    return sorted(names)
+
+
+def _torch(dirs: list[str], dists: dict[str, dict[str, Any]]) -> dict[str, str] | None:
+    """torch's version and its CUDA (or ROCm) build, from ``torch/version.py``'s text."""
+    for folder in dirs:
+        try:
+            text = Path(folder, "torch", "version.py").read_text(errors="replace")
+        except OSError:
+            continue
+        values = dict(_TORCH_RE.findall(text))
+        found = {"version": values.get("__version__", "")}
+        for key in ("cuda", "hip"):
+            if values.get(key) and values[key] != "None":
+                found[key] = values[key]
+        cudnn = next((d["version"] for n, d in dists.items() if n.startswith("nvidia-cudnn")), None)
+        if cudnn:
+            found["cudnn"] = cudnn
+        return found
+    return None
+
+
+def _libc() -> tuple[str, str]:
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        text = ""
+    name, _, version = text.partition(" ")
+    if name and version:
+        return name, version
+    found = platform.libc_ver()
+    return found[0] or "unknown", found[1]
+
+
+def collect() -> dict[str, Any]:
+    """This interpreter's inventory, as JSON-ready data."""
+    dirs = site_dirs()
+    dists: dict[str, dict[str, Any]] = {}
+    for dist in metadata.distributions(path=dirs):
+        name = dist.metadata["Name"]
+        if not name or normalize(name) in dists:
+            continue  # the first on the path wins, as an import would
+        dists[normalize(name)] = {
+            "name": name,
+            "version": dist.version,
+            "top_level": top_level(dist),
+            "requires": list(dist.requires or []),
+        }
+    libc, libc_version = _libc()
+    j2c_version: str | None = None  # run as a probe script: no j2c in the image's own path
+    with contextlib.suppress(ImportError):
+        from j2c_server import __version__ as j2c_version
+    return {
+        "format": FORMAT,
+        "created_at": time.time(),
+        "j2c_version": j2c_version,
+        "python": {
+            "version": platform.python_version(),
+            "implementation": sys.implementation.name,
+            "cache_tag": sys.implementation.cache_tag,
+            "soabi": sysconfig.get_config_var("SOABI"),
+            "executable": getattr(sys, "_base_executable", None) or sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "machine": platform.machine(),
+            "libc": libc,
+            "libc_version": libc_version,
+        },
+        "site_dirs": dirs,
+        "distributions": [dists[name] for name in sorted(dists)],
+        "torch": _torch(dirs, dists),
+    }
+
+
+def fingerprint() -> str:
+    """Which interpreter and site folders this is, cheaply (one listing per folder): the node
+    cache's key, so a new image (or a package added to this one) is inventoried again."""
+    digest = hashlib.sha256(f"{FORMAT}\0{sys.version}\0{sys.base_prefix}".encode())
+    for folder in site_dirs():
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        digest.update(("\0" + folder + "\0" + "\0".join(names)).encode())
+    return digest.hexdigest()[:32]
+
+
+def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> None:
+    """Say the inventory in the job's log, unless this node's cache says it was said for this
+    interpreter before (then nothing is computed)."""
+    from .cache_files import unsafe, write_json
+    from .log import say
+
+    kept: Path | None = None
+    if cache_root is not None:
+        folder = cache_root / "inventory"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            if unsafe(os.lstat(folder), owners or {os.geteuid()}, folder=True) is None:
+                kept = folder / f"{fingerprint()}.json"
+        except OSError:
+            kept = None
+        if kept is not None and os.path.lexists(kept):
+            return  # this node reported this interpreter before: nothing on a warm start
+    started = time.monotonic()
+    data = collect()
+    data["seconds"] = round(time.monotonic() - started, 3)
+    say("inventory", json.dumps(data, separators=(",", ":")))  # the line PREFIX begins
+    if kept is not None:
+        try:
+            write_json(kept, data)
+        except OSError as exc:
+            say("inventory", f"not kept in the node cache: {exc.strerror or exc}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(collect(), separators=(",", ":")))
