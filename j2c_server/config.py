@@ -184,6 +184,28 @@ class MlflowSettings(_Section):
         return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
 
 
+class OutputsSettings(_Section):
+    """What comes back from a job (``j2c-unpack --outputs-*``, see docs/unpack.md *Outputs*):
+    ``$J2C_OUTPUT_DIR`` and what the job created or changed in its working copy."""
+
+    max_file_mb: float = Field(
+        5000.0, gt=0, allow_inf_nan=False, description="An output larger than this is left out."
+    )
+    max_total_mb: float = Field(
+        20000.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Outputs past this total are left out (the largest first).",
+    )
+    sync_every_minutes: float = Field(
+        10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Upload new and changed outputs this often while the job runs (and on "
+        "SIGTERM), so a killed job keeps its checkpoints; 0: only on SIGTERM and at the end.",
+    )
+
+
 class UsageSettings(_Section):
     """Usage records in the store (:mod:`~.usage`), read back by ``j2c usage``."""
 
@@ -247,6 +269,7 @@ class J2CSettings(_Section):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     usage: UsageSettings = Field(default_factory=UsageSettings)
+    outputs: OutputsSettings = Field(default_factory=OutputsSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
 

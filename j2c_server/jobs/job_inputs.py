@@ -70,6 +70,7 @@ def job_spec(
         else [
             "--output-uri",
             store.uri(f"jobs/{record.id}/outputs"),
+            *outputs_options(settings),
         ]
     )
     return JobSpec(
@@ -94,6 +95,16 @@ def job_spec(
         },
         resources=request.resources,
     )
+
+
+def outputs_options(settings: J2CSettings) -> list[str]:
+    """The ``outputs.*`` settings on ``j2c-unpack``'s command line (a job has no config)."""
+    chosen = settings.outputs
+    return [
+        f"--outputs-max-file-mb={chosen.max_file_mb:g}",
+        f"--outputs-max-total-mb={chosen.max_total_mb:g}",
+        f"--outputs-sync-minutes={chosen.sync_every_minutes:g}",
+    ]
 
 
 def store_location_env(settings: J2CSettings, store: ObjectStore) -> dict[str, str]:

@@ -6,7 +6,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  (or, without one, to its content-addressed name), and validate it;
                  with the node cache, a manifest validated there before is not validated again
                  (plan_cache.py: no pydantic import on a warm start)
-2. python        the venv's Python major.minor must be this interpreter's
+2. python        the venv's Python major.minor must be this interpreter's; before it, this
+                 interpreter's inventory, one ``j2c: inventory: {json}`` line (inventory.py;
+                 with the node cache only the first time for this interpreter)
 3. placing       original paths when free and private to the job's user, else under the
                  workdir; then the free space for the layers is checked
 4. downloading   every layer at once; verifying: each one's sha256 before it is used
@@ -52,7 +54,13 @@ if TYPE_CHECKING:
     from .fetch import Fetched
     from .homes import Placement
     from .interpreter import Interpreter
+    from .outputs import OutputsSync
     from .ranks import NodeRank
+
+# The outputs' caps (MB) and sync period (minutes) when the server passes none (outputs.py).
+DEFAULT_MAX_FILE_MB = 5000.0
+DEFAULT_MAX_TOTAL_MB = 20000.0
+DEFAULT_SYNC_MINUTES = 10.0
 
 _EXIT_CODES = """exit codes:
   the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
@@ -109,7 +117,29 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="$J2C_OUTPUT_DIR for the job (default: $J2C_OUTPUT_DIR or <workdir>/outputs)",
     )
     parser.add_argument(
-        "--output-uri", help="store prefix to upload the output dir to after the run"
+        "--output-uri",
+        help="store prefix to upload the outputs to (the output dir and what the job wrote in "
+        "its working copy), during and after the run",
+    )
+    parser.add_argument(
+        "--outputs-max-file-mb",
+        type=float,
+        default=DEFAULT_MAX_FILE_MB,
+        help=f"an output larger than this is left out (default {DEFAULT_MAX_FILE_MB:g})",
+    )
+    parser.add_argument(
+        "--outputs-max-total-mb",
+        type=float,
+        default=DEFAULT_MAX_TOTAL_MB,
+        help=f"outputs past this total are left out, largest first (default "
+        f"{DEFAULT_MAX_TOTAL_MB:g})",
+    )
+    parser.add_argument(
+        "--outputs-sync-minutes",
+        type=float,
+        default=DEFAULT_SYNC_MINUTES,
+        help=f"upload new and changed outputs this often while the job runs, and on SIGTERM "
+        f"(0: only on SIGTERM; default {DEFAULT_SYNC_MINUTES:g})",
     )
     parser.add_argument(
         "--cache-dir",
@@ -206,6 +236,7 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
     from .fetch import read_manifest
     from .homes import place_layers, release, trust_requested
     from .interpreter import check_python, this_interpreter
+    from .inventory import report as report_inventory
     from .workdir import workdir_in_use
 
     # 1-2: what to run, and whether this interpreter can run it at all.
@@ -216,6 +247,9 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
 
         check_files(manifest.files)  # refused before anything is downloaded
     interpreter = this_interpreter()
+    # What this Python holds, for the lab's next preflight (once per interpreter with a cache),
+    # said before a mismatch can stop the job.
+    report_inventory(cache.root if cache else None, cache.owners if cache else None)
     check_python(manifest, interpreter)
 
     with workdir_in_use(options.workdir, keep=options.no_run) as workdir:
@@ -322,15 +356,39 @@ def _run_prepared(
     if ranked:
         env.update(rank.environment(launcher=options.launcher))
         say("running", f"node rank {rank.rank} of {rank.nodes}")
-    code = run_child(argv, env, cwd)
-    stage.done(f"exit code {code}")
-
-    # 8: the outputs, whatever the exit code; of a multi-node job, rank 0's only.
+    # 8: the outputs (synced while it runs), whatever the exit code; of a multi-node job, rank
+    # 0's only.
+    outputs = None
     if options.output_uri and rank.rank == 0:
-        code = _upload_outputs(output_dir, options.output_uri, code)
+        outputs = _outputs_sync(options, output_dir, placement)
+        outputs.start(options.outputs_sync_minutes)
+    try:
+        code = run_child(argv, env, cwd, on_signal=outputs.wake if outputs else None)
+    finally:
+        if outputs is not None:
+            outputs.stop()
+    stage.done(f"exit code {code}")
+    if outputs is not None:
+        code = _upload_outputs(outputs, code)
     elif options.output_uri:
         say("uploading outputs", f"skipped on rank {rank.rank}: rank 0 uploads the job's")
     return code
+
+
+def _outputs_sync(
+    options: argparse.Namespace, output_dir: Path, placement: Placement
+) -> OutputsSync:
+    """The outputs to sync: the output dir and the files the job writes into its code folder
+    (a snapshot of it now, right before the entry point starts: one lstat a file)."""
+    from .outputs import Caps, OutputsSync, WorkingCopy
+    from .written import take_snapshot
+
+    venv = placement.venv
+    skip = (venv,) if venv is not None and venv.is_relative_to(placement.code) else ()
+    skip = (*skip, output_dir)
+    copy = WorkingCopy(placement.code, take_snapshot(placement.code, skip), skip)
+    caps = Caps(options.outputs_max_file_mb, options.outputs_max_total_mb)
+    return OutputsSync(output_dir, options.output_uri, caps, copy)
 
 
 def _launched(
@@ -401,12 +459,10 @@ def _output_dir(options: argparse.Namespace, workdir: Path) -> Path:
     return output_dir
 
 
-def _upload_outputs(output_dir: Path, output_uri: str, code: int) -> int:
+def _upload_outputs(outputs: OutputsSync, code: int) -> int:
     """Upload; a failed upload turns a successful run into exit code 73, else it is reported."""
-    from .outputs import upload_outputs
-
     try:
-        upload_outputs(output_dir, output_uri)
+        outputs.upload()
     except UnpackError as exc:
         say("uploading outputs", str(exc))
         return int(exc.exit_code) if code == 0 else code

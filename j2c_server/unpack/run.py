@@ -84,12 +84,21 @@ def job_environment(manifest: ManifestPlan, venv: Path | None, output_dir: Path)
     return env
 
 
-def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> int:
-    """Run ``argv`` in its own process group, forwarding SIGTERM/SIGINT; its exit code."""
+def run_child(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    *,
+    on_signal: Callable[[], None] | None = None,
+) -> int:
+    """Run ``argv`` in its own process group, forwarding SIGTERM/SIGINT; its exit code.
+    ``on_signal`` is called on each forwarded signal (the outputs' sync: it must not block)."""
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        if on_signal is not None:
+            on_signal()
         if child is None:
             pending.append(signum)  # arrived while the child was being started
             return
