@@ -20,9 +20,11 @@ def _add_commands() -> None:
     from .jobs import cancel, list_jobs, logs, status
     from .submit import pack, submit
     from .usage_cmd import usage
+    from .wait import wait
 
     for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage, gc):
         main.add_command(command)
+    main.add_command(wait)
 
 
 _add_commands()
