@@ -51,6 +51,10 @@ async def test_dry_run_builds_the_spec_and_records_nothing(
     finally:
         await service.stop()
     assert spec["command"][1:3] == ["-m", "j2c_server.unpack"]
+    # Pinned to the content-addressed manifest it names: the job refuses any other bytes.
+    manifest_uri, flag, digest = spec["command"][3:6]
+    assert flag == "--manifest-digest" and digest.startswith("sha256:")
+    assert manifest_uri.endswith(f"/manifests/sha256/{digest.removeprefix('sha256:')}.json")
     assert spec["command"][-3:] == ["--", "--lines", "2"]
     assert spec["env"] == {"J2C_JOB_ID": "dry-run"}
 

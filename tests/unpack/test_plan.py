@@ -9,6 +9,7 @@ pydantic at all. Through the real j2c-unpack subprocess, with a real cache folde
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -48,8 +49,8 @@ _PAIRS: list[tuple[type[BaseModel], type]] = [
 _DIGEST = "sha256:" + "ab" * 32
 
 
-def _unpack(uri: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    options = ["--cache-dir", str(cache), "--paths", "relocate", "--"]
+def _unpack(uri: str, cache: Path, *pinned: str) -> subprocess.CompletedProcess[str]:
+    options = [*pinned, "--cache-dir", str(cache), "--paths", "relocate", "--"]
     done = subprocess.run(
         [sys.executable, "-c", _UNPACK_AND_TELL, uri, *options],
         capture_output=True,
@@ -177,3 +178,68 @@ def test_a_plan_of_another_validator_is_not_read(small_job: SmallJob, tmp_path: 
     again = _unpack(uri, cache)
     assert "(validated) in" in again.stderr
     assert len(list((cache / "plans").iterdir())) == 2
+
+
+def _pin(uri: str) -> list[str]:
+    data = Path(uri.removeprefix("file://")).read_bytes()
+    return ["--manifest-digest", "sha256:" + hashlib.sha256(data).hexdigest()]
+
+
+def test_a_pinned_warm_start_imports_no_pydantic(small_job: SmallJob, tmp_path: Path) -> None:
+    uri = small_job.publish()
+    cache = tmp_path / "cache"
+    _unpack(uri, cache, *_pin(uri))
+    warm = _unpack(uri, cache, *_pin(uri))
+    assert "(validated before on this node) in" in warm.stderr
+    assert warm.stderr.rstrip().endswith("pydantic imported: False")
+
+
+@pytest.mark.parametrize("forgery", ["other-digest", "other-layers", "other-env"])
+def test_a_plan_of_another_manifest_is_not_used(
+    small_job: SmallJob, tmp_path: Path, forgery: str
+) -> None:
+    """A plan file under this manifest's name, holding another manifest's plan (or claiming
+    this digest with other layers or env): refused, and these bytes validated."""
+    cache = tmp_path / "cache"
+    first = small_job.publish()
+    _unpack(first, cache)
+    (plan_a,) = (cache / "plans").iterdir()
+    (small_job.project / "job.py").write_text((small_job.project / "job.py").read_text() + "\n")
+    second = small_job.publish()
+    _unpack(second, cache)
+    (plan_b,) = set((cache / "plans").iterdir()) - {plan_a}
+    a, b = json.loads(plan_a.read_text()), json.loads(plan_b.read_text())
+    assert b["manifest_sha256"] == plan_b.name.split("-")[0]
+    if forgery == "other-digest":
+        forged = a  # another manifest's plan, as it was written
+        why = "it is the plan of another manifest digest"
+    elif forgery == "other-layers":
+        forged = {**a, "manifest_sha256": b["manifest_sha256"]}  # claims b's digest
+        why = "its layers, entry or env are not the fetched manifest's"
+    else:
+        forged = {**b, "manifest": {**b["manifest"], "env": {"INJECTED": "1"}}}
+        why = "its layers, entry or env are not the fetched manifest's"
+    plan_b.write_text(json.dumps(forged))
+    again = _unpack(second, cache)
+    assert f"plan {plan_b.name} refused ({why})" in again.stderr, again.stderr
+    assert "(validated) in" in again.stderr
+    assert json.loads(plan_b.read_text()) == b  # written again from these bytes
+    assert "(validated before on this node)" in _unpack(second, cache).stderr
+
+
+def test_a_manifest_not_in_canonical_form_keeps_no_plan(
+    small_job: SmallJob, tmp_path: Path
+) -> None:
+    """Defaults left out (a hand-written manifest): its plan could not be checked against its
+    bytes, so none is kept and every start validates it."""
+    data = json.loads(Path(small_job.publish().removeprefix("file://")).read_text())
+    del data["workdir"]  # "." by default
+    hand_written = small_job.store / "jobs" / "hand" / "manifest.json"
+    hand_written.parent.mkdir(parents=True)
+    hand_written.write_text(json.dumps(data))
+    uri, cache = hand_written.as_uri(), tmp_path / "cache"
+    for _ in range(2):
+        done = _unpack(uri, cache, *_pin(uri))
+        assert "(validated) in" in done.stderr
+        assert "the manifest's plan is not kept: not in j2c's canonical form" in done.stderr
+    assert list((cache / "plans").iterdir()) == []
