@@ -9,15 +9,27 @@ schedulers read tokens from files or the environment named here.
 
 from __future__ import annotations
 
+import logging
 import os
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, TypeVar, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetPydanticSchema,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ConfigError, validation_error_to_j2c
 from .jobenv import is_credential_name
 from .models import ImageChoice
+from .storage.settings import StorageSettings as StorageSettings  # owned by storage/
 
 ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
@@ -38,37 +50,14 @@ _ENV_NOT_SETTINGS.add("J2C_BENCH")
 # (``cli/options.py``), settings loading leaves them out.
 JOB_SECTION = "job"
 
+log = logging.getLogger(__name__)
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
-
-
-class StorageSettings(_Section):
-    url: str | None = Field(
-        None, description="file:///path or s3://bucket/prefix; default: a folder in the data dir."
-    )
-    endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO, Ceph, ...).")
-    region: str | None = None
-    addressing_style: Literal["auto", "path", "virtual"] = "auto"
-    profile: str | None = Field(None, description="AWS profile name (credentials stay in ~/.aws).")
-    part_size_mb: int = Field(16, ge=5, le=5120)
-    concurrency: int = Field(8, ge=1, le=64)
-    max_attempts: int = Field(6, ge=1, le=20)
-    connect_timeout_s: float = Field(10.0, gt=0)
-    read_timeout_s: float = Field(60.0, gt=0)
-    presign_expiry_s: int = Field(7 * 24 * 3600, ge=60)
-    presign_for_jobs: bool = Field(
-        False, description="Give jobs presigned URLs instead of relying on cluster credentials."
-    )
-    shared: bool = Field(
-        False,
-        description="A file:// store's folder is mounted at the same path where jobs run "
-        "(Slurm nodes, Kubernetes pods, containers) and read there by other users or uids: "
-        "its objects are written readable by them (0644) instead of private to this user.",
-    )
 
 
 class PackSettings(_Section):
@@ -106,8 +95,8 @@ class PackSettings(_Section):
 
 class _SchedulerSettingsBase(_Section):
     """``scheduler.*``: the default backend and the credential allow-list; each backend's own
-    section (``scheduler.<name>``) is a field added from the backend table
-    (:func:`j2c_server.schedulers.known_backends`), typed by that backend's settings model."""
+    section (``scheduler.<name>``) is a field added from the backends found on the first
+    settings load (:func:`scheduler_settings_model`), typed by that backend's settings model."""
 
     default: str = "local"
     pass_env: list[str] = Field(
@@ -126,6 +115,24 @@ class _SchedulerSettingsBase(_Section):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _skipped_sections(cls, data: Any) -> Any:
+        # A skipped plug-in's section is a warning, not an error: the rest still loads.
+        if not isinstance(data, dict):
+            return data
+        from .schedulers import skipped_backends
+
+        skipped = skipped_backends()
+        for name in data.keys() & skipped.keys():
+            log.warning(
+                "scheduler.%s ignored: the %s scheduler plug-in was skipped (%s)",
+                name,
+                name,
+                skipped[name],
+            )
+        return {key: value for key, value in data.items() if key not in skipped}
+
     def section(self, name: str, model: type[SectionT]) -> SectionT:
         """The validated ``scheduler.<name>`` section, typed (what a backend reads)."""
         value = getattr(self, name)
@@ -134,21 +141,25 @@ class _SchedulerSettingsBase(_Section):
         return value
 
 
-def _scheduler_settings_model() -> type[_SchedulerSettingsBase]:
-    from . import schedulers
+@cache
+def scheduler_settings_model() -> type[_SchedulerSettingsBase]:
+    """``scheduler.*`` with a section per usable backend, built on the first settings load,
+    never at import: a plug-in imports this module as the built-ins do, and discovering it
+    here (:func:`j2c_server.schedulers.discover`) then finds this module complete."""
+    from .schedulers import settings_models
 
     sections: dict[str, Any] = {
-        name: (model, Field(default_factory=model))
-        for name in schedulers.known_backends()
-        for model in [schedulers.settings_model(name)]
+        name: (model, Field(default_factory=model)) for name, model in settings_models().items()
     }
     return create_model("SchedulerSettings", __base__=_SchedulerSettingsBase, **sections)
 
 
-if TYPE_CHECKING:  # typed as the base: backends read their section through section()
-    SchedulerSettings = _SchedulerSettingsBase
-else:
-    SchedulerSettings = _scheduler_settings_model()
+# Typed as the base (backends read their section through section()); validated, dumped and
+# described as the model above, which pydantic asks for when J2CSettings is first used.
+SchedulerSettings = Annotated[
+    _SchedulerSettingsBase,
+    GetPydanticSchema(lambda _source, handler: handler(scheduler_settings_model())),
+]
 
 
 class MlflowSettings(_Section):
@@ -259,6 +270,9 @@ class RegistrySettings(_Section):
 
 
 class J2CSettings(_Section):
+    # Built when first used: the scheduler sections need the backends discovered.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
     data_dir: str | None = Field(None, description="Registry, cache and embedded store.")
     default_image: str | None = Field(
         None, description="Default container image; default: the lab's own (JUPYTER_IMAGE...)."
@@ -266,7 +280,7 @@ class J2CSettings(_Section):
     images: list[ImageChoice] = Field(default_factory=list)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     pack: PackSettings = Field(default_factory=PackSettings)
-    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    scheduler: SchedulerSettings = Field(default_factory=lambda: scheduler_settings_model()())
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     usage: UsageSettings = Field(default_factory=UsageSettings)
     outputs: OutputsSettings = Field(default_factory=OutputsSettings)
@@ -326,7 +340,11 @@ def _map_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> set[tup
 def _case_kept_maps() -> set[tuple[str, ...]]:
     from .models import JobRequest
 
-    return _map_fields(J2CSettings) | _map_fields(JobRequest, (JOB_SECTION,))
+    return (
+        _map_fields(J2CSettings)
+        | _map_fields(scheduler_settings_model(), ("scheduler",))
+        | _map_fields(JobRequest, (JOB_SECTION,))
+    )
 
 
 def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:

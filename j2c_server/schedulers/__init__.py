@@ -1,17 +1,26 @@
 """Scheduler backends by name: the one table of them, open to other packages' entry points.
 
 A backend is a module with a :class:`~.base.SchedulerBase` subclass (what differs per backend:
-how its jobs start ``j2c-unpack``, its native document for ``--dry-run``, what it supports) and
-a light settings model, validated as ``scheduler.<name>`` without importing the backend. The
-built-in backends are listed in :data:`BACKENDS`; an operator's package adds one through the
+how its jobs start ``j2c-unpack``, its native document for ``--dry-run``, whether its jobs run
+on other machines, what it supports) and a light settings model, validated as
+``scheduler.<name>``. The built-in backends are listed in :data:`BACKENDS` (their settings
+models load without the backend); an operator's package adds one through the
 ``j2c.schedulers`` entry-point group (value: ``"package.module:SchedulerClass"``, whose
 ``settings_model`` names its settings), without forking j2c.
+
+Plug-ins are discovered once, on the first settings load (:func:`discover`), each in
+isolation: one that fails to import, or is not a backend, is logged and skipped with the
+reason (:func:`skipped_backends`, shown by ``j2c config`` and ``GET /config``); the others, the
+built-ins and every front end work on. Nothing here runs at import, so a plug-in may import
+:mod:`j2c_server.config` as the built-ins do.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import logging
+import re
+from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,6 +34,12 @@ if TYPE_CHECKING:
     from .base import Scheduler, SchedulerBase
 
 ENTRY_POINT_GROUP = "j2c.schedulers"
+# Keys of ``scheduler.*`` that are not backends (config.py's own; a test checks the list).
+RESERVED_NAMES = frozenset({"default", "pass_env", "section"})
+# A backend's name is its settings key (``scheduler.<name>``, ``J2C_SCHEDULER__<NAME>__*``).
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,42 +59,117 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
+@dataclass(frozen=True)
+class Discovery:
+    """The plug-ins found at start-up: the classes of those that loaded, and why each other
+    one was skipped (name → "entry point: error")."""
+
+    plugins: dict[str, type[SchedulerBase]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
 def _load(target: str) -> Any:
     module, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module, __name__), attribute)
 
 
+def _plugin_class(name: str, loaded: object) -> type[SchedulerBase]:
+    """``loaded`` when it is a usable backend class; else ValueError saying why not."""
+    from pydantic import BaseModel
+
+    from .base import SchedulerBase
+
+    if not _NAME.fullmatch(name) or name in RESERVED_NAMES:
+        raise ValueError(
+            f"{name!r} cannot be a scheduler's name: it must be lowercase letters, digits and _ "
+            f"(its settings are scheduler.<name>), not one of {', '.join(sorted(RESERVED_NAMES))}"
+        )
+    if not (isinstance(loaded, type) and issubclass(loaded, SchedulerBase)):
+        raise ValueError(f"{loaded!r} is not a SchedulerBase subclass")
+    model = getattr(loaded, "settings_model", None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise ValueError(f"{loaded.__name__}.settings_model is not a pydantic model")
+    return loaded
+
+
 @cache
-def known_backends() -> dict[str, Backend]:
-    """The built-in backends and those other installed packages register."""
+def discover() -> Discovery:
+    """The ``j2c.schedulers`` entry points, each loaded in isolation (once per process): a
+    plug-in that fails is logged and skipped, never failing the settings or another backend."""
     from importlib.metadata import entry_points
 
-    found = dict(BACKENDS)
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name not in found:
-            found[point.name] = Backend(point.value)
+    found = Discovery()
+    try:
+        points = list(entry_points(group=ENTRY_POINT_GROUP))
+    except Exception:  # broken package metadata: no plug-ins, the built-ins still work
+        log.warning("scheduler plug-ins not searched: %s entry points unreadable", exc_info=True)
+        return found
+    for point in points:
+        if point.name in BACKENDS or point.name in found.plugins or point.name in found.skipped:
+            log.warning(
+                "scheduler plug-in %s = %s ignored: a backend named %r is already known",
+                point.name,
+                point.value,
+                point.name,
+            )
+            continue
+        try:
+            found.plugins[point.name] = _plugin_class(point.name, point.load())
+        except Exception as exc:  # whatever a plug-in's import raises: skip it, say why
+            found.skipped[point.name] = f"{point.value}: {type(exc).__name__}: {exc}"
+            log.warning("scheduler plug-in %r skipped: %s", point.name, found.skipped[point.name])
     return found
 
 
-def _backend(name: str) -> Backend:
-    backend = known_backends().get(name)
-    if backend is None:
-        known = ", ".join(sorted(known_backends())) or "none"
-        raise InvalidInput(f"unknown scheduler {name!r} (known: {known})", field="scheduler")
-    return backend
+def known_backends() -> dict[str, Backend]:
+    """The backends jobs can use: the built-ins and the plug-ins that loaded."""
+    plugins = discover().plugins
+    return {**BACKENDS, **{name: Backend(_target(cls)) for name, cls in plugins.items()}}
+
+
+def skipped_backends() -> dict[str, str]:
+    """The plug-ins skipped at start-up and why (name → "entry point: error")."""
+    return dict(discover().skipped)
+
+
+def _target(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _plugin(name: str) -> type[SchedulerBase]:
+    found = discover()
+    if name in found.plugins:
+        return found.plugins[name]
+    if name in found.skipped:
+        raise InvalidInput(
+            f"scheduler {name!r} is not available: its plug-in was skipped at start-up "
+            f"({found.skipped[name]})",
+            field="scheduler",
+            hint="fix or uninstall the plug-in's package; `j2c config` lists skipped plug-ins",
+        )
+    known = ", ".join(sorted(known_backends()))
+    raise InvalidInput(f"unknown scheduler {name!r} (known: {known})", field="scheduler")
 
 
 def settings_model(name: str) -> type[BaseModel]:
     """The model of ``scheduler.<name>`` (a plug-in's: its class's ``settings_model``)."""
-    backend = _backend(name)
-    if backend.settings is None:
+    backend = BACKENDS.get(name)
+    if backend is None or backend.settings is None:
         return scheduler_class(name).settings_model
     model: type[BaseModel] = _load(backend.settings)
     return model
 
 
+def settings_models() -> dict[str, type[BaseModel]]:
+    """Every usable backend's settings model by name (what ``scheduler.*`` is made of)."""
+    return {name: settings_model(name) for name in known_backends()}
+
+
 def scheduler_class(name: str) -> type[SchedulerBase]:
-    cls: type[SchedulerBase] = _load(_backend(name).scheduler)
+    backend = BACKENDS.get(name)
+    if backend is None:
+        return _plugin(name)
+    cls: type[SchedulerBase] = _load(backend.scheduler)
     return cls
 
 

@@ -1,20 +1,26 @@
 """Object storage for layers, manifests and job outputs: ``file://`` (embedded) and ``s3://``.
 
 ``open_store(url, settings)`` is the one way to get an :class:`ObjectStore`; ``download_uri``
-fetches a single object by URI (for ``j2c-unpack``). Importing this package is cheap: the S3
-client (aiobotocore) and httpx load only when an ``s3://`` store or an HTTP download is used.
+fetches a single object by URI (for ``j2c-unpack``), and ``open_store_from_env(url)`` opens a
+store with the job's ``J2C_STORAGE__*`` settings (``j2c-unpack``'s outputs). Importing this
+package is cheap and stdlib-only (it runs inside jobs): the settings model (pydantic) loads only
+for an ``s3://`` store or an HTTP download, the S3 client (aiobotocore) and httpx only when used.
 """
 
 from __future__ import annotations
 
-from ..config import StorageSettings
+from typing import TYPE_CHECKING
+
 from ..errors import InvalidInput
 from .base import ObjectStore, ProgressFn, blob_key, is_content_addressed, manifest_key
-from .download import download_uri
+from .download import download_uri, settings_from_env, shared_from_env
 from .errors import ObjectNotFound
 from .file import FileStore
 from .redact import redact_url
 from .urls import SUPPORTED, file_url_path, split_s3_url, url_scheme
+
+if TYPE_CHECKING:
+    from .settings import StorageSettings
 
 __all__ = [
     "FileStore",
@@ -26,6 +32,7 @@ __all__ = [
     "is_content_addressed",
     "manifest_key",
     "open_store",
+    "open_store_from_env",
     "redact_url",
 ]
 
@@ -33,16 +40,26 @@ FIELD = "storage.url"
 
 
 def open_store(url: str, settings: StorageSettings | None = None) -> ObjectStore:
-    """The store at ``url`` (``file:///path`` or ``s3://bucket/prefix``); no I/O happens yet."""
-    settings = settings if settings is not None else StorageSettings()
+    """The store at ``url`` (``file:///path`` or ``s3://bucket/prefix``); no I/O happens yet.
+    Without ``settings``, the defaults."""
     scheme = url_scheme(url)
     if scheme == "file":
-        return FileStore(file_url_path(url, field=FIELD), shared=settings.shared)
+        shared = settings.shared if settings is not None else False
+        return FileStore(file_url_path(url, field=FIELD), shared=shared)
     if scheme == "s3":
         from .s3 import S3Store
+        from .settings import StorageSettings
 
         bucket, prefix = split_s3_url(url, field=FIELD)
-        return S3Store(bucket, prefix, settings)
+        return S3Store(bucket, prefix, settings if settings is not None else StorageSettings())
     raise InvalidInput(
         f"storage URL {redact_url(url)!r} is not supported", field=FIELD, hint=f"use {SUPPORTED}"
     )
+
+
+def open_store_from_env(url: str) -> ObjectStore:
+    """The store at ``url`` with the ``J2C_STORAGE__*`` settings only (a job has no config
+    file); a ``file://`` store reads just ``storage.shared``, without the settings model."""
+    if url_scheme(url) == "file":
+        return FileStore(file_url_path(url, field=FIELD), shared=shared_from_env())
+    return open_store(url, settings_from_env())

@@ -4,16 +4,20 @@
 machine), ``https://`` and ``http://`` stream a presigned URL with httpx (no credentials at all).
 Every scheme resumes broken transfers, checks the sha256 when one is given, and leaves either the
 complete file at ``dest`` or nothing. Heavy clients are imported only by the scheme that needs
-them, so a job that downloads over HTTPS never loads aiobotocore.
+them, so a job that downloads over HTTPS never loads aiobotocore. Settings come from the job's
+``J2C_STORAGE__*`` environment (:func:`settings_from_env`), validated only by a scheme that
+uses them: reading or writing a ``file://`` store loads no settings model (no pydantic).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..config import StorageSettings, env_overrides, validate_settings
 from ..errors import InvalidInput
 from .base import ProgressFn
 from .errors import ObjectNotFound, http_status_error, map_http_error
@@ -22,12 +26,43 @@ from .retry import RetryableStatus, resuming
 from .sink import PartialFile, copy_file_atomic, receive_chunks
 from .urls import file_url_path, split_s3_url, url_scheme
 
+if TYPE_CHECKING:
+    from .settings import StorageSettings
+
 READ_CHUNK = 1024 * 1024
+ENV_PREFIX = "J2C_STORAGE__"  # J2C_ as written, the rest in any case (as config.py reads it)
+# pydantic's spellings of a boolean; another value is left to the model, which refuses it.
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "f", "false", "n", "no", "off"})
 
 
-def settings_from_env() -> StorageSettings:
+def storage_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``J2C_STORAGE__<KEY>`` variables as ``{key: value}``."""
+    environ = os.environ if environ is None else environ
+    return {
+        name[len(ENV_PREFIX) :].lower(): value
+        for name, value in environ.items()
+        if name.startswith("J2C_") and name[4:].upper().startswith(ENV_PREFIX[4:])
+    }
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> StorageSettings:
     """Storage settings from ``J2C_STORAGE__*`` variables only (a job has no config file)."""
-    return validate_settings({"storage": env_overrides().get("storage", {})}).storage
+    from .settings import validate_storage
+
+    return validate_storage(storage_env(environ), source=f"{ENV_PREFIX}* environment")
+
+
+def shared_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``storage.shared`` from the environment: all a ``file://`` store reads, without the
+    settings model for a plain boolean (another value is refused by it, naming the key)."""
+    value = storage_env(environ).get("shared")
+    if value is None:
+        return False
+    word = value.lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    return settings_from_env(environ).shared
 
 
 async def download_uri(

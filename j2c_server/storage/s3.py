@@ -24,7 +24,6 @@ from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..config import StorageSettings
 from ..errors import InvalidInput, J2CError, StorageError
 from .base import Listing, ObjectStore, ProgressFn, StoredObject, check_key, is_content_addressed
 from .errors import map_s3_error
@@ -32,6 +31,7 @@ from .filerange import FileRange, check_etag
 from .multipart import MIB, MultipartUpload, UploadVanished
 from .redact import install_log_redaction, redact_url
 from .retry import RetryableStatus, client_error_status, resuming, retrying
+from .settings import StorageSettings
 from .sink import PartialFile, receive_chunks
 
 READ_CHUNK = 1024 * 1024
