@@ -1,0 +1,153 @@
+"""Edit -> published over a real network: a one-line edit of the benchmark project, published to
+moto's S3 server behind a proxy that delays every request by ``--delay-ms`` (default 20 ms).
+
+Side by side in one run, interleaved round by round, on the same packed result:
+
+- j2c's ``publish`` (every blob's existence asked at once, bounded; then what is missing);
+- the same blobs asked one after the other (``put_file`` per blob, as j2c did before and as a
+  simple ``for`` loop over ``head_object`` + ``upload_file`` does).
+
+Each round edits one line of a code file, packs (not timed: the send's scan and pack have their
+own benchmarks) and publishes. Target: edit -> published <= 0.5 s over 20 ms.
+
+Run: ``python benchmarks/publish_latency.py [--rounds 5] [--delay-ms 20]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from inputs import bench_project
+from upload import FAKE_ENV, REGION, boto3_client, start_moto
+
+from j2c_server.config import StorageSettings
+from j2c_server.pack import PackSpec, make_manifest, pack
+from j2c_server.pack.publish import publish
+from j2c_server.storage import open_store
+from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key, manifest_key
+
+TARGET_S = 0.5
+
+
+async def delayed_proxy(upstream_port: int, delay_s: float) -> tuple[asyncio.Server, int]:
+    """A TCP proxy on loopback: each chunk from the client waits ``delay_s`` before it goes on
+    (one request's worth of latency per round trip)."""
+
+    async def pipe(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
+    ) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            while data := await reader.read(65536):
+                if delay:
+                    await asyncio.sleep(delay)
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream_port)
+        await asyncio.gather(pipe(client_r, up_w, delay_s), pipe(up_r, client_w, 0.0))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def publish_one_by_one(store: ObjectStore, result: object, manifest: object) -> None:
+    """The sequential baseline: one existence check per blob, one after the other."""
+    for packed in result.layers:  # type: ignore[attr-defined]
+        await store.put_file(blob_key(packed.layer.digest), packed.path)
+    for packed_file in result.files:  # type: ignore[attr-defined]
+        await store.put_file(file_blob_key(packed_file.file.digest), packed_file.path)
+    body = manifest.canonical_json()  # type: ignore[attr-defined]
+    key = manifest_key(manifest.digest())  # type: ignore[attr-defined]
+    await store.size(key)
+    await store.put_bytes(key, body)
+
+
+async def main_async(rounds: int, delay_ms: float, extra_files: int) -> None:
+    os.environ.update(FAKE_ENV)
+    server, endpoint = start_moto()
+    work = Path(tempfile.mkdtemp(prefix="j2c-publish-"))
+    try:
+        project = work / "project"
+        shutil.copytree(bench_project(), project, symlinks=True)
+        for i in range(extra_files):  # a code layer in many parts, as a real package has
+            module = project / "src" / "generated" / f"mod{i:04d}.py"
+            module.parent.mkdir(parents=True, exist_ok=True)
+            module.write_text(
+                "".join(f"def f{j}(x):\n    return x + {i * j}\n" for j in range(200))
+            )
+        boto3_client(endpoint).create_bucket(Bucket="bench")
+        proxy, port = await delayed_proxy(int(endpoint.rsplit(":", 1)[1]), delay_ms / 1000)
+        settings = StorageSettings(
+            endpoint_url=f"http://127.0.0.1:{port}", region=REGION, addressing_style="path"
+        )
+        spec = PackSpec(code_path=str(project), call_path="train.py", venv_path=None)
+        cache = work / "cache"
+        edited = next(p for p in sorted(project.rglob("*.py")) if p.name != "train.py")
+        times: dict[str, list[float]] = {"j2c publish": [], "one by one": []}
+        blobs: list[int] = []
+        # One store (client) per side for the whole run, as a server keeps its clients; the
+        # first send of each prefix is not timed.
+        stores = {
+            label: open_store(f"s3://bench/{label.replace(' ', '-')}", settings) for label in times
+        }
+        for store in stores.values():
+            first = pack(spec, cache)
+            await publish(store, first, make_manifest(first))
+        for n in range(rounds):
+            for label, fn in (("j2c publish", publish), ("one by one", publish_one_by_one)):
+                store = stores[label]
+                edited.write_text(edited.read_text() + f"\n# edit {label} {n}\n")
+                result = pack(spec, cache)
+                manifest = make_manifest(result)
+                started = time.perf_counter()
+                await fn(store, result, manifest)
+                times[label].append(time.perf_counter() - started)
+                blobs.append(len(result.layers) + len(result.files))
+        for store in stores.values():
+            await store.close()
+        proxy.close()
+        print(
+            f"\nEdit -> published, {rounds} interleaved rounds, moto behind a proxy adding "
+            f"{delay_ms:.0f} ms per request; {max(blobs)} blobs per send\n"
+        )
+        base = statistics.median(times["one by one"])
+        for label, values in times.items():
+            median = statistics.median(values)
+            print(
+                f"  {label:<12} median {median:6.3f} s  (min {min(values):.3f}, max "
+                f"{max(values):.3f})  {base / median:5.2f}x as fast as one by one"
+            )
+        j2c = statistics.median(times["j2c publish"])
+        verdict = "met" if j2c <= TARGET_S else "missed"
+        print(f"\n  target edit -> published <= {TARGET_S} s: {verdict} ({j2c:.3f} s)")
+    finally:
+        server.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--extra-files", type=int, default=800, help="generated modules added to the project"
+    )
+    args = parser.parse_args()
+    asyncio.run(main_async(args.rounds, args.delay_ms, args.extra_files))
+
+
+if __name__ == "__main__":
+    main()
