@@ -61,6 +61,19 @@ class ContainerScheduler(SchedulerBase):
         """The engine's create request for ``spec``."""
         return render_dry_run(spec, settings)
 
+    @classmethod
+    def store_problem(cls, settings: J2CSettings, url: str) -> str | None:
+        """On this machine, but as the job's uid: a private store is read by its owner only."""
+        user = settings.scheduler.section("container", ContainerSettings).job_user()
+        uid = int(user.split(":")[0])
+        if uid == os.getuid():
+            return None
+        return (
+            f"storage.url: {url} is private to this user (uid {os.getuid()}), but container "
+            f"jobs run as uid {uid} and cannot read it; set storage.shared: true (its objects "
+            "become readable by other users), or scheduler.container.user to your own uid"
+        )
+
     def __init__(self, settings: J2CSettings) -> None:
         self._settings = settings
         self._cfg = settings.scheduler.section("container", ContainerSettings)
@@ -69,7 +82,7 @@ class ContainerScheduler(SchedulerBase):
 
     def _api(self) -> EngineClient:
         if self._engine is None:
-            self._engine = EngineClient(self._cfg.socket, self._cfg.api_version)
+            self._engine = EngineClient(self._cfg.socket_path(), self._cfg.api_version)
         return self._engine
 
     # ------------------------------------------------------------------ protocol

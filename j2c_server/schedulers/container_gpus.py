@@ -74,7 +74,7 @@ class GpuWaiter:
         write_json_atomic(
             folder / _REQUEST,
             {
-                "socket": cfg.socket,
+                "socket": cfg.socket_path(),
                 "api_version": cfg.api_version,
                 "name": request["name"],
                 "body": request["body"],

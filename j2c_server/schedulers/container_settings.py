@@ -7,11 +7,34 @@ the backend (which imports the config).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..errors import ConfigError
 
 NOT_ROOT = "1000:1000"
+# Where engines listen when nothing says otherwise: rootful podman, rootless podman, Docker.
+USUAL_SOCKETS = (
+    "/run/podman/podman.sock",
+    "{XDG_RUNTIME_DIR}/podman/podman.sock",
+    "/var/run/docker.sock",
+)
+# The Docker ecosystem's variables naming the engine (podman's remote client reads the second).
+SOCKET_ENV = ("DOCKER_HOST", "CONTAINER_HOST")
+
+
+def unix_socket(value: str) -> str:
+    """``unix:///path`` or ``/path`` → ``/path``; ValueError for anything else."""
+    text = value.strip()
+    path = text[len("unix://") :] if text.startswith("unix://") else text
+    if "://" in path or not path.startswith("/"):
+        raise ValueError(
+            f"{value!r} is not a unix socket (unix:///path or /path): the container backend "
+            "speaks the Docker Engine API on a unix socket only (no tcp:// or ssh://)"
+        )
+    return path
 
 
 class ContainerSettings(BaseModel):
@@ -19,10 +42,12 @@ class ContainerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    socket: str = Field(
-        "/run/podman/podman.sock",
-        description="Unix socket of the Docker Engine API: podman's (`podman system service`) "
-        "or Docker's (/var/run/docker.sock).",
+    socket: str | None = Field(
+        None,
+        description="Unix socket of the Docker Engine API (/path or unix:///path): podman's "
+        "(`podman system service`) or Docker's. Default: $DOCKER_HOST, else $CONTAINER_HOST "
+        "(unix:// only), else the first of /run/podman/podman.sock, "
+        "$XDG_RUNTIME_DIR/podman/podman.sock, /var/run/docker.sock that exists.",
     )
     api_version: str = Field("v1.41", pattern=r"^v[0-9]+\.[0-9]+$")
     user: str | None = Field(
@@ -56,6 +81,31 @@ class ContainerSettings(BaseModel):
         default_factory=dict, description="Environment every job starts with."
     )
     poll_interval_s: float = Field(0.5, gt=0, description="How often to re-read a container.")
+
+    @field_validator("socket")
+    @classmethod
+    def _unix_socket(cls, value: str | None) -> str | None:
+        return unix_socket(value) if value and value.strip() else None
+
+    def socket_path(self, environ: Mapping[str, str] | None = None) -> str:
+        """The engine's socket: ``socket``, else ``$DOCKER_HOST`` / ``$CONTAINER_HOST``, else
+        the first usual path that exists (podman's rootful one when none does)."""
+        if self.socket:
+            return self.socket
+        env = os.environ if environ is None else environ
+        for name in SOCKET_ENV:
+            if env.get(name, "").strip():
+                try:
+                    return unix_socket(env[name])
+                except ValueError as exc:
+                    raise ConfigError(
+                        f"${name}: {exc} (read because scheduler.container.socket is unset)",
+                        field="scheduler.container.socket",
+                        hint="set scheduler.container.socket to the engine's unix socket",
+                    ) from None
+        runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+        candidates = [path.format(XDG_RUNTIME_DIR=runtime) for path in USUAL_SOCKETS]
+        return next((path for path in candidates if os.path.exists(path)), candidates[0])
 
     def job_user(self) -> str:
         """The uid:gid jobs run as: ``user``, else the server's own (see ``user``)."""

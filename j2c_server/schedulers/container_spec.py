@@ -6,10 +6,13 @@ container --dry-run`` prints. The container's name derives from the request's id
 
 What the job sees:
 
-- of a ``file://`` store, only its own files, each bind-mounted read-only at its own path: the
-  manifest and the layer blobs that manifest names (:func:`store_files`, which reads the
-  manifest), and the store folder its outputs are uploaded to (``--output-uri``) writable. Other
-  jobs' manifests, layers and outputs in the same store are not in the container at all;
+- of a ``file://`` store, only its own files, each bind-mounted read-only under ``/j2c/store``
+  at its path in the store: the manifest and the layer and big-file blobs that manifest names
+  (:func:`store_files`, which reads the manifest), and the store folder its outputs are uploaded
+  to (``--output-uri``) writable. ``j2c-unpack`` is handed those in-container paths
+  (:func:`job_command`): the host's path may sit under a folder the job's uid cannot traverse in
+  the image (a root server's data dir under ``/root``, 0700 there). Other jobs' manifests,
+  layers and outputs in the same store are not in the container at all;
 - ``HOME`` (``/j2c/home``) and ``$J2C_OUTPUT_DIR`` (``/j2c/outputs``): writable per-job folders
   of the host (``<runs dir>/<name>/``), so tools that write under HOME work as any uid;
 - the configured uid:gid, CPU and memory limits, GPUs as CDI devices or device requests;
@@ -24,7 +27,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
@@ -37,6 +40,7 @@ LABEL_JOB_ID = "j2c.io/job-id"
 LABEL_NAME = "j2c.io/name"
 HOME = "/j2c/home"
 OUTPUTS = "/j2c/outputs"
+STORE = "/j2c/store"
 RUNS_DIR = "containers"
 
 _SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(i?)B?$", re.IGNORECASE)
@@ -111,9 +115,9 @@ def manifest_path(spec: JobSpec, settings: J2CSettings) -> Path | None:
 
 
 def store_files(spec: JobSpec, settings: J2CSettings) -> list[Path]:
-    """The store files the job reads: its manifest, and the blobs of the layers it names (those
-    without their own ``url``). Reads the manifest: call it off the event loop. A manifest that
-    cannot be read gives only itself (``j2c-unpack`` then says what is wrong with it)."""
+    """The store files the job reads: its manifest, and the blobs of the layers and big files it
+    names (those without their own ``url``). Reads the manifest: call it off the event loop. A
+    manifest that cannot be read gives only itself (``j2c-unpack`` then says what is wrong)."""
     manifest = manifest_path(spec, settings)
     root = file_store_root(settings)
     if manifest is None or root is None:
@@ -125,15 +129,39 @@ def store_files(spec: JobSpec, settings: J2CSettings) -> list[Path]:
         layers = data.get("layers") if isinstance(data, dict) else None
     except (OSError, ValueError):
         return files
-    for layer in layers if isinstance(layers, list) else []:
-        if not isinstance(layer, dict) or layer.get("url"):
-            continue
-        digest = layer.get("digest")
-        if isinstance(digest, str) and _BLOB_DIGEST.match(digest):
-            blob = root / "blobs" / "sha256" / f"{digest.partition(':')[2]}.tar.zst"
-            if blob not in files:
-                files.append(blob)
+    big = data.get("files") if isinstance(data, dict) else None
+    for entries, suffix in ((layers, ".tar.zst"), (big, ".file")):
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict) or entry.get("url"):
+                continue
+            digest = entry.get("digest")
+            if isinstance(digest, str) and _BLOB_DIGEST.match(digest):
+                blob = root / "blobs" / "sha256" / f"{digest.partition(':')[2]}{suffix}"
+                if blob not in files:
+                    files.append(blob)
     return files
+
+
+def in_container(path: Path, root: Path) -> str:
+    """Where the store file (or folder) ``path`` is mounted in the job's container."""
+    return f"{STORE}/{path.relative_to(root).as_posix()}"
+
+
+def job_command(spec: JobSpec, settings: J2CSettings) -> list[str]:
+    """``spec.command`` with every ``file://`` URI of the store among ``j2c-unpack``'s own
+    options (the manifest, ``--output-uri``) pointing where the container has it mounted; the
+    entry point's arguments (after ``--``) are left as they are."""
+    root = file_store_root(settings)
+    own = _unpack_options(spec)
+    if root is None:
+        return list(spec.command)
+    rewritten = []
+    for part in own:
+        path = _file_path(part)
+        if path is not None and path.is_relative_to(root):
+            part = "file://" + quote(in_container(path, root))
+        rewritten.append(part)
+    return rewritten + spec.command[len(own) :]
 
 
 def _env(spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings) -> list[str]:
@@ -189,10 +217,12 @@ def _binds(spec: JobSpec, settings: J2CSettings, files: list[Path]) -> list[str]
     folder = job_folder(settings, spec.key)
     binds = [f"{folder / 'home'}:{HOME}:rw", f"{folder / 'outputs'}:{OUTPUTS}:rw"]
     # One file at a time, never the store's folder: the store holds every job's code and outputs.
-    binds.extend(f"{path}:{path}:ro" for path in files)
-    upload = output_upload_dir(spec, settings)
-    if upload is not None:
-        binds.append(f"{upload}:{upload}:rw")
+    root = file_store_root(settings)
+    if root is not None:
+        binds.extend(f"{path}:{in_container(path, root)}:ro" for path in files)
+        upload = output_upload_dir(spec, settings)
+        if upload is not None:
+            binds.append(f"{upload}:{in_container(upload, root)}:rw")
     credentials = settings.scheduler.section("container", ContainerSettings).credentials_dir
     if credentials:
         binds.append(f"{Path(credentials).expanduser().absolute()}:{HOME}/.aws:ro")
@@ -222,6 +252,7 @@ def render_create(
         gpus = [str(index) for index in range(spec.resources.gpus)]
     if files is None:
         files = _manifest_only(spec, settings)
+    command = job_command(spec, settings)
     host: dict[str, Any] = {
         "Binds": _binds(spec, settings, files),
         "Init": True,  # a real PID 1 forwards SIGTERM and reaps what the job leaves behind
@@ -232,8 +263,8 @@ def render_create(
     body: dict[str, Any] = {
         "Image": required_image(spec, settings),
         # The whole command replaces the image's entrypoint, as a Kubernetes `command` does.
-        "Entrypoint": spec.command[:1],
-        "Cmd": spec.command[1:],
+        "Entrypoint": command[:1],
+        "Cmd": command[1:],
         "Env": _env(spec, settings, cfg),
         "User": cfg.job_user(),
         "WorkingDir": HOME,

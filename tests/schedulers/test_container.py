@@ -252,6 +252,7 @@ def test_the_dry_run_shows_limits_gpus_user_and_mounts(podman: Podman, tmp_path:
             "--output-uri",
             f"{store.as_uri()}/jobs/j/outputs",
             "--",
+            f"{store.as_uri()}/m.json",
         ],
         env={"J2C_STORAGE__REGION": "r"},
         resources=Resources(cpus=1.5, memory="2Gi", gpus=2),
@@ -265,10 +266,20 @@ def test_the_dry_run_shows_limits_gpus_user_and_mounts(podman: Podman, tmp_path:
     assert body["Entrypoint"] == ["j2c-unpack"] and body["User"] == "1234:1234"
     assert host["NanoCpus"] == 1_500_000_000 and host["Memory"] == 2 * 1024**3
     assert [d["PathOnHost"] for d in host["Devices"]] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
-    # Only the job's own store files, never the store's folder (other jobs' files are in it).
-    assert f"{store}/m.json:{store}/m.json:ro" in host["Binds"]
+    # Only the job's own store files, never the store's folder (other jobs' files are in it),
+    # each at a neutral path in the container: the host's may be under a folder (/root) the
+    # job's uid cannot traverse there.
+    assert f"{store}/m.json:/j2c/store/m.json:ro" in host["Binds"]
     assert not [bind for bind in host["Binds"] if bind.startswith(f"{store}:")]
-    assert f"{store}/jobs/j/outputs:{store}/jobs/j/outputs:rw" in host["Binds"]
+    assert f"{store}/jobs/j/outputs:/j2c/store/jobs/j/outputs:rw" in host["Binds"]
+    # j2c-unpack is handed those paths; the entry point's own arguments are left alone.
+    assert body["Cmd"] == [
+        "file:///j2c/store/m.json",
+        "--output-uri",
+        "file:///j2c/store/jobs/j/outputs",
+        "--",
+        f"{store.as_uri()}/m.json",
+    ]
     assert "J2C_STORAGE__REGION=r" in body["Env"] and "HOME=/j2c/home" in body["Env"]
     requests = podman.settings(tmp_path / "data", gpu_mode="device_requests")
     assert render_dry_run(spec, requests)["body"]["HostConfig"]["DeviceRequests"][0][
@@ -317,3 +328,40 @@ def test_jobs_run_as_the_servers_own_uid_by_default_but_never_as_root(
     monkeypatch.setattr("os.getuid", lambda: 0)
     monkeypatch.setattr("os.getgid", lambda: 0)
     assert render_dry_run(spec, podman.settings(tmp_path / "data"))["body"]["User"] == "1000:1000"
+
+
+def test_the_job_mounts_its_layer_and_big_file_blobs_not_those_with_their_own_url(
+    podman: Podman, tmp_path: Path
+) -> None:
+    from j2c_server.schedulers.container_spec import store_files
+
+    settings = podman.settings(tmp_path / "data")
+    store = tmp_path / "data" / "store"
+    hexes = [f"{n}" * 64 for n in "abcd"]
+    manifest = store / "manifests" / "sha256" / f"{'e' * 64}.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(
+        json.dumps(
+            {
+                "layers": [
+                    {"digest": f"sha256:{hexes[0]}"},
+                    {"digest": f"sha256:{hexes[1]}", "url": "https://elsewhere/x"},
+                ],
+                "files": [{"digest": f"sha256:{hexes[2]}"}, {"digest": "not-a-digest"}],
+            }
+        )
+    )
+    spec = JobSpec(
+        key="k", job_id="j", name="n", image="i", command=["j2c-unpack", manifest.as_uri()]
+    )
+    blobs = store / "blobs" / "sha256"
+    assert store_files(spec, settings) == [
+        manifest,
+        blobs / f"{hexes[0]}.tar.zst",
+        blobs / f"{hexes[2]}.file",
+    ]
+    body = render_dry_run(spec, settings)["body"]
+    assert (
+        f"{blobs}/{hexes[2]}.file:/j2c/store/blobs/sha256/{hexes[2]}.file:ro"
+        in (body["HostConfig"]["Binds"])
+    )
