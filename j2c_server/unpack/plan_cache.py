@@ -105,7 +105,9 @@ class PlanCache:
 
 def _not_of(kept: object, manifest_sha256: str, raw: object) -> str | None:
     """Why a kept plan is not the plan of these manifest bytes (None: it is)."""
-    if not isinstance(kept, dict) or kept.get("manifest_sha256") != manifest_sha256:
+    if not isinstance(kept, dict) or kept.get("manifest_sha256") is None:
+        return "it names no manifest digest"  # written by an older j2c-unpack
+    if kept["manifest_sha256"] != manifest_sha256:
         return "it is the plan of another manifest digest"
     if not written_out(kept.get("manifest"), raw):
         return "its layers, entry or env are not the fetched manifest's"

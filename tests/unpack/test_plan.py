@@ -194,7 +194,7 @@ def test_a_pinned_warm_start_imports_no_pydantic(small_job: SmallJob, tmp_path: 
     assert warm.stderr.rstrip().endswith("pydantic imported: False")
 
 
-@pytest.mark.parametrize("forgery", ["other-digest", "other-layers", "other-env"])
+@pytest.mark.parametrize("forgery", ["other-digest", "no-digest", "other-layers", "other-env"])
 def test_a_plan_of_another_manifest_is_not_used(
     small_job: SmallJob, tmp_path: Path, forgery: str
 ) -> None:
@@ -213,6 +213,9 @@ def test_a_plan_of_another_manifest_is_not_used(
     if forgery == "other-digest":
         forged = a  # another manifest's plan, as it was written
         why = "it is the plan of another manifest digest"
+    elif forgery == "no-digest":  # as an older j2c-unpack wrote it
+        forged = {"manifest": b["manifest"]}
+        why = "it names no manifest digest"
     elif forgery == "other-layers":
         forged = {**a, "manifest_sha256": b["manifest_sha256"]}  # claims b's digest
         why = "its layers, entry or env are not the fetched manifest's"
