@@ -1,5 +1,5 @@
 /** How numbers, sizes, rates, times and statuses read in the UI (one place, so they agree). */
-import { JobStatus } from './models';
+import { JobRecord, JobStatus } from './models';
 
 const UNITS = ['B', 'kB', 'MB', 'GB', 'TB'];
 
@@ -58,4 +58,13 @@ export function isTerminal(status: JobStatus | null | undefined): boolean {
   return (
     status !== null && status !== undefined && TERMINAL_STATUSES.has(status)
   );
+}
+
+/** Seconds a job ran, or has run so far: from its start (else creation) to its end. */
+export function jobSeconds(record: JobRecord): number {
+  const start = record.started_at ?? record.created_at;
+  const end =
+    record.finished_at ??
+    (isTerminal(record.status) ? record.updated_at : Date.now() / 1000);
+  return Math.max(0, end - start);
 }

@@ -1,7 +1,7 @@
 /**
  * The client of the j2c REST API (`jobsApi`) and `JobsModel`: the job list every part of the UI
- * shares, refreshed by a `Poll` (backoff on failure, standby while the page is hidden) and
- * at once after each action. The server pages the list (newest first, a `Link: rel=next`
+ * shares, refreshed by a `Poll` (backoff on failure, standby while the page is hidden and no
+ * job is active) and at once after each action. The server pages the list (newest first, a `Link: rel=next`
  * cursor); the model refreshes the newest page and loads older pages on demand.
  */
 import { IDisposable } from '@lumino/disposable';
@@ -118,7 +118,8 @@ export class JobsModel implements IDisposable {
         backoff: true,
         max: MAX_BACKOFF_MS
       },
-      standby: 'when-hidden'
+      // Hidden, it still polls while a job is active: its end raises a browser notification.
+      standby: () => document.hidden && !this.active.length
     });
   }
 

@@ -15,7 +15,14 @@ export interface IJ2CSettings {
   listMetric: string;
   /** Jobs the list loads per page (the newest page refreshes; older ones load on demand). */
   jobsPageSize: number;
+  /** xterm's screen-reader mode in log panels; null: as JupyterLab's terminal setting. */
+  screenReaderMode: boolean | null;
+  /** A browser notification when a job ends while the Lab's tab is in the background. */
+  notifyInBrowser: boolean;
 }
+
+/** JupyterLab's terminal settings, whose `screenReaderMode` the log panels follow by default. */
+export const TERMINAL_PLUGIN = '@jupyterlab/terminal-extension:plugin';
 
 export const DEFAULT_SETTINGS: IJ2CSettings = {
   defaultImage: '',
@@ -27,7 +34,9 @@ export const DEFAULT_SETTINGS: IJ2CSettings = {
   notifications: true,
   scrollback: 50000,
   listMetric: '',
-  jobsPageSize: 200
+  jobsPageSize: 200,
+  screenReaderMode: null,
+  notifyInBrowser: false
 };
 
 /** The current settings; follows the setting registry when one is given. */
@@ -38,6 +47,11 @@ export class J2CSettings {
 
   get changed(): ISignal<this, IJ2CSettings> {
     return this._changed;
+  }
+
+  /** Whether log panels use xterm's screen-reader mode: ours, else the terminal's, else off. */
+  get screenReader(): boolean {
+    return this._current.screenReaderMode ?? this._terminalScreenReader;
   }
 
   /** Read `settings` now and whenever the user changes them. */
@@ -53,6 +67,23 @@ export class J2CSettings {
     settings.changed.connect(read);
   }
 
+  /** Follow JupyterLab's terminal `screenReaderMode` (the default of ours), where it exists. */
+  followTerminal(registry: ISettingRegistry): void {
+    registry.load(TERMINAL_PLUGIN).then(
+      terminal => {
+        const read = (): void => {
+          this._terminalScreenReader =
+            terminal.composite.screenReaderMode === true;
+          this._changed.emit(this._current);
+        };
+        read();
+        terminal.changed.connect(read);
+      },
+      () => undefined // no terminal extension: off unless our own setting says so
+    );
+  }
+
   private _current: IJ2CSettings = DEFAULT_SETTINGS;
+  private _terminalScreenReader = false;
   private readonly _changed = new Signal<this, IJ2CSettings>(this);
 }

@@ -8,10 +8,11 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Panel } from '@lumino/widgets';
 import * as React from 'react';
 
-import { isTerminal } from '../format';
+import { formatDuration, isTerminal, jobSeconds } from '../format';
 import { JobsModel, jobsApi } from '../jobs';
 import { Event, JobRecord } from '../models';
 import { JobEventStream } from '../stream';
+import { LogAnnouncer } from './announcer';
 import { JobProgress } from './progress';
 import { LogView } from './terminal';
 import { LogHeader } from './timeline';
@@ -75,10 +76,14 @@ export class LogPanel extends Panel {
     this._header = new HeaderWidget(this);
     this.view = new LogView({
       scrollback: options.scrollback,
-      follow: options.follow
+      follow: options.follow,
+      screenReader: options.screenReader,
+      label: this.trans.__('Output of job %1', options.jobId)
     });
+    this.announcer = new LogAnnouncer({ trans: this.trans });
     this._keep = options.scrollback;
     this.addWidget(this._header);
+    this.addWidget(this.announcer);
     this.addWidget(this.view);
     this.stream = new JobEventStream({
       jobId: options.jobId,
@@ -93,6 +98,8 @@ export class LogPanel extends Panel {
   readonly jobId: string;
   readonly trans: TranslationBundle;
   readonly view: LogView;
+  /** The polite live region: status changes, errors, the end, and new output (capped). */
+  readonly announcer: LogAnnouncer;
   readonly stream: JobEventStream;
   readonly progress = new JobProgress();
 
@@ -128,6 +135,9 @@ export class LogPanel extends Panel {
       }
       const text = event.text ?? '';
       this._show(rank === null ? text : `${DIM(`[${rank}]`)} ${text}`, rank);
+      if (this._visible(rank)) {
+        this.announcer.line(rank === null ? text : `[${rank}] ${text}`);
+      }
       return;
     }
     this.progress.apply(event);
@@ -138,6 +148,9 @@ export class LogPanel extends Panel {
       if (!repeated) {
         this._statusLine(event.status ?? '', event.text ?? '');
       }
+      if (!isTerminal(event.status)) {
+        this.announcer.status(event.status ?? '', event.text ?? '');
+      }
       this._setTitle();
       if (isTerminal(event.status)) {
         void this._finish();
@@ -147,6 +160,7 @@ export class LogPanel extends Panel {
       (event.kind === 'stage' && event.state === 'failed')
     ) {
       this._show(RED(`[j2c] ${event.text ?? ''}`));
+      this.announcer.error(event.text ?? '');
     }
     this._header.update();
   }
@@ -177,6 +191,24 @@ export class LogPanel extends Panel {
         this.view.appendLine(line.text);
       }
     }
+  }
+
+  /**
+   * Bring the results (exit code, outputs, artifacts) into view and move the focus there,
+   * once the job ended and they are shown (a restored panel replays its events first).
+   */
+  showResults(timeoutMs = 10000): void {
+    const started = Date.now();
+    const look = (): void => {
+      const results = this.node.querySelector<HTMLElement>('.j2c-Result');
+      if (results) {
+        results.scrollIntoView({ block: 'nearest' });
+        results.focus();
+      } else if (!this.isDisposed && Date.now() - started < timeoutMs) {
+        window.setTimeout(look, 100);
+      }
+    };
+    look();
   }
 
   async cancel(): Promise<void> {
@@ -253,7 +285,28 @@ export class LogPanel extends Panel {
   private async _finish(): Promise<void> {
     await this._loadRecord();
     void this._jobs.refresh();
+    this.announcer.ended(this._endSummary());
     this._ended.emit(this._record);
+  }
+
+  /** "Job train.py succeeded, exit code 0, after 42 s": what the live region says at the end. */
+  private _endSummary(): string {
+    const record = this._record;
+    const status = this.progress.status ?? record?.status ?? '';
+    const parts = [
+      this.trans.__('Job %1 %2', record?.name ?? this.jobId, status)
+    ];
+    const exitCode = record?.exit_code ?? this.progress.exitCode;
+    if (exitCode !== null && exitCode !== undefined) {
+      parts.push(this.trans.__('exit code %1', exitCode));
+    }
+    if (record) {
+      parts.push(this.trans.__('after %1', formatDuration(jobSeconds(record))));
+    }
+    if (this.progress.message && status !== 'succeeded') {
+      parts.push(this.progress.message);
+    }
+    return parts.join(', ');
   }
 
   /** Write a line if the rank filter lets it through; keep it for when the filter changes. */
@@ -313,6 +366,8 @@ export namespace LogPanel {
     trans: TranslationBundle;
     scrollback: number;
     follow: boolean;
+    /** xterm's screen-reader mode for the output. */
+    screenReader?: boolean;
     /** Copy a job's artifact into its project and open it (the executed notebook). */
     openNotebook: (jobId: string, name: string) => Promise<void>;
   }

@@ -2,7 +2,9 @@
  * `LogView`: a job's output in xterm.js, so ANSI colours and carriage-return progress bars
  * (tqdm) render as in a terminal, drawn with WebGL (a canvas where WebGL is missing, as in
  * JupyterLab's terminal). Lines are batched and written once per animation frame, so a flood of
- * lines never makes a long task; the scrollback is bounded.
+ * lines never makes a long task; the scrollback is bounded. In screen-reader mode xterm keeps
+ * an accessibility tree of the rows in view; the panel's own live region (`announcer.ts`) is
+ * the one voice for new output, so xterm's assertive live region is silenced.
  */
 import { Message } from '@lumino/messaging';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -84,12 +86,16 @@ export class LogView extends Widget {
       fontFamily: look.fontFamily,
       fontSize: look.fontSize,
       theme: look.theme,
-      screenReaderMode: false
+      screenReaderMode: options.screenReader ?? false
     });
     this._term.loadAddon(this._fit);
     this._term.loadAddon(this._search);
     this._follow = options.follow;
+    this._label = options.label ?? 'Job output';
     this._term.onScroll(() => this._scrolled());
+    // Keyboard users scroll the output as a pager (nobody types into it); captured before xterm
+    // turns the keys into input it then drops.
+    this.node.addEventListener('keydown', event => this._pagerKey(event), true);
   }
 
   /** How many lines were handed to the view (written or waiting for the next frame). */
@@ -191,6 +197,18 @@ export class LogView extends Widget {
     this._term.options.scrollback = lines;
   }
 
+  /** Whether the rows in view are exposed to screen readers (xterm's screen-reader mode). */
+  get screenReader(): boolean {
+    return this._term.options.screenReaderMode === true;
+  }
+
+  setScreenReaderMode(on: boolean): void {
+    if (this.screenReader !== on) {
+      this._term.options.screenReaderMode = on;
+      this._quietXtermLiveRegion();
+    }
+  }
+
   dispose(): void {
     if (this.isDisposed) {
       return;
@@ -208,6 +226,8 @@ export class LogView extends Widget {
       this._term.open(this.node);
       this._loadRenderer();
       this._term.write('\x1b[?25l'); // no cursor: nobody types here
+      this._labelTerminal();
+      this._quietXtermLiveRegion();
     }
     this._fitSoon();
   }
@@ -236,6 +256,44 @@ export class LogView extends Widget {
       this._term.loadAddon(webgl);
     } catch {
       this._term.loadAddon(new CanvasAddon());
+    }
+  }
+
+  /** Names for xterm's focusable parts: its input stands for the whole output here. */
+  private _labelTerminal(): void {
+    const input = this._term.textarea;
+    if (input) {
+      input.setAttribute('aria-label', this._label);
+      input.setAttribute('aria-readonly', 'true');
+    }
+  }
+
+  /**
+   * xterm reads every row written through its own assertive live region in screen-reader
+   * mode; the panel's polite, capped region already announces new output.
+   */
+  private _quietXtermLiveRegion(): void {
+    this._term.element
+      ?.querySelectorAll('.live-region')
+      .forEach(region => region.setAttribute('aria-live', 'off'));
+  }
+
+  /** PageUp/PageDown, arrows, Home/End scroll the output (and Home/PageUp pause following). */
+  private _pagerKey(event: KeyboardEvent): void {
+    const term = this._term;
+    const moves: { [key: string]: () => void } = {
+      ArrowUp: () => term.scrollLines(-1),
+      ArrowDown: () => term.scrollLines(1),
+      PageUp: () => term.scrollPages(-1),
+      PageDown: () => term.scrollPages(1),
+      Home: () => term.scrollToTop(),
+      End: () => term.scrollToBottom()
+    };
+    const move = moves[event.key];
+    if (move && !event.altKey && !event.ctrlKey && !event.metaKey) {
+      event.preventDefault();
+      event.stopPropagation();
+      move();
     }
   }
 
@@ -311,6 +369,7 @@ export class LogView extends Widget {
   private _opened = false;
   private _placed = false;
   private _follow: boolean;
+  private readonly _label: string;
   private readonly _followingChanged = new Signal<this, boolean>(this);
 }
 
@@ -318,5 +377,9 @@ export namespace LogView {
   export interface IOptions {
     scrollback: number;
     follow: boolean;
+    /** xterm's screen-reader mode (the rows in view in the accessibility tree). */
+    screenReader?: boolean;
+    /** The accessible name of the output (its focusable input). */
+    label?: string;
   }
 }

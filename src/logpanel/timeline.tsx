@@ -2,7 +2,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatDuration, formatRate } from '../format';
+import { formatBytes, formatDuration, formatRate, jobSeconds } from '../format';
 import { jobsApi } from '../jobs';
 import { Artifact, JobRecord, TrackingRun } from '../models';
 import { StreamState } from '../stream';
@@ -195,16 +195,19 @@ function Results(props: {
   const { record, progress, trans, onOpenNotebook } = props;
   const results = record.results;
   const exitCode = record.exit_code ?? results?.exit_code ?? progress.exitCode;
-  const start = record.started_at ?? record.created_at;
-  const end = record.finished_at ?? record.updated_at;
   const notebook = notebookName(record);
   return (
-    <section className="j2c-Result" aria-label={trans.__('Result')}>
+    <section
+      className="j2c-Result"
+      aria-label={trans.__('Result')}
+      tabIndex={-1}
+      data-j2c="results"
+    >
       <dl>
         <dt>{trans.__('Exit code')}</dt>
         <dd data-j2c="exit-code">{exitCode ?? '—'}</dd>
         <dt>{trans.__('Duration')}</dt>
-        <dd data-j2c="duration">{formatDuration(Math.max(0, end - start))}</dd>
+        <dd data-j2c="duration">{formatDuration(jobSeconds(record))}</dd>
         {results?.output_uri ? (
           <>
             <dt>{trans.__('Outputs')}</dt>

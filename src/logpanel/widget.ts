@@ -1,8 +1,12 @@
-/** A log panel in the main area: `LogPanel` plus its toolbar (follow, search, copy, download, cancel). */
+/**
+ * A log panel in the main area: `LogPanel` plus its toolbar (follow, search, copy, download,
+ * cancel). The toolbar's buttons are native `<button>`s with names (JupyterLab's `jp-button`
+ * host carries `aria-pressed` without a role, which axe reports as `aria-allowed-attr`).
+ */
 import { Clipboard, MainAreaWidget, Notification } from '@jupyterlab/apputils';
 import { TranslationBundle } from '@jupyterlab/translation';
 import {
-  ToolbarButton,
+  LabIcon,
   copyIcon,
   downloadIcon,
   stopIcon
@@ -11,6 +15,60 @@ import { Widget } from '@lumino/widgets';
 
 import { computeIcon } from '../icons';
 import { LogPanel } from './panel';
+
+/** A toolbar button: a native `<button>` with a name, an optional icon, label and pressed state. */
+class ToolButton extends Widget {
+  constructor(options: {
+    name: string;
+    tooltip: string;
+    onClick: () => void;
+    icon?: LabIcon;
+    label?: string;
+    pressed?: boolean;
+    enabled?: boolean;
+  }) {
+    super({ node: document.createElement('div') });
+    this.addClass('j2c-ToolButton');
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = 'j2c-ToolButton-button';
+    button.setAttribute('aria-label', options.name);
+    button.title = options.tooltip;
+    if (options.icon) {
+      button.appendChild(
+        options.icon.element({ tag: 'span', className: 'j2c-ToolButton-icon' })
+      );
+    }
+    if (options.label) {
+      const label = document.createElement('span');
+      label.className = 'j2c-ToolButton-label';
+      label.textContent = options.label;
+      button.appendChild(label);
+    }
+    button.addEventListener('click', () => options.onClick());
+    this._button = button;
+    this.node.appendChild(button);
+    if (options.pressed !== undefined) {
+      this.pressed = options.pressed;
+    }
+    this.enabled = options.enabled ?? true;
+  }
+
+  get button(): HTMLButtonElement {
+    return this._button;
+  }
+
+  set pressed(pressed: boolean) {
+    this._button.setAttribute('aria-pressed', String(pressed));
+    this._button.classList.toggle('j2c-mod-pressed', pressed);
+  }
+
+  set enabled(enabled: boolean) {
+    this._button.disabled = !enabled;
+  }
+
+  private readonly _button: HTMLButtonElement;
+}
 
 /** A search field: Enter finds the next match, Shift+Enter the previous one. */
 class SearchField extends Widget {
@@ -95,7 +153,8 @@ export function createLogWidget(
   widget.title.icon = computeIcon;
   widget.addClass('j2c-LogWidget');
 
-  const follow = new ToolbarButton({
+  const follow = new ToolButton({
+    name: trans.__('Follow'),
     label: trans.__('Follow'),
     tooltip: trans.__('Keep the newest line in sight (click again to pause)'),
     pressed: panel.view.following,
@@ -106,8 +165,9 @@ export function createLogWidget(
     follow.pressed = following;
   });
 
-  const cancel = new ToolbarButton({
+  const cancel = new ToolButton({
     icon: stopIcon,
+    name: trans.__('Cancel'),
     label: trans.__('Cancel'),
     tooltip: trans.__('Cancel this job'),
     enabled: !panel.progress.ended,
@@ -122,21 +182,24 @@ export function createLogWidget(
   });
 
   const toolbar = widget.toolbar;
+  toolbar.node.setAttribute('aria-label', trans.__('Log actions'));
   toolbar.addItem('follow', follow);
   toolbar.addItem('search', new SearchField(panel, trans));
   toolbar.addItem('ranks', new RankFilter(panel, trans));
   toolbar.addItem(
     'copy',
-    new ToolbarButton({
+    new ToolButton({
       icon: copyIcon,
+      name: trans.__('Copy'),
       tooltip: trans.__('Copy the selection, or the whole view'),
       onClick: () => Clipboard.copyToSystem(panel.view.text())
     })
   );
   toolbar.addItem(
     'download',
-    new ToolbarButton({
+    new ToolButton({
       icon: downloadIcon,
+      name: trans.__('Download'),
       tooltip: trans.__('Download the whole log'),
       onClick: () => {
         panel.download().catch(reportFailure(trans, trans.__('Download')));

@@ -65,6 +65,7 @@ export const corePlugin: JupyterFrontEndPlugin<IJ2C> = {
         loaded => settings.follow(loaded),
         reason => console.error('j2c: cannot load the settings', reason)
       );
+      settings.followTerminal(registry);
     }
     const jobs = new JobsModel();
     settings.changed.connect((_, current) => {

@@ -77,6 +77,7 @@ export const logsPlugin: JupyterFrontEndPlugin<ILogPanels> = {
         trans,
         scrollback: settings.scrollback,
         follow: settings.followLogs,
+        screenReader: j2c.settings.screenReader,
         openNotebook
       });
       const widget = createLogWidget(panel, trans);
@@ -111,9 +112,10 @@ export const logsPlugin: JupyterFrontEndPlugin<ILogPanels> = {
       );
     });
     j2c.settings.changed.connect((_, settings) => {
-      tracker.forEach(widget =>
-        widget.content.view.setScrollback(settings.scrollback)
-      );
+      tracker.forEach(widget => {
+        widget.content.view.setScrollback(settings.scrollback);
+        widget.content.view.setScreenReaderMode(j2c.settings.screenReader);
+      });
     });
 
     return { open };

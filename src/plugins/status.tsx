@@ -13,6 +13,7 @@ import {
 import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { endedMessage, notifyInBrowser } from '../browserNotify';
 import { computeIcon } from '../icons';
 import { JobsModel } from '../jobs';
 import { JobStatus } from '../models';
@@ -100,16 +101,17 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
     translator: ITranslator | null
   ) => {
     const trans = (translator ?? nullTranslator).load('j2c');
+    const openResults = (id: string): void =>
+      void panels.open(id).then(widget => widget.content.showResults());
     j2c.jobs.ended.connect((_, record) => {
+      if (j2c.settings.current.notifyInBrowser) {
+        notifyInBrowser(record, trans, () => openResults(record.id));
+      }
       if (!j2c.settings.current.notifications) {
         return;
       }
-      const exit =
-        record.exit_code !== null && record.exit_code !== undefined
-          ? trans.__(' (exit code %1)', record.exit_code)
-          : '';
       Notification.emit(
-        trans.__('Job %1 %2%3', record.name, record.status, exit),
+        endedMessage(record, trans),
         NOTIFY_TYPE[record.status] ?? 'info',
         {
           autoClose: 10000,
@@ -117,6 +119,10 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
             {
               label: trans.__('Open log'),
               callback: () => void panels.open(record.id)
+            },
+            {
+              label: trans.__('Open results'),
+              callback: () => openResults(record.id)
             }
           ]
         }

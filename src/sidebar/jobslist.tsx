@@ -1,6 +1,8 @@
 /**
  * The jobs list in the sidebar: status, name, start, duration, and what can be done; below
  * it, "Show older jobs" while the server has more (the paging state lives in `JobsModel`).
+ * Above it, while `notifyInBrowser` is on and the browser has not been asked, the button that
+ * asks it (browsers grant notifications only from a user action).
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import {
@@ -14,7 +16,8 @@ import {
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { formatDuration, formatTime, isTerminal } from '../format';
+import { askBrowserPermission, browserPermission } from '../browserNotify';
+import { formatDuration, formatTime, isTerminal, jobSeconds } from '../format';
 import { JobsModel } from '../jobs';
 import { JobRecord } from '../models';
 import { J2CSettings } from '../settings';
@@ -24,14 +27,6 @@ export interface IJobActions {
   cancel(record: JobRecord): void;
   rerun(record: JobRecord): void;
   remove(record: JobRecord): void;
-}
-
-function duration(record: JobRecord): string {
-  const start = record.started_at ?? record.created_at;
-  const end =
-    record.finished_at ??
-    (isTerminal(record.status) ? record.updated_at : Date.now() / 1000);
-  return formatDuration(Math.max(0, end - start));
 }
 
 function Action(props: {
@@ -96,7 +91,9 @@ function JobRow(props: {
       <span className="j2c-Job-time" title={record.id}>
         {formatTime(record.started_at ?? record.created_at)}
       </span>
-      <span className="j2c-Job-duration">{duration(record)}</span>
+      <span className="j2c-Job-duration">
+        {formatDuration(jobSeconds(record))}
+      </span>
       <Metric record={record} name={metric} />
       <span className="j2c-Job-actions">
         <Action
@@ -153,6 +150,9 @@ export class JobsListWidget extends ReactWidget {
     const jobs = this._model.jobs;
     return (
       <div className="j2c-Jobs">
+        {this._settings?.current.notifyInBrowser ? (
+          <BrowserPermission trans={trans} onAnswer={() => this.update()} />
+        ) : null}
         {this._model.error ? (
           <div className="j2c-Jobs-error" role="status">
             {trans.__('Cannot load the jobs: %1', this._model.error)}
@@ -181,6 +181,40 @@ export class JobsListWidget extends ReactWidget {
       </div>
     );
   }
+}
+
+/** Ask for the browser's permission to notify (once: the browser keeps the answer). */
+function BrowserPermission(props: {
+  trans: TranslationBundle;
+  onAnswer: () => void;
+}): JSX.Element | null {
+  const { trans, onAnswer } = props;
+  const permission = browserPermission();
+  if (permission === 'default') {
+    return (
+      <div className="j2c-Jobs-permission">
+        <Button
+          small
+          className="j2c-Jobs-allowNotifications"
+          onClick={() => void askBrowserPermission().then(onAnswer, onAnswer)}
+        >
+          {trans.__('Allow browser notifications')}
+        </Button>
+      </div>
+    );
+  }
+  if (permission === 'denied' || permission === 'unsupported') {
+    return (
+      <div className="j2c-Jobs-permission" data-j2c="notify-refused">
+        {permission === 'denied'
+          ? trans.__(
+              'The browser blocks notifications from this site: allow them in its site settings.'
+            )
+          : trans.__('This browser cannot show notifications.')}
+      </div>
+    );
+  }
+  return null;
 }
 
 /** Below the list: how many jobs are loaded, and the button that loads the next page. */

@@ -1,14 +1,17 @@
 /**
  * The left "Compute" sidebar: a header with the server's set-up, the form that sends a job and
- * the jobs list, as the collapsible sections of a JupyterLab `SidePanel`.
+ * the jobs list, as the collapsible sections of a JupyterLab `SidePanel`; its tab counts the jobs
+ * that ended since the user last looked (`badge.ts`).
  */
 import { ITranslator, TranslationBundle } from '@jupyterlab/translation';
 import { ReactWidget, SidePanel } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { JobsModel } from '../jobs';
 import { ServerConfig } from '../models';
 import { J2CSettings } from '../settings';
+import { EndedBadge } from './badge';
 import { ComputeFormWidget } from './form';
 import { IJobActions, JobsListWidget } from './jobslist';
 import { ComputeForm } from './model';
@@ -81,7 +84,34 @@ export class ComputeSidebar extends SidePanel {
     this.addWidget(
       new JobsListWidget(options.jobs, options.actions, trans, options.settings)
     );
+    this.badge = new EndedBadge(
+      options.jobs,
+      this.title,
+      trans,
+      () => this.isVisible && document.visibilityState === 'visible'
+    );
+    document.addEventListener('visibilitychange', this._onVisibility);
   }
+
+  /** The count on the tab of jobs that ended since the user last looked. */
+  readonly badge: EndedBadge;
+
+  dispose(): void {
+    document.removeEventListener('visibilitychange', this._onVisibility);
+    super.dispose();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.badge.update();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this.badge.update();
+  }
+
+  private readonly _onVisibility = (): void => this.badge.update();
 }
 
 export namespace ComputeSidebar {
