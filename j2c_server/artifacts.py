@@ -4,7 +4,11 @@ read in chunks off the event loop, or copied into the job's project folder.
 Only a name the job's results list is ever served, and its bytes come from the job's outputs
 location (``results.output_uri``): for ``file://`` straight from that folder (a name or symlink
 leading out of it is refused), for ``s3://`` downloaded through the store into a temporary file
-first. Copies land in ``<project>/j2c-outputs/<job id>/<name>``, inside the server's root; that
+first. An artifact with a sha256 (from the job's outputs index, itself checked against the
+digest in the job's log: jobs/results.py) is verified before anything is served or copied, and
+again on the bytes actually sent or written: a file replaced in the store is refused with the
+two digests named (a download already under way is cut short, a copy is never linked into
+place). Copies land in ``<project>/j2c-outputs/<job id>/<name>``, inside the server's root; that
 folder holds a ``.gitignore`` of ``*``, so copies are neither committed nor packed with the
 project again.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import filecmp
+import hashlib
 import mimetypes
 import os
 import shutil
@@ -23,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import StorageSettings
-from .errors import Conflict, Forbidden, InvalidInput, NotFound
-from .models import JobRecord
+from .errors import Conflict, Forbidden, IntegrityError, InvalidInput, NotFound
+from .models import Artifact, JobRecord
 from .paths import confine, root_folder
 from .storage import ObjectNotFound, open_store
 from .storage.base import is_plain_relative_path
@@ -42,6 +47,7 @@ class ArtifactFile:
     name: str
     path: Path
     size: int
+    sha256: str | None = None  # what the outputs index recorded; None: nothing to check
 
     @property
     def filename(self) -> str:
@@ -54,11 +60,29 @@ class ArtifactFile:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The bytes, ``CHUNK_BYTES`` at a time, each read in a worker thread."""
         handle = await asyncio.to_thread(self.path.open, "rb")
+        digest = hashlib.sha256()
         try:
             while chunk := await asyncio.to_thread(handle.read, CHUNK_BYTES):
+                digest.update(chunk)
                 yield chunk
         finally:
             handle.close()
+        self.check(digest.hexdigest())
+
+    def check(self, actual: str) -> None:
+        """Refuse bytes whose sha256 is not the recorded one."""
+        if self.sha256 is not None and actual != self.sha256:
+            raise IntegrityError(
+                f"name: {self.name!r} is not the file the job wrote: its sha256 is "
+                f"{actual}, the job's outputs index recorded {self.sha256}; not served",
+                field="name",
+                hint="the job's outputs were changed in the store after it ended",
+            )
+
+    def verify(self) -> None:
+        """Hash the file now (blocking: run it in a thread) and refuse a mismatch."""
+        if self.sha256 is not None:
+            self.check(_sha256_of(self.path))
 
 
 def check_name(name: str) -> str:
@@ -71,19 +95,20 @@ def check_name(name: str) -> str:
     return name
 
 
-def recorded_outputs(record: JobRecord, name: str) -> str:
-    """The job's outputs location, once ``name`` is checked to be one of its artifacts."""
+def recorded_outputs(record: JobRecord, name: str) -> tuple[str, Artifact]:
+    """The job's outputs location and the artifact, once ``name`` is checked to be one."""
     check_name(name)
     results = record.results
     if not record.status.terminal:  # results may already hold its MLflow run, not its outputs
         raise Conflict(f"job {record.id} has not finished; its artifacts come at the end")
     if results is None:
         raise NotFound(f"job {record.id} recorded no results")
-    if all(artifact.name != name for artifact in results.artifacts):
+    artifact = next((one for one in results.artifacts if one.name == name), None)
+    if artifact is None:
         raise NotFound(f"name: job {record.id} has no artifact {name!r}", field="name")
     if results.output_uri is None:
         raise NotFound(f"job {record.id} recorded no outputs location")
-    return results.output_uri
+    return results.output_uri, artifact
 
 
 @contextlib.asynccontextmanager
@@ -91,11 +116,14 @@ async def open_artifact(
     record: JobRecord, name: str, storage: StorageSettings
 ) -> AsyncIterator[ArtifactFile]:
     """The artifact ``name`` of the job as a local file (a temporary one for ``s3://``)."""
-    output_uri = recorded_outputs(record, name)
+    output_uri, recorded = recorded_outputs(record, name)
     if url_scheme(output_uri) == "file":
         folder = file_url_path(output_uri, field="output_uri")
         path = await asyncio.to_thread(_local_file, folder, name)
-        yield ArtifactFile(name, path, await asyncio.to_thread(os.path.getsize, path))
+        size = await asyncio.to_thread(os.path.getsize, path)
+        local = ArtifactFile(name, path, size, recorded.sha256)
+        await asyncio.to_thread(local.verify)
+        yield local
         return
     temp = await asyncio.to_thread(tempfile.mkdtemp, prefix="j2c-artifact-")
     try:
@@ -109,7 +137,10 @@ async def open_artifact(
             ) from None
         finally:
             await store.close()
-        yield ArtifactFile(name, path, await asyncio.to_thread(os.path.getsize, path))
+        size = await asyncio.to_thread(os.path.getsize, path)
+        fetched = ArtifactFile(name, path, size, recorded.sha256)
+        await asyncio.to_thread(fetched.verify)  # a private copy: what is checked is served
+        yield fetched
     finally:
         await asyncio.to_thread(shutil.rmtree, temp, ignore_errors=True)
 
@@ -146,7 +177,7 @@ def copy_into_project(record: JobRecord, artifact: ArtifactFile, root_dir: str |
     target = folder / target.name
     shown = target.relative_to(root).as_posix() if root is not None else str(target)
     if not _holds(target, artifact.path, shown):
-        _copy_new(artifact.path, target, shown)
+        _copy_new(artifact, target, shown)
     return shown
 
 
@@ -159,16 +190,27 @@ def _holds(target: Path, source: Path, shown: str) -> bool:
     return True
 
 
-def _copy_new(source: Path, target: Path, shown: str) -> None:
-    """Copy through a temporary file linked into place: a reader never sees half a file, and a
-    file that appeared meanwhile (another copy of the same) is checked, never replaced."""
+def _copy_new(artifact: ArtifactFile, target: Path, shown: str) -> None:
+    """Copy through a temporary file linked into place: a reader never sees half a file, the
+    copy's own bytes are verified before they appear, and a file that appeared meanwhile
+    (another copy of the same) is checked, never replaced."""
     handle, temp = tempfile.mkstemp(prefix=".j2c-copy-", dir=target.parent)
     os.close(handle)
     try:
-        shutil.copyfile(source, temp)
+        shutil.copyfile(artifact.path, temp)
+        if artifact.sha256 is not None:
+            artifact.check(_sha256_of(Path(temp)))
         try:
             os.link(temp, target)
         except FileExistsError:
-            _holds(target, source, shown)
+            _holds(target, artifact.path, shown)
     finally:
         os.unlink(temp)
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -369,6 +369,10 @@ class JobResults(_Strict):
         None, description="E.g. 'no outputs', or which outputs failed to upload and why."
     )
     failed_outputs: list[OutputFailure] = Field(default_factory=list)
+    left_out_outputs: list[OutputFailure] = Field(
+        default_factory=list,
+        description="Outputs not uploaded by rule (a cap, a secret), largest first, and why.",
+    )
     tracking: TrackingRun | None = None
 
 

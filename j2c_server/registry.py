@@ -565,6 +565,24 @@ class Registry:
             conn.execute("COMMIT")
         return head + [str(row[0]) for row in reversed(rows)]
 
+    async def last_log_line_with(self, job_id: str, text: str) -> str | None:
+        """The job's last log line that contains ``text`` (whole log, not yet compacted)."""
+        return await self._call(self._last_log_line_with, job_id, text)
+
+    def _last_log_line_with(self, job_id: str, text: str) -> str | None:
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        row = (
+            self._conn()
+            .execute(
+                "SELECT json_extract(event, '$.text') FROM events WHERE job_id = ? "
+                "AND json_extract(event, '$.kind') = 'log' "
+                "AND json_extract(event, '$.text') LIKE ? ESCAPE '\\' ORDER BY seq DESC LIMIT 1",
+                (job_id, f"%{escaped}%"),
+            )
+            .fetchone()
+        )
+        return str(row[0]) if row is not None else None
+
     async def log_cursor(self, job_id: str) -> str | None:
         """Where the scheduler's log was last read up to (persisted with the lines before it)."""
         return await self._call(self._log_cursor, job_id)

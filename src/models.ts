@@ -178,6 +178,8 @@ export interface JobResults {
   /** E.g. 'no outputs', or which outputs failed to upload and why. */
   outputs_note?: string | null;
   failed_outputs?: OutputFailure[];
+  /** Outputs not uploaded by rule (a cap, a secret), largest first, and why. */
+  left_out_outputs?: OutputFailure[];
   tracking?: TrackingRun | null;
 }
 

@@ -50,7 +50,7 @@ from .job_inputs import (
     refuse_if_over_limit,
 )
 from .journal import Journal, ProgressMeter
-from .results import collect_outputs
+from .results import INDEX_DIGEST_MARK, collect_outputs
 from .stage_keys import StageInputs, configure_changes, digest_of, pack_outcome, reused_since
 from .stage_text import describe
 from .tracking import abandon_run, finish_run, start_run
@@ -376,6 +376,7 @@ class Pipeline:
             results.model_copy(update={"exit_code": exit_code}),
             uploaded=not self.settings.storage.presign_for_jobs,
             last_lines=await self.registry.last_log_lines(self.job_id, LAST_LINES),
+            index_line=await self.registry.last_log_line_with(self.job_id, INDEX_DIGEST_MARK),
         )
         final = state.status
         if record.status == JobStatus.cancelling and final == JobStatus.failed:

@@ -1,18 +1,25 @@
 """The results stage's outputs, for every backend: what ``j2c-unpack`` uploaded, read from the
-store's outputs index, merged with what the scheduler itself returns.
+store's outputs index once it is proved to be the job's own, merged with what the scheduler
+itself returns.
 
-``j2c-unpack --output-uri <store>/jobs/<id>/outputs`` writes ``.j2c-outputs.json`` there after
-the run (also after a failed one): each uploaded file's name, size and sha256, and the files it
-could not upload with the reason. A scheduler that keeps the job's outputs folder on this machine
-(local, container) returns that folder's listing and location, which stays the record's (it is
-the same files, and what was there before the store copy); the index adds the digests and the
-upload failures. A scheduler that returns none (Slurm, Kubernetes) gets the index's files, served
-from the store. The record then says, in ``outputs_note``, when there are no outputs, or which
-were not uploaded and why (from the index, or from ``j2c-unpack``'s log when there is no index).
+``j2c-unpack --output-uri <store>/jobs/<id>/outputs`` writes ``.j2c-outputs.json`` there at each
+sync and after the run (also after a failed one): each uploaded file's name, size and sha256,
+the files it could not upload, the ones it left out by rule (a cap, a secret) and why. It prints
+the index's sha256 in the job's log (``j2c: outputs: index sha256:<hex>``), which reaches the
+server through the scheduler: the trust anchor. Anyone who may write the bucket could replace
+the index and the files under it; nobody but the job writes its log. So the stored index is
+used only when its bytes hash to the last digest the log holds; otherwise its files are not
+listed and ``outputs_note`` says why. A trusted index is the listing, served from the store (its
+sha256s are what ``artifacts.py`` checks every download and copy against). Without one, a
+scheduler that keeps the job's outputs folder on this machine (local, container) returns that
+folder's listing, which stays the record's (no digests); Slurm and Kubernetes then list none.
+``outputs_note`` also says when there are no outputs, what was left out or not uploaded, when
+the job was stopped before its last sync, and when a presigned job could upload nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -24,14 +31,20 @@ from ..errors import StorageError
 from ..models import Artifact, JobRecord, JobResults, OutputFailure
 from ..storage import ObjectStore
 from ..storage.errors import ObjectNotFound
+from ..unpack.outputs import INDEX_DIGEST_MARK as INDEX_DIGEST_MARK  # the pipeline's search
 from ..unpack.outputs import INDEX_NAME
 
 log = logging.getLogger(__name__)
 
 MAX_ARTIFACTS = 1000
 _UPLOAD_STAGE = "uploading outputs"
-# j2c-unpack's own start and done lines of that stage ("3 files, 1.0 kB to", "3 files uploaded").
-_PROGRESS_LINE = re.compile(r"\d+ files(,| uploaded)")
+# j2c-unpack's own done line of that stage ("3 files in the outputs, 1 uploaded now ...").
+_PROGRESS_LINE = re.compile(r"\d+ files in the outputs")
+_LOGGED_DIGEST = re.compile(re.escape(INDEX_DIGEST_MARK) + r"([0-9a-f]{64})\b")
+PRESIGNED_NOTE = (
+    "outputs need store access: with storage.presign_for_jobs the job cannot upload, so the "
+    "files it writes in its working copy do not come back"
+)
 
 
 class IndexedFile(BaseModel):
@@ -42,22 +55,44 @@ class IndexedFile(BaseModel):
     sha256: str
 
 
+class LeftOut(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    size: int
+    reason: str
+
+
 class OutputsIndex(BaseModel):
     """``.j2c-outputs.json`` as ``j2c_server.unpack.outputs`` writes it."""
 
     model_config = ConfigDict(extra="ignore")
 
     format: int = 1
+    final: bool = True
     files: list[IndexedFile] = Field(default_factory=list)
     failed: list[OutputFailure] = Field(default_factory=list)
+    left_out: list[LeftOut] = Field(default_factory=list)
 
 
 def outputs_prefix(job_id: str) -> str:
     return f"jobs/{job_id}/outputs"
 
 
-async def read_index(store: ObjectStore, job_id: str) -> tuple[OutputsIndex | None, str | None]:
-    """The job's outputs index, or None and why not (None, None: there is none)."""
+def logged_digest(lines: list[str]) -> str | None:
+    """The last outputs index sha256 the job printed among ``lines``."""
+    for line in reversed(lines):
+        found = _LOGGED_DIGEST.search(line)
+        if found:
+            return found.group(1)
+    return None
+
+
+async def read_index(
+    store: ObjectStore, job_id: str, digest: str | None
+) -> tuple[OutputsIndex | None, str | None]:
+    """The job's outputs index when its sha256 is ``digest`` (the one its log holds), or None
+    and why not (None, None: there is none)."""
     key = f"{outputs_prefix(job_id)}/{INDEX_NAME}"
     try:
         raw = await store.get_bytes(key)
@@ -65,6 +100,19 @@ async def read_index(store: ObjectStore, job_id: str) -> tuple[OutputsIndex | No
         return None, None
     except StorageError as exc:
         return None, f"the outputs index {store.uri(key)} could not be read: {exc.message}"
+    if digest is None:
+        return None, (
+            f"the outputs index {store.uri(key)} is not listed: the job's log does not hold its "
+            f"sha256 ('{INDEX_DIGEST_MARK}'), so it cannot be told from one written by someone else"
+        )
+    actual = hashlib.sha256(raw).hexdigest()
+    if actual != digest:
+        log.warning("job %s: outputs index sha256 %s, the job logged %s", job_id, actual, digest)
+        return None, (
+            f"the outputs index {store.uri(key)} is not listed: its sha256 {actual[:12]}... is "
+            f"not the {digest[:12]}... the job logged (changed in the store after the job wrote "
+            "it)"
+        )
     try:
         return OutputsIndex.model_validate(json.loads(raw)), None
     except (ValueError, ValidationError) as exc:
@@ -78,50 +126,69 @@ async def collect_outputs(
     *,
     uploaded: bool,
     last_lines: list[str],
+    index_line: str | None = None,
 ) -> JobResults:
     """``results`` (the scheduler's) with the outputs the store's index lists. ``uploaded``:
     whether the job was told to upload its outputs (not with presigned URLs); ``last_lines``:
-    the job's last log lines, where ``j2c-unpack`` says why an upload failed."""
-    index, problem = await read_index(store, record.id) if uploaded else (None, None)
+    the job's last log lines, where ``j2c-unpack`` says why an upload failed; ``index_line``:
+    the job's last log line with the index's sha256 (anywhere in its log)."""
+    digest = logged_digest([*([index_line] if index_line else []), *last_lines])
+    index, problem = await read_index(store, record.id, digest) if uploaded else (None, None)
     artifacts = list(results.artifacts)
     output_uri = results.output_uri
     notebook = results.executed_notebook
     if index is not None:
-        digests = {item.name: item for item in index.files}
-        if output_uri is None:
-            prefix = outputs_prefix(record.id)
-            output_uri = store.uri(prefix)
-            artifacts = [
-                Artifact(
-                    name=item.name,
-                    size=item.size,
-                    url=store.uri(f"{prefix}/{item.name}"),
-                    sha256=item.sha256,
-                )
-                for item in index.files[:MAX_ARTIFACTS]
-            ]
-        else:
-            artifacts = [_with_digest(artifact, digests) for artifact in artifacts]
+        prefix = outputs_prefix(record.id)
+        output_uri = store.uri(prefix)
+        artifacts = [
+            Artifact(
+                name=item.name,
+                size=item.size,
+                url=store.uri(f"{prefix}/{item.name}"),
+                sha256=item.sha256,
+            )
+            for item in index.files[:MAX_ARTIFACTS]
+        ]
+        if notebook is not None:  # the scheduler's copy: the store's is the listed one
+            notebook = None
     if notebook is None:
         notebook = _executed_notebook(artifacts, record.request.call_path)
     failed = index.failed if index is not None else []
-    note = _note(artifacts, failed, index, problem, uploaded=uploaded, last_lines=last_lines)
+    left_out = [
+        OutputFailure(name=item.name, error=item.reason)
+        for item in (index.left_out if index is not None else [])
+    ]
+    notes = [
+        _note(artifacts, failed, index, problem, uploaded=uploaded, last_lines=last_lines),
+        _left_out_note(left_out),
+        None if index is None or index.final else _STOPPED_NOTE,
+        None if uploaded else PRESIGNED_NOTE,
+    ]
     return results.model_copy(
         update={
             "artifacts": artifacts,
             "output_uri": output_uri,
             "executed_notebook": notebook,
             "failed_outputs": failed,
-            "outputs_note": note,
+            "left_out_outputs": left_out,
+            "outputs_note": "; ".join(note for note in notes if note) or None,
         }
     )
 
 
-def _with_digest(artifact: Artifact, digests: dict[str, IndexedFile]) -> Artifact:
-    item = digests.get(artifact.name)
-    if item is None or (artifact.size is not None and artifact.size != item.size):
-        return artifact
-    return artifact.model_copy(update={"sha256": item.sha256})
+_STOPPED_NOTE = (
+    "the job was stopped before its last outputs upload ended: these are the outputs of its "
+    "last sync while it ran (outputs.sync_every_minutes; a longer cancel grace lets the last "
+    "one finish)"
+)
+
+
+def _left_out_note(left_out: list[OutputFailure]) -> str | None:
+    if not left_out:
+        return None
+    shown = "; ".join(f"{item.name} {item.error}" for item in left_out[:3])
+    more = f" (and {len(left_out) - 3} more)" if len(left_out) > 3 else ""
+    return f"left out: {shown}{more}"
 
 
 def _executed_notebook(artifacts: list[Artifact], call_path: str) -> str | None:

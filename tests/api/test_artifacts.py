@@ -9,6 +9,7 @@ covers every route.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from j2c_server.artifacts import open_artifact
-from j2c_server.errors import NotFound
+from j2c_server.config import StorageSettings
+from j2c_server.errors import Forbidden, IntegrityError, NotFound
 from j2c_server.models import Artifact, JobRecord, JobRequest, JobResults, JobStatus
 from tests.support.jobs import follow, settle, submit
 from tests.support.s3 import S3Target
@@ -37,7 +39,7 @@ with open(os.path.join(out, "report.ipynb"), "w") as f:
     f.write({NOTEBOOK!r})
 with open(os.path.join(out, "plots", "loss curve.csv"), "w") as f:
     f.write({CURVE!r})
-# A link out of the outputs folder: listed by the scheduler, never served.
+# A link out of the outputs folder: never uploaded, listed or served.
 os.symlink("/etc/passwd", os.path.join(out, "leak.txt"))
 time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 0)
 """
@@ -127,15 +129,48 @@ async def test_traversal_names_are_refused(
     assert _error(response)["field"] == "name"
 
 
-async def test_recorded_artifact_linking_outside_the_outputs_is_refused(
+async def test_a_symlink_in_the_outputs_is_neither_listed_nor_served(
     jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path
 ) -> None:
     job = await _finished_job(jp_fetch, jp_ws_fetch)
     assert job.results is not None
-    assert "leak.txt" in [artifact.name for artifact in job.results.artifacts]
+    assert "leak.txt" not in [artifact.name for artifact in job.results.artifacts]
     with pytest.raises(HTTPClientError) as refused:
         await jp_fetch("j2c", "api", "jobs", job.id, "artifacts", "leak.txt")
-    assert refused.value.code == 403
+    assert refused.value.code == 404
+
+
+async def test_recorded_artifact_linking_outside_the_outputs_is_refused(tmp_path: Path) -> None:
+    # A scheduler's own listing of a local outputs folder may name a link: it is never read.
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "leak.txt").symlink_to("/etc/passwd")
+    record = _record("file", (tmp_path / "outputs").as_uri(), [Artifact(name="leak.txt")])
+    with pytest.raises(Forbidden, match="leads outside the job's outputs"):
+        async with open_artifact(record, "leak.txt", StorageSettings()):
+            pass
+
+
+async def test_a_tampered_output_is_neither_downloaded_nor_copied(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, j2c_data_dir: Path
+) -> None:
+    job = await _finished_job(jp_fetch, jp_ws_fetch)
+    stored = j2c_data_dir / "store" / "jobs" / job.id / "outputs" / "metrics.json"
+    stored.write_text('{"accuracy": 0.99}\n')  # someone else with write access to the store
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch("j2c", "api", "jobs", job.id, "artifacts", "metrics.json")
+    assert refused.value.code == 502
+    assert refused.value.response is not None
+    error = _error(refused.value.response)
+    assert error["error"] == "integrity"
+    assert "is not the file the job wrote" in error["message"]
+    copy = ("j2c", "api", "jobs", job.id, "artifacts", "metrics.json", "copy")
+    with pytest.raises(HTTPClientError) as not_copied:
+        await jp_fetch(*copy, method="POST", body="")
+    assert not_copied.value.code == 502
+    assert not (outputs_project / "j2c-outputs" / job.id / "metrics.json").exists()
+    # The untouched ones still come.
+    response = await jp_fetch("j2c", "api", "jobs", job.id, "artifacts", "report.ipynb")
+    assert response.body == NOTEBOOK.encode()
 
 
 async def test_artifacts_of_a_running_job_are_a_conflict(
@@ -246,7 +281,7 @@ async def test_copy_of_an_unknown_artifact_is_not_found(
     assert not (outputs_project / "j2c-outputs" / job.id / "nope.ipynb").exists()
 
 
-def _s3_record(bucket: S3Target, names: list[str]) -> JobRecord:
+def _record(scheduler: str, output_uri: str, artifacts: list[Artifact]) -> JobRecord:
     now = time.time()
     return JobRecord(
         id="job-1",
@@ -254,14 +289,16 @@ def _s3_record(bucket: S3Target, names: list[str]) -> JobRecord:
         key="k",
         status=JobStatus.succeeded,
         request=JobRequest(code_path="/p", call_path="train.py"),
-        scheduler="slurm",
+        scheduler=scheduler,
         created_at=now,
         updated_at=now,
-        results=JobResults(
-            artifacts=[Artifact(name=name) for name in names],
-            output_uri=bucket.url + "/jobs/job-1/outputs",
-        ),
+        results=JobResults(artifacts=artifacts, output_uri=output_uri),
     )
+
+
+def _s3_record(bucket: S3Target, names: list[str], sha256: str | None = None) -> JobRecord:
+    artifacts = [Artifact(name=name, sha256=sha256) for name in names]
+    return _record("slurm", bucket.url + "/jobs/job-1/outputs", artifacts)
 
 
 async def test_artifact_in_an_s3_store_is_read_through_the_store(s3_bucket: S3Target) -> None:
@@ -283,4 +320,16 @@ async def test_recorded_artifact_missing_from_the_s3_store_is_not_found(
     record = _s3_record(s3_bucket, ["gone.bin"])
     with pytest.raises(NotFound):
         async with open_artifact(record, "gone.bin", s3_bucket.settings):
+            pass
+
+
+async def test_an_s3_artifact_replaced_in_the_bucket_is_refused(s3_bucket: S3Target) -> None:
+    s3_bucket.client().put_object(
+        Bucket=s3_bucket.bucket,
+        Key=s3_bucket.key("jobs/job-1/outputs/model.pt"),
+        Body=b"someone else's weights",
+    )
+    record = _s3_record(s3_bucket, ["model.pt"], hashlib.sha256(b"the job's weights").hexdigest())
+    with pytest.raises(IntegrityError, match="is not the file the job wrote"):
+        async with open_artifact(record, "model.pt", s3_bucket.settings):
             pass

@@ -172,7 +172,8 @@ async def test_slurm_job_that_fails_after_one_output_still_lists_it(
 @contextlib.asynccontextmanager
 async def kubelet(fake: FakeKube) -> AsyncIterator[None]:
     """Run each new pod's container command here, as the node would, then finish the pod with
-    its exit code. The pod's env is the spec's; the credentials are the node's (the test's)."""
+    its exit code. The pod's env is the spec's; the credentials are the node's (the test's). Its
+    output is the pod's log (where the server finds the outputs index's sha256)."""
     started: set[str] = set()
 
     async def loop() -> None:
@@ -188,8 +189,17 @@ async def kubelet(fake: FakeKube) -> AsyncIterator[None]:
                 env = {**os.environ, **env, "PYTHONPATH": str(REPO)}
                 fake.start(name)
                 process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "j2c_server.unpack", *argv[1:], env=env
+                    sys.executable,
+                    "-m",
+                    "j2c_server.unpack",
+                    *argv[1:],
+                    env=env,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
                 )
+                assert process.stdout is not None
+                async for line in process.stdout:  # the pod's log, as the API serves it
+                    fake.log(name, line.decode().rstrip("\n"))
                 fake.finish(name, await process.wait())
             await asyncio.sleep(0.05)
 

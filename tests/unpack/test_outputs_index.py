@@ -105,3 +105,63 @@ def test_a_store_that_takes_nothing_is_reported_from_the_log(small_job: SmallJob
     assert results.outputs_note is not None
     assert results.outputs_note.startswith("outputs not uploaded: j2c: uploading outputs: ")
     assert "failed" in results.outputs_note
+
+
+def test_an_index_changed_in_the_store_after_the_job_is_not_listed(
+    small_job: SmallJob, tmp_path: Path
+):
+    root = tmp_path / "store-out"
+    outputs = root / "jobs" / "job-1" / "outputs"
+    done = run_unpack(
+        small_job.publish(), "--workdir", str(tmp_path / "job"), "--output-uri", outputs.as_uri()
+    )
+    assert done.returncode == 0, done.stderr
+    # Someone with write access to the bucket swaps a file and the index to match it.
+    (outputs / "result.txt").write_text("evil")
+    index_file = outputs / ".j2c-outputs.json"
+    index = json.loads(index_file.read_text())
+    index["files"][0]["sha256"] = hashlib.sha256(b"evil").hexdigest()
+    index_file.write_text(json.dumps(index))
+    results = asyncio.run(_collected(root, done.stderr))
+    assert results.artifacts == []
+    assert results.outputs_note is not None
+    assert "is not listed: its sha256 " in results.outputs_note
+    assert "changed in the store after the job wrote it" in results.outputs_note
+
+
+def test_an_index_the_log_does_not_vouch_for_is_not_listed(small_job: SmallJob, tmp_path: Path):
+    root = tmp_path / "store-out"
+    outputs = root / "jobs" / "job-1" / "outputs"
+    done = run_unpack(
+        small_job.publish(), "--workdir", str(tmp_path / "job"), "--output-uri", outputs.as_uri()
+    )
+    assert done.returncode == 0, done.stderr
+    unsigned = "\n".join(line for line in done.stderr.splitlines() if "index sha256:" not in line)
+    results = asyncio.run(_collected(root, unsigned))
+    assert results.artifacts == []
+    assert results.outputs_note is not None
+    assert "the job's log does not hold its sha256" in results.outputs_note
+
+
+def test_an_index_of_a_job_stopped_before_its_final_upload_says_so(tmp_path: Path):
+    outputs = tmp_path / "store-out" / "jobs" / "job-1" / "outputs"
+    outputs.mkdir(parents=True)
+    (outputs / "ckpt.bin").write_bytes(b"step 1")
+    index = {
+        "format": 2,
+        "final": False,
+        "files": [{"name": "ckpt.bin", "size": 6, "sha256": hashlib.sha256(b"step 1").hexdigest()}],
+        "failed": [],
+        "left_out": [{"name": "huge.pt", "size": 9_000_000_000, "reason": "9.0 GB over it"}],
+    }
+    raw = json.dumps(index).encode()
+    (outputs / ".j2c-outputs.json").write_bytes(raw)
+    line = f"j2c: outputs: index sha256:{hashlib.sha256(raw).hexdigest()}"
+    results = asyncio.run(_collected(tmp_path / "store-out", line))
+    assert [a.name for a in results.artifacts] == ["ckpt.bin"]
+    assert [(item.name, item.error) for item in results.left_out_outputs] == [
+        ("huge.pt", "9.0 GB over it")
+    ]
+    assert results.outputs_note is not None
+    assert "left out: huge.pt 9.0 GB over it" in results.outputs_note
+    assert "stopped before its last outputs upload ended" in results.outputs_note
