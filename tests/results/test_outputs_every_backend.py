@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,96 @@ if "--notebook" in sys.argv:
 
 NO_OUTPUTS = "print('nothing to keep', flush=True)\n"
 
+MODEL = bytes(range(256)) * 64
+# Where a third-party script writes: relative to its working directory, no $J2C_OUTPUT_DIR.
+WRITE_IN_WORKING_COPY = f"""\
+import os, pathlib
+os.makedirs("models", exist_ok=True)
+pathlib.Path("models/a.bin").write_bytes({MODEL!r})
+pathlib.Path("metrics.json").write_text({METRICS!r})
+with open("data/table.csv", "a") as f:
+    f.write("3,4\\n")
+import helper  # leaves __pycache__/helper.*.pyc
+pathlib.Path(".env").write_text("WANDB_API_KEY=abc\\n")
+pathlib.Path("huge.bin").write_bytes(b"x" * 3_000_000)
+"""
+CHECKPOINTS = """\
+import os, pathlib, time
+os.makedirs("ckpt", exist_ok=True)
+for step in range(1000):
+    tmp = pathlib.Path(f"ckpt/.step-{step}.part")
+    tmp.write_bytes(bytes([step % 256]) * (50_000 + step))
+    tmp.rename(f"ckpt/step-{step}.bin")
+    print("saved step", step, flush=True)
+    time.sleep(0.5)
+"""
+
+
+def _checkpoint(name: str) -> bytes:
+    step = int(name.removeprefix("ckpt/step-").removesuffix(".bin"))
+    return bytes([step % 256]) * (50_000 + step)
+
 
 @pytest.fixture
 def outputs_project(project: Path) -> Path:
     (project / "outputs.py").write_text(WRITE_OUTPUTS)
     (project / "quiet.py").write_text(NO_OUTPUTS)
+    (project / "working.py").write_text(WRITE_IN_WORKING_COPY)
+    (project / "checkpoints.py").write_text(CHECKPOINTS)
+    (project / "helper.py").write_text("X = 1\n")
+    (project / "data").mkdir()
+    (project / "data" / "table.csv").write_text("a,b\n1,2\n")
     settle(project)
     return project
+
+
+async def _check_working_copy_outputs(jp_fetch: Any, job: JobRecord) -> None:
+    """Exactly what the job created or changed, by relative path and sha256; no secret; the
+    file over the cap named with the reason."""
+    assert job.status == JobStatus.succeeded, job.message
+    assert job.results is not None
+    listed = {a.name: a.sha256 for a in job.results.artifacts}
+    table = b"a,b\n1,2\n3,4\n"
+    assert listed == {
+        "data/table.csv": hashlib.sha256(table).hexdigest(),
+        "metrics.json": hashlib.sha256(METRICS.encode()).hexdigest(),
+        "models/a.bin": hashlib.sha256(MODEL).hexdigest(),
+    }
+    assert await _download(jp_fetch, job.id, "models/a.bin") == MODEL
+    assert await _download(jp_fetch, job.id, "data/table.csv") == table
+    left_out = {item.name: item.error for item in job.results.left_out_outputs}
+    assert left_out == {
+        "huge.bin": "3.0 MB over outputs.max_file_mb (2 MB)",
+        ".env": "is a secret by its name (.env*)",
+    }
+    assert job.results.outputs_note is not None
+    assert "left out: huge.bin 3.0 MB over outputs.max_file_mb (2 MB)" in job.results.outputs_note
+
+
+async def _cancel_mid_run_keeps_checkpoints(
+    jp_fetch: Any, jp_ws_fetch: Any, store_outputs: Any, **fields: Any
+) -> None:
+    """A job writing checkpoints, cancelled once its outputs were synced while it ran: what it
+    wrote before the cancel is listed and downloads intact."""
+    record = await submit(jp_fetch, call_path="proj/checkpoints.py", **fields)
+    deadline = time.monotonic() + 120
+    while True:
+        index = store_outputs(record.id) / ".j2c-outputs.json"
+        if index.exists() and len(json.loads(index.read_text())["files"]) >= 2:
+            break
+        assert time.monotonic() < deadline, "no outputs synced while the job ran"
+        await asyncio.sleep(0.2)
+    await jp_fetch("j2c", "api", "jobs", record.id, "cancel", method="POST", body="")
+    await follow(jp_ws_fetch, record.id)
+    job = JobRecord.model_validate_json((await jp_fetch("j2c", "api", "jobs", record.id)).body)
+    assert job.status == JobStatus.cancelled, job.message
+    assert job.results is not None
+    names = [a.name for a in job.results.artifacts]
+    assert len(names) >= 2 and all(name.startswith("ckpt/step-") for name in names), names
+    for artifact in job.results.artifacts:
+        data = await _download(jp_fetch, job.id, artifact.name)
+        assert data == _checkpoint(artifact.name)
+        assert artifact.sha256 == hashlib.sha256(data).hexdigest()
 
 
 async def _run(jp_fetch: Any, jp_ws_fetch: Any, **fields: Any) -> JobRecord:
@@ -143,6 +227,7 @@ def jp_server_config(request: pytest.FixtureRequest, jp_server_config: dict[str,
         }
     else:
         overrides = {"scheduler": {"local": {"pass_env": ["PYTHONPATH"]}}}
+    overrides["outputs"] = {"max_file_mb": 2, "sync_every_minutes": 0.02}
     return {**jp_server_config, "J2CApp": {"settings_overrides": overrides}}
 
 
@@ -164,6 +249,26 @@ async def test_slurm_job_that_fails_after_one_output_still_lists_it(
         jp_fetch, jp_ws_fetch, call_path="proj/outputs.py", scheduler="slurm", args=["--fail"]
     )
     await _check_failed_after_one(jp_fetch, job)
+
+
+@pytest.mark.slurm
+@pytest.mark.backend("slurm")
+async def test_slurm_job_returns_what_it_wrote_in_its_working_copy(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path
+) -> None:
+    job = await _run(jp_fetch, jp_ws_fetch, call_path="proj/working.py", scheduler="slurm")
+    await _check_working_copy_outputs(jp_fetch, job)
+
+
+@pytest.mark.slurm
+@pytest.mark.backend("slurm")
+async def test_slurm_job_cancelled_mid_run_keeps_its_checkpoints(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, j2c_data_dir: Path
+) -> None:
+    def store_outputs(job_id: str) -> Path:
+        return j2c_data_dir / "store" / "jobs" / job_id / "outputs"
+
+    await _cancel_mid_run_keeps_checkpoints(jp_fetch, jp_ws_fetch, store_outputs, scheduler="slurm")
 
 
 # ---------------------------------------------------------------------- Kubernetes (fake API)
@@ -277,3 +382,21 @@ async def test_local_job_artifacts_carry_the_digests_of_the_index(
     await _check_two_outputs(jp_fetch, job)
     index = j2c_data_dir / "store" / "jobs" / job.id / "outputs" / ".j2c-outputs.json"
     assert json.loads(index.read_text())["failed"] == []
+
+
+@pytest.mark.backend("local")
+async def test_local_job_returns_what_it_wrote_in_its_working_copy(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path
+) -> None:
+    job = await _run(jp_fetch, jp_ws_fetch, call_path="proj/working.py")
+    await _check_working_copy_outputs(jp_fetch, job)
+
+
+@pytest.mark.backend("local")
+async def test_local_job_cancelled_mid_run_keeps_its_checkpoints(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, j2c_data_dir: Path
+) -> None:
+    def store_outputs(job_id: str) -> Path:
+        return j2c_data_dir / "store" / "jobs" / job_id / "outputs"
+
+    await _cancel_mid_run_keeps_checkpoints(jp_fetch, jp_ws_fetch, store_outputs)
