@@ -33,7 +33,7 @@ from .handler_base import (
     requires,
 )
 from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
-from .schedulers import capabilities, known_backends
+from .schedulers import capabilities, known_backends, skipped_backends
 from .stream_handler import EventStreamHandler
 
 
@@ -51,6 +51,7 @@ class ConfigHandler(J2CHandler):
                 storage_kind=settings.storage_url().split("://", 1)[0],
                 scheduler_kinds=available_schedulers(),
                 capabilities={name: capabilities(name) for name in available_schedulers()},
+                skipped_schedulers=skipped_backends(),
                 default_scheduler=settings.scheduler.default,
                 default_image=default_image,
                 images=images,

@@ -500,6 +500,11 @@ class ServerConfig(_Strict):
     capabilities: dict[str, Capabilities] = Field(
         default_factory=dict, description="What each scheduler backend supports."
     )
+    skipped_schedulers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Scheduler plug-ins skipped at start-up (their package failed to load), "
+        "each with why; not in scheduler_kinds.",
+    )
     default_scheduler: str
     default_image: str | None
     images: list[ImageChoice]

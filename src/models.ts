@@ -303,6 +303,8 @@ export interface ServerConfig {
   scheduler_kinds: string[];
   /** What each scheduler backend supports. */
   capabilities?: { [key: string]: Capabilities };
+  /** Scheduler plug-ins skipped at start-up (their package failed to load), each with why; not in scheduler_kinds. */
+  skipped_schedulers?: { [key: string]: string };
   default_scheduler: string;
   default_image: string | null;
   images: ImageChoice[];

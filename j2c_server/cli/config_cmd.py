@@ -1,4 +1,5 @@
-"""``j2c config``: the effective configuration (file < environment), with secrets masked."""
+"""``j2c config``: the effective configuration (file < environment), with secrets masked, and
+the scheduler backends found: those jobs can use, and each plug-in skipped with why."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 import yaml
 
 from ..config import JOB_SECTION
+from ..schedulers import known_backends, skipped_backends
 from .options import config_option, json_option, load_cli_config
 
 MASK = "********"
@@ -35,11 +37,17 @@ def config(as_json: bool, config_file: Path | None) -> None:
                 for name, value in job["env"].items()
             }
         effective[JOB_SECTION] = job
+    schedulers = list(known_backends())
+    skipped = skipped_backends()
     if as_json:
-        click.echo(json.dumps({"config_file": _name(loaded.path), **effective}, indent=2))
+        found = {"schedulers": schedulers, "skipped_schedulers": skipped}
+        click.echo(json.dumps({"config_file": _name(loaded.path), **found, **effective}, indent=2))
         return
     click.echo(f"# config file: {_name(loaded.path) or 'none'}")
     click.echo(f"# data dir: {loaded.settings.data_path()}")
+    click.echo(f"# schedulers: {', '.join(schedulers)}")
+    for name, why in skipped.items():
+        click.echo(f"# scheduler plug-in skipped: {name}: {why}")
     click.echo(yaml.safe_dump(effective, sort_keys=False).rstrip())
 
 

@@ -73,22 +73,26 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module, __name__), attribute)
 
 
+class NotABackend(Exception):
+    """What an entry point names cannot be a backend (the reason, without a traceback)."""
+
+
 def _plugin_class(name: str, loaded: object) -> type[SchedulerBase]:
-    """``loaded`` when it is a usable backend class; else ValueError saying why not."""
+    """``loaded`` when it is a usable backend class; else :class:`NotABackend` saying why."""
     from pydantic import BaseModel
 
     from .base import SchedulerBase
 
     if not _NAME.fullmatch(name) or name in RESERVED_NAMES:
-        raise ValueError(
+        raise NotABackend(
             f"{name!r} cannot be a scheduler's name: it must be lowercase letters, digits and _ "
             f"(its settings are scheduler.<name>), not one of {', '.join(sorted(RESERVED_NAMES))}"
         )
     if not (isinstance(loaded, type) and issubclass(loaded, SchedulerBase)):
-        raise ValueError(f"{loaded!r} is not a SchedulerBase subclass")
+        raise NotABackend("not a SchedulerBase subclass")
     model = getattr(loaded, "settings_model", None)
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        raise ValueError(f"{loaded.__name__}.settings_model is not a pydantic model")
+        raise NotABackend(f"{loaded.__name__}.settings_model is not a pydantic model")
     return loaded
 
 
@@ -116,7 +120,8 @@ def discover() -> Discovery:
         try:
             found.plugins[point.name] = _plugin_class(point.name, point.load())
         except Exception as exc:  # whatever a plug-in's import raises: skip it, say why
-            found.skipped[point.name] = f"{point.value}: {type(exc).__name__}: {exc}"
+            why = str(exc) if isinstance(exc, NotABackend) else f"{type(exc).__name__}: {exc}"
+            found.skipped[point.name] = f"{point.value}: {why}"
             log.warning("scheduler plug-in %r skipped: %s", point.name, found.skipped[point.name])
     return found
 

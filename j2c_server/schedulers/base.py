@@ -104,11 +104,16 @@ def not_a_memory_size(memory: str) -> InvalidInput:
 
 
 class SchedulerBase:
-    """What a backend declares about itself; subclasses implement :class:`Scheduler` too."""
+    """What a backend declares about itself; subclasses implement :class:`Scheduler` too.
+
+    ``remote``: its jobs run on machines other than the server's, so a ``file://`` store
+    reaches them only when ``storage.shared`` says its folder is mounted there too (checked at
+    preflight and submit by :meth:`store_problem`, for every backend alike)."""
 
     name: ClassVar[str]
     settings_model: ClassVar[type[BaseModel]]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    remote: ClassVar[bool] = False
 
     def __init__(self, settings: J2CSettings) -> None:
         """Made with the whole settings; each backend keeps what it needs of them."""
@@ -122,3 +127,16 @@ class SchedulerBase:
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
         """The backend's own job document for ``--dry-run`` (None: the JobSpec is shown)."""
         return None
+
+    @classmethod
+    def store_problem(cls, settings: J2CSettings, url: str) -> str | None:
+        """Why this backend's jobs cannot read the ``file://`` store at ``url``, which is not
+        ``storage.shared`` (None: they can). By default: they cannot when ``remote``."""
+        if not cls.remote:
+            return None
+        return (
+            f"storage.url: {url} is a folder on this machine, but {cls.name} jobs run on other "
+            "machines and cannot read it; set storage.url to an object store (s3://...), or "
+            "storage.shared: true if that folder is mounted at the same path on the compute "
+            "nodes"
+        )

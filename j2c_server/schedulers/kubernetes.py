@@ -63,6 +63,7 @@ class KubernetesScheduler(SchedulerBase):
     name = "kubernetes"
     settings_model = KubernetesSettings
     capabilities = Capabilities(gpus=True, gpu_types=True, multi_node=True)
+    remote = True
 
     @classmethod
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:

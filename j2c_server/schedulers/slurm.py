@@ -111,6 +111,7 @@ class SlurmScheduler(SchedulerBase):
     name = "slurm"
     settings_model = SlurmSettings
     capabilities = Capabilities(gpus=True, gpu_types=True, queues=True, multi_node=True)
+    remote = True
 
     def __init__(self, settings: J2CSettings, *, environ: Mapping[str, str] | None = None) -> None:
         self._slurm = settings.scheduler.section("slurm", SlurmSettings)

@@ -108,3 +108,54 @@ def test_a_request_the_backend_cannot_serve_is_refused_before_packing() -> None:
         check_resources("local", Resources(gpus=1, gpu_type="H200"))
     assert info.value.field == "resources.gpu_type"
     check_resources("slurm", Resources(gpus=1, gpu_type="H200"))  # Slurm picks GPU types
+
+
+def test_reserved_names_are_the_scheduler_sections_own_keys() -> None:
+    from j2c_server.config import _SchedulerSettingsBase
+    from j2c_server.schedulers import RESERVED_NAMES
+
+    own = set(_SchedulerSettingsBase.model_fields) | {
+        name
+        for name in vars(_SchedulerSettingsBase)
+        if not name.startswith("_") and not name.startswith("model_")
+    }
+    assert own == RESERVED_NAMES
+
+
+def test_importing_the_settings_or_storage_discovers_no_backend() -> None:
+    """Built on the first load: a plug-in importing j2c_server.config finds it complete."""
+    code = (
+        "import sys, j2c_server.config, j2c_server.storage\n"
+        "print(sorted(m for m in sys.modules if m.startswith('j2c_server.schedulers')))\n"
+        "from j2c_server.config import J2CSettings\n"
+        "J2CSettings()\n"
+        "print('j2c_server.schedulers.slurm_settings' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def _store_problem(scheduler: str, **section: str) -> str | None:
+    from j2c_server.jobs.preflight_checks import store_problem
+
+    settings = J2CSettings.model_validate(
+        {"storage": {"url": "file:///srv/j2c"}, "scheduler": {"container": section}}
+    )
+    return store_problem(settings, scheduler)
+
+
+def test_the_container_backend_says_when_its_uid_cannot_read_a_private_store() -> None:
+    problem = _store_problem("container", user=f"{os.getuid() + 1}:0")
+    assert problem is not None and f"container jobs run as uid {os.getuid() + 1}" in problem
+    assert _store_problem("container", user=f"{os.getuid()}:{os.getgid()}") is None
+    assert "slurm jobs run on other machines" in (_store_problem("slurm") or "")
+    assert _store_problem("local") is None
+
+
+def test_an_unknown_scheduler_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(InvalidInput) as info:
+        scheduler_class("nosuch")
+    assert info.value.field == "scheduler"
+    assert "unknown scheduler 'nosuch' (known: container, kubernetes, local, slurm" in str(
+        info.value
+    )
