@@ -181,6 +181,21 @@ def copy_into_project(record: JobRecord, artifact: ArtifactFile, root_dir: str |
     return shown
 
 
+def copy_into(artifact: ArtifactFile, folder: Path) -> tuple[Path, bool]:
+    """Copy ``artifact`` to ``folder/<name>`` (blocking), keeping its relative path: the path,
+    and whether it was copied now (False: the same bytes were already there). Never through
+    a symlinked folder out of ``folder``, never over other content (Conflict)."""
+    base = folder.resolve()
+    target = base / artifact.name
+    confine(target.parent, base, "copy")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target = confine(target.parent, base, "copy") / target.name
+    if _holds(target, artifact.path, str(target)):
+        return target, False
+    _copy_new(artifact, target, str(target))
+    return target, True
+
+
 def _holds(target: Path, source: Path, shown: str) -> bool:
     """Whether ``target`` already is a copy of ``source``; Conflict when it is anything else."""
     if not os.path.lexists(target):

@@ -18,6 +18,7 @@ def _add_commands() -> None:
     from .config_cmd import config
     from .gc import gc
     from .jobs import cancel, list_jobs, logs, status
+    from .results_cmd import results
     from .submit import pack, submit
     from .usage_cmd import usage
     from .wait import wait
@@ -25,6 +26,7 @@ def _add_commands() -> None:
     for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage, gc):
         main.add_command(command)
     main.add_command(wait)
+    main.add_command(results)
 
 
 _add_commands()
