@@ -230,10 +230,9 @@ class OutputsSync:
             return done
 
     async def _sync(self, done: _Round, *, final: bool) -> None:
-        from ..storage import open_store
-        from ..storage.download import settings_from_env
+        from ..storage import open_store_from_env
 
-        store = open_store(self.output_uri, settings_from_env())
+        store = open_store_from_env(self.output_uri)
         limit = asyncio.Semaphore(CONCURRENT_UPLOADS)
 
         async def one(item: Written) -> None:
