@@ -34,6 +34,7 @@ from .cli.session import resolve_job
 from .cli.submit import submit as submit_command
 from .defaults import choose_venv, project_root
 from .errors import InvalidInput, J2CError
+from .image.text import report_lines
 from .magic_runtime import BackgroundService, Job, background_service, watch
 
 if TYPE_CHECKING:
@@ -197,6 +198,8 @@ def _submit(argv: list[str], shell: Any, cell: str | None) -> Job | dict[str, An
         print(f"j2c: {note}", file=sys.stderr)
     runner = background_service(config.settings)
     if params["dry_run"]:
+        for line in report_lines(runner.call(runner.service.image_report(request))):
+            print(f"j2c: {line}", file=sys.stderr)
         spec: dict[str, Any] = runner.call(runner.service.dry_run(request))
         return spec
     record = runner.call(runner.service.submit(request))

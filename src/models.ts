@@ -15,6 +15,13 @@ export interface ArtifactCopy {
   path: string;
 }
 
+export interface BrokenRequirement {
+  /** The distribution whose requirement it is: 'scipy 1.17.1'. */
+  by: string;
+  /** 'numpy>=1.25.2'. */
+  requirement: string;
+}
+
 /** What a scheduler backend can do with a request (requests asking more are refused). */
 export interface Capabilities {
   /** Hands out GPUs. */
@@ -95,6 +102,26 @@ export interface ImageChoice {
   name: string;
   image: string;
   description?: string | null;
+}
+
+/** The job's needs against its target's inventory (or why there is none yet). */
+export interface ImageReport {
+  /** What the job runs on: 'image X', 'slurm partition P'. */
+  target: string;
+  /** The inventory's key in the data dir's image store. */
+  key: string;
+  known: boolean;
+  source?: 'probe' | 'job' | 'operator' | null;
+  learned_at?: number | null;
+  /** Why nothing was compared, when so. */
+  message?: string | null;
+  /** The lab's and the image's Python, when they differ. */
+  python?: string | null;
+  missing?: MissingDist[];
+  versions?: VersionDifference[];
+  wheels?: WheelMismatch[];
+  shadows?: ShadowRisk[];
+  seconds?: number;
 }
 
 /** A scheduler's own reference to a submitted job; opaque outside its backend. */
@@ -212,6 +239,15 @@ export interface LayerPlan {
 
 export type LayerRole = 'code' | 'venv';
 
+export interface MissingDist {
+  name: string;
+  lab_version: string;
+  /** Installed size in the lab (RECORD). */
+  bytes: number;
+  /** Why the job needs it: 'nbclient 0.10.2', 'imported by train.py'. */
+  needed_by: string[];
+}
+
 /** One output the job wrote but could not upload, and why. */
 export interface OutputFailure {
   name: string;
@@ -232,6 +268,8 @@ export interface PackPlan {
   hard_limit_bytes: number;
   /** Why pack() would refuse (hard limit). */
   refused?: string | null;
+  /** What the job needs that its target's image lacks or has at another version (j2c_server.image); None when not checked (the packer alone, a local job). */
+  image_report?: ImageReport | null;
 }
 
 export interface PackWarning {
@@ -312,6 +350,16 @@ export interface ServerConfig {
   root_dir_name?: string | null;
 }
 
+export interface ShadowRisk {
+  name: string;
+  venv_version: string;
+  image_version: string;
+  /** Image packages that depend on it. */
+  required_by: string[];
+  /** Their requirements the venv's version fails. */
+  broken?: BrokenRequirement[];
+}
+
 /** The pipeline's stages, in order. */
 export type Stage =
   'scan' | 'pack' | 'upload' | 'configure' | 'submit' | 'watch' | 'results';
@@ -356,4 +404,20 @@ export interface VenvInfo {
   home: string;
   include_system_site_packages?: boolean;
   prompt?: string | null;
+}
+
+export interface VersionDifference {
+  name: string;
+  lab_version: string;
+  image_version: string;
+  /** Requirements of the job's packages the image's fails. */
+  broken?: BrokenRequirement[];
+}
+
+export interface WheelMismatch {
+  name: string;
+  version: string;
+  tags: string[];
+  /** 'needs glibc 2.38; the image has 2.36'. */
+  reason: string;
 }

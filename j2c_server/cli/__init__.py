@@ -17,13 +17,14 @@ def _add_commands() -> None:
     from .build import build
     from .config_cmd import config
     from .gc import gc
+    from .image_cmd import image
     from .jobs import cancel, list_jobs, logs, status
     from .results_cmd import results
     from .submit import pack, submit
     from .usage_cmd import usage
     from .wait import wait
 
-    for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage, gc):
+    for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage, gc, image):
         main.add_command(command)
     main.add_command(wait)
     main.add_command(results)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from ..image.text import report_lines
 from ..models import Event, EventKind, JobRecord, JobStatus, Stage, StageState
 from ..pack.models import ExcludedGroup, ExcludeRule, PackPlan
 from ..units import byte_size
@@ -149,8 +150,9 @@ def _group_line(group: ExcludedGroup) -> str:
 
 def plan_notes(plan: PackPlan) -> list[str]:
     """What the scan left out, by rule with its first paths (secrets first, then the largest
-    groups), and the largest files when the layers are over the soft limit."""
-    lines: list[str] = []
+    groups), the largest files when the layers are over the soft limit, and what the target
+    image lacks (``image/text.py``)."""
+    lines: list[str] = report_lines(plan.image_report)
     if plan.excluded:
         total = sum(group.count for group in plan.excluded)
         lines.append(f"left out {total} path{'s' if total != 1 else ''} (ship one with --include):")

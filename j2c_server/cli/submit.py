@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..config import J2CSettings
+from ..image.text import report_lines
 from ..models import JobRequest
 from .commands import detached_message
 from .failures import exit_code_for_code
@@ -75,6 +76,8 @@ pack = _make_command("pack", "Alias of `j2c submit`.\n\n" + _HELP)
 
 async def _dry_run(settings: J2CSettings, request: JobRequest) -> dict[str, Any]:
     async with open_service(settings) as service:
+        for line in report_lines(await service.image_report(request)):
+            say(f"j2c: {line}")
         return await service.dry_run(request)
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from ..config import J2CSettings
 from ..errors import ConfigError, PackError
+from ..image.check import image_report
+from ..image.models import ImageReport
 from ..jobenv import job_env
 from ..models import JobRecord, Layer, LayerRole, Manifest
 from ..pack import PackPlan, PackSpec
@@ -46,6 +48,15 @@ def layer_cache_dir(settings: J2CSettings) -> Path:
 
 def job_image(settings: J2CSettings, record: JobRecord) -> str | None:
     return record.request.image or settings.lab_image()
+
+
+async def record_image_report(settings: J2CSettings, record: JobRecord) -> ImageReport | None:
+    """What the job's target lacks or has otherwise (:mod:`j2c_server.image`), for its image."""
+    request = record.request
+    venv = Path(request.venv_path) if request.venv_path else None
+    return await image_report(
+        settings, record.scheduler, job_image(settings, record), venv, Path(request.code_path)
+    )
 
 
 def job_spec(

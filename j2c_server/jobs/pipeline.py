@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import J2CSettings
+from ..image.check import InventoryLearner
 from ..jobenv import mask_env
 from ..models import (
     EventKind,
@@ -47,6 +48,7 @@ from .job_inputs import (
     layer_cache_dir,
     pack_spec,
     presigned_manifest,
+    record_image_report,
     refuse_if_over_limit,
 )
 from .journal import Journal, ProgressMeter
@@ -183,6 +185,9 @@ class Pipeline:
             scan = await self.clients.packers.scan(spec, layer_cache_dir(self.settings))
         plan = scan.report.plan
         refuse_if_over_limit(plan)
+        # Before any upload: what the target lacks, said with the scan's notes.
+        report = await record_image_report(self.settings, record)
+        plan = plan.model_copy(update={"image_report": report})
         files = sum(layer.files for layer in plan.layers)
         await self._finished(
             Stage.scan,
@@ -353,12 +358,17 @@ class Pipeline:
         await self._started(Stage.watch, inputs, facts)
         scheduler = self.clients.scheduler(handle.scheduler)
         state = await Watcher(
+        record = await self.registry.get(self.job_id)
+        learner = InventoryLearner(
+            self.settings, record.scheduler, job_image(self.settings, record), handle
+        )
             self.journal,
             scheduler,
             handle,
             current=lambda: self.registry.state(self.job_id),
             log=self.log,
         ).run()
+            inventory=learner,
         await self._finished(
             Stage.watch, inputs, StageState.finished, {}, {"status": state.status.value}
         )

@@ -26,6 +26,7 @@ from ..audit import Actor, audit, local_actor
 from ..config import J2CSettings
 from ..errors import Conflict, J2CError
 from ..eventbus import EventBus, Fanout, FanoutClosed
+from ..image.models import ImageReport
 from ..jobenv import check_request_env, mask_env
 from ..models import Event, EventKind, JobRecord, JobRequest, JobStatus
 from ..pack import PackPlan, make_manifest
@@ -39,7 +40,14 @@ from ..usage.writer import job_ended
 from ..wire_event import WireEvent
 from . import send_rule
 from .clients import Clients
-from .job_inputs import job_image, job_spec, layer_cache_dir, pack_spec, refuse_if_over_limit
+from .job_inputs import (
+    job_image,
+    job_spec,
+    layer_cache_dir,
+    pack_spec,
+    record_image_report,
+    refuse_if_over_limit,
+)
 from .journal import Journal
 from .lease import LEASE_TTL_S, JobDriver, new_owner
 from .preflight_checks import check_store_for_submit, warn_store_at_preflight
@@ -230,7 +238,13 @@ class JobService:
         """What packing this request would ship, leave out and warn about; writes nothing."""
         record = self._draft(await self._resolve(request))
         plan = await self.clients.packers.preflight(pack_spec(self.settings, record))
+        report = await record_image_report(self.settings, record)
+        plan = plan.model_copy(update={"image_report": report})
         return warn_store_at_preflight(plan, self.settings, record.scheduler)
+
+    async def image_report(self, request: JobRequest) -> ImageReport | None:
+        """What the request's target image lacks or has otherwise (``--dry-run`` prints it)."""
+        return await record_image_report(self.settings, self._draft(await self._resolve(request)))
 
     async def dry_run(self, request: JobRequest) -> dict[str, Any]:
         """The job spec the scheduler would get, from a real pack (layers land in the local

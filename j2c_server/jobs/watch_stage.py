@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ..backoff import Backoff, retry_async
 from ..errors import SchedulerUnavailable
@@ -33,6 +34,14 @@ T = TypeVar("T")
 Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 
+class InventoryHook(Protocol):
+    """What learns a target's inventory from a job's log (``image.check.InventoryLearner``)."""
+
+    def wants(self, text: str) -> bool: ...
+
+    async def __call__(self, text: str) -> str: ...
+
+
 class Watcher:
     def __init__(
         self,
@@ -42,7 +51,9 @@ class Watcher:
         *,
         current: Callable[[], Awaitable[JobState]],  # the job's status and message, read often
         log: Log,
+        inventory: InventoryHook | None = None,  # takes the job's `j2c: inventory:` line
     ) -> None:
+        self.inventory = inventory
         self.journal = journal
         self.scheduler = scheduler
         self.handle = handle
@@ -74,6 +85,9 @@ class Watcher:
             async for line in self.scheduler.follow_logs(self.handle, cursor):
                 if lines.full():
                     await lines.room()
+                if self.inventory is not None and self.inventory.wants(line.text):
+                    # Kept for the job's target; the log gets a short line instead of the JSON.
+                    line = dataclasses.replace(line, text=await self.inventory(line.text))
                 lines.add(line)
                 cursor = line.cursor
                 received += 1

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import PackSettings
+from ..image.models import ImageReport
 from ..models import EntryPoint, FileBlob, Layer, LayerRole, VenvInfo
 
 MIB = 1024 * 1024
@@ -161,6 +162,11 @@ class PackPlan(_Model):
     soft_limit_bytes: int
     hard_limit_bytes: int
     refused: str | None = Field(None, description="Why pack() would refuse (hard limit).")
+    image_report: ImageReport | None = Field(
+        None,
+        description="What the job needs that its target's image lacks or has at another "
+        "version (j2c_server.image); None when not checked (the packer alone, a local job).",
+    )
 
 
 class PackedLayer(_Model):

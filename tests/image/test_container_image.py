@@ -1,0 +1,138 @@
+"""The image check against a real podman and the platform image, from a lab on this machine's
+own Python: a ``--system-site-packages`` venv made with it finds regex, scipy and numpy 2 in
+its base, which the platform image lacks (or has at 1.24).
+
+- preflight: the image is probed once (a container through the engine), the report names the
+  base-only packages the code imports and scipy's numpy requirement the image fails; a second
+  preflight starts no container;
+- submit: the report is in the scan's plan, before any upload; the job's ``j2c-unpack`` says its
+  inventory, the server keeps it for the image's ID, and the next preflight reads that one
+  without starting anything.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from j2c_server.config import J2CSettings, load_settings
+from j2c_server.image import probe
+from j2c_server.image.store import InventoryStore
+from j2c_server.image.text import report_lines
+from j2c_server.jobs.service import JobService
+from j2c_server.models import EventKind, JobRequest, JobStatus, Stage, StageState
+from tests.support.jobs import settle
+from tests.support.podman import Podman
+
+LAB_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))
+TRAIN = "import regex\nimport scipy.stats\nimport numpy as np\nimport helper\n"
+
+
+def _lab_has(*modules: str) -> bool:
+    code = "import " + ", ".join(modules)
+    return subprocess.run([str(LAB_PYTHON), "-I", "-c", code], capture_output=True).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(
+    not _lab_has("regex", "scipy", "numpy"), reason="this machine's Python has no regex/scipy"
+)
+
+
+@pytest.fixture
+def lab_project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(TRAIN)
+    (root / "helper.py").write_text("VALUE = 1\n")
+    (root / "hello.py").write_text("print('hello from the image', flush=True)\n")
+    subprocess.run(
+        [str(LAB_PYTHON), "-m", "venv", "--system-site-packages", str(root / ".venv")], check=True
+    )
+    settle(root)
+    return root
+
+
+def _settings(podman: Podman, data: Path) -> J2CSettings:
+    return load_settings(
+        environ={},
+        overrides={
+            "data_dir": str(data),
+            "default_image": podman.image,
+            "storage": {"url": (data / "store").as_uri(), "shared": True},
+            "scheduler": {"default": "container", "container": {"socket": podman.socket}},
+        },
+    )
+
+
+def _request(project: Path, entry: str) -> JobRequest:
+    return JobRequest(
+        code_path=str(project),
+        call_path=entry,
+        venv_path=str(project / ".venv"),
+        scheduler="container",
+    )
+
+
+async def test_a_probed_image_names_what_the_lab_base_adds_and_is_probed_once(
+    podman: Podman, lab_project: Path, tmp_path: Path
+) -> None:
+    service = JobService(_settings(podman, tmp_path / "data"))
+    try:
+        before = probe.probes_started
+        plan = await service.preflight(_request(lab_project, "train.py"))
+        assert probe.probes_started == before + 1
+        report = plan.image_report
+        assert report is not None and report.known and report.source == "probe"
+        assert report.key.startswith("container-id:")
+        missing = {m.name: m for m in report.missing}
+        assert {"regex", "scipy"} <= set(missing)
+        assert missing["regex"].needed_by == ["imported by train.py"]
+        assert missing["scipy"].bytes > 10_000_000
+        [numpy] = [v for v in report.versions if v.name == "numpy"]
+        assert numpy.image_version == "1.24.2"
+        assert any(b.by.startswith("scipy ") for b in numpy.broken)
+        lines = report_lines(report)
+        assert lines[0] == f"image {podman.image} differs from the lab (probed):"
+        assert any(
+            line.startswith("    regex ") and "imported by train.py" in line for line in lines
+        )
+
+        again = await service.preflight(_request(lab_project, "train.py"))
+        assert probe.probes_started == before + 1  # known by the image's ID: no container
+        assert again.image_report is not None and again.image_report.key == report.key
+    finally:
+        await service.stop()
+
+
+async def test_the_jobs_inventory_is_kept_and_read_by_the_next_preflight(
+    podman: Podman, lab_project: Path, tmp_path: Path
+) -> None:
+    settings = _settings(podman, tmp_path / "data")
+    service = JobService(settings)
+    try:
+        record = await service.submit(_request(lab_project, "hello.py"))
+        done = await service.wait(record.id)
+        events = await service.events(record.id)
+        assert done.status == JobStatus.succeeded, [e.text for e in events][-15:]
+        scan = next(e for e in events if e.stage == Stage.scan and e.state == StageState.finished)
+        report = scan.data["plan"]["image_report"]
+        assert {"regex", "scipy"} <= {m["name"] for m in report["missing"]}
+        first_upload = next(e.seq for e in events if e.stage == Stage.upload)
+        assert scan.seq < first_upload  # said before any upload
+        said = [e.text or "" for e in events if e.kind == EventKind.log]
+        [line] = [t for t in said if t.startswith("j2c: inventory: ")]
+        assert line.startswith("j2c: inventory: Python 3.11.2, ") and "kept for image" in line
+        kept = InventoryStore(settings.data_path()).get(report["key"])
+        assert kept is not None and kept.source == "job"
+        assert kept.inventory.j2c_version is not None  # j2c-unpack's own, not a probe's
+
+        before = probe.probes_started
+        plan = await service.preflight(_request(lab_project, "train.py"))
+        assert probe.probes_started == before
+        assert plan.image_report is not None and plan.image_report.source == "job"
+        assert "regex" in {m.name for m in plan.image_report.missing}
+    finally:
+        await service.stop()

@@ -1,0 +1,135 @@
+"""The inventory script (stdlib only, also a ``python -I -c`` script), the in-job report with the
+node cache, the image store and ``j2c image inventory``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from j2c_server.cli import main as cli
+from j2c_server.image.models import ImageInventory
+from j2c_server.image.store import InventoryStore
+from j2c_server.unpack import inventory
+from tests.image.fixtures import inventory as fake_inventory
+
+SCRIPT = Path(inventory.__file__)
+
+
+def test_the_script_runs_isolated_on_its_own_and_prints_a_valid_inventory() -> None:
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", SCRIPT.read_text()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd="/",
+    )
+    found = ImageInventory.model_validate(json.loads(done.stdout))
+    assert found.python.minor == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert found.python.cache_tag == sys.implementation.cache_tag
+    assert found.platform.libc == "glibc" and found.platform.libc_version
+    # The base interpreter's site folders: a venv the tests run from is not what a job sees.
+    assert found.site_dirs
+    assert all(d.startswith(sys.base_prefix) for d in found.site_dirs)
+    assert any(d.name == "pip" and d.top_level == ["pip"] for d in found.distributions)
+
+
+def test_in_a_job_it_is_said_once_per_interpreter_with_a_node_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    inventory.report(cache)
+    first = capsys.readouterr().err
+    assert first.startswith(inventory.PREFIX)
+    said = json.loads(first[len(inventory.PREFIX) :])
+    assert ImageInventory.model_validate(said).python.version
+    [kept] = (cache / "inventory").iterdir()
+    assert json.loads(kept.read_text())["python"] == said["python"]
+    assert kept.stat().st_mode & 0o077 == 0
+    inventory.report(cache)  # a warm start: found in the cache, nothing computed or said
+    assert capsys.readouterr().err == ""
+    inventory.report(None)  # no cache: every job says it
+    assert capsys.readouterr().err.startswith(inventory.PREFIX)
+
+
+def test_a_cache_folder_others_can_write_is_not_used_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    (cache / "inventory").mkdir(parents=True)
+    os.chmod(cache / "inventory", 0o777)
+    inventory.report(cache)
+    inventory.report(cache)
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 2 and all(line.startswith(inventory.PREFIX) for line in said)
+    assert list((cache / "inventory").iterdir()) == []
+
+
+def test_the_store_keeps_one_inventory_per_key_privately_and_misses_bad_files(
+    tmp_path: Path,
+) -> None:
+    store = InventoryStore(tmp_path)
+    assert store.get("image:x") is None
+    stored = store.put("image:x", fake_inventory({"numpy": "1.24.2"}), "operator")
+    again = store.get("image:x")
+    assert again is not None and again.source == "operator"
+    assert again.inventory.distributions[0].name == "numpy"
+    assert again.stored_at == stored.stored_at
+    [path] = (tmp_path / "images").iterdir()
+    assert path.stat().st_mode & 0o077 == 0 and (tmp_path / "images").stat().st_mode & 0o077 == 0
+    assert store.get("image:y") is None
+    path.write_text("{not json")
+    assert store.get("image:x") is None
+
+
+def test_j2c_image_inventory_from_a_file_is_what_the_next_preflight_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("J2C_DATA_DIR", str(tmp_path / "data"))
+    given = tmp_path / "inv.json"
+    given.write_text(json.dumps(fake_inventory({"numpy": "1.24.2"})))
+    runner = CliRunner()
+    done = runner.invoke(
+        cli,
+        ["image", "inventory", "reg/img:1", "--from-file", str(given), "--scheduler", "kubernetes"],
+    )
+    assert done.exit_code == 0, done.output
+    assert (
+        "kept the inventory of image reg/img:1 (Python 3.11.2, 1 distributions) as image:reg/img:1"
+        in done.output
+    )
+    kept = InventoryStore(tmp_path / "data").get("image:reg/img:1")
+    assert kept is not None and kept.source == "operator"
+
+    given.write_text(json.dumps({"python": {"version": "three"}}))
+    bad = runner.invoke(
+        cli,
+        ["image", "inventory", "reg/img:1", "--from-file", str(given), "--scheduler", "kubernetes"],
+    )
+    assert bad.exit_code != 0 and "is not an inventory" in bad.output
+    missing = runner.invoke(
+        cli,
+        [
+            "image",
+            "inventory",
+            "reg/img:1",
+            "--from-file",
+            str(tmp_path / "nope.json"),
+            "--scheduler",
+            "kubernetes",
+        ],
+    )
+    assert missing.exit_code != 0 and "cannot read" in missing.output
+    unprobed = runner.invoke(cli, ["image", "inventory", "reg/img:1", "--scheduler", "kubernetes"])
+    assert unprobed.exit_code != 0 and "only the container backend can probe" in unprobed.output
+    local = runner.invoke(
+        cli, ["image", "inventory", "x", "--scheduler", "local", "--from-file", str(given)]
+    )
+    assert local.exit_code != 0 and "lab's own Python" in local.output
