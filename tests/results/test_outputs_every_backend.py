@@ -371,6 +371,17 @@ async def test_kubernetes_job_without_outputs_says_so(
     assert job.results.outputs_note == "no outputs"
 
 
+@pytest.mark.backend("kubernetes")
+async def test_kubernetes_job_returns_what_it_wrote_in_its_working_copy(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path, fake_kube: FakeKube
+) -> None:
+    async with kubelet(fake_kube):
+        job = await _run(jp_fetch, jp_ws_fetch, call_path="proj/working.py", scheduler="kubernetes")
+    assert job.results is not None
+    assert job.results.output_uri is not None and job.results.output_uri.startswith("s3://")
+    await _check_working_copy_outputs(jp_fetch, job)
+
+
 # ---------------------------------------------------------------------- local
 
 
