@@ -22,15 +22,15 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import re
 import site
 import sys
-import sysconfig
 import time
-from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 FORMAT = 1
 PREFIX = "j2c: inventory: "
@@ -99,6 +99,8 @@ def _torch(dirs: list[str], dists: dict[str, dict[str, Any]]) -> dict[str, str] 
 
 
 def _libc() -> tuple[str, str]:
+    import platform
+
     try:
         text = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError, AttributeError):
@@ -112,6 +114,11 @@ def _libc() -> tuple[str, str]:
 
 def collect() -> dict[str, Any]:
     """This interpreter's inventory, as JSON-ready data."""
+    # Imported here: a warm start (the node cache knows this interpreter) never loads them.
+    import platform
+    import sysconfig
+    from importlib import metadata
+
     dirs = site_dirs()
     dists: dict[str, dict[str, Any]] = {}
     for dist in metadata.distributions(path=dirs):
