@@ -77,6 +77,9 @@ for step in range(1000):
 """
 
 
+HELPER = "X = 1\n"
+
+
 def _checkpoint(name: str) -> bytes:
     step = int(name.removeprefix("ckpt/step-").removesuffix(".bin"))
     return bytes([step % 256]) * (50_000 + step)
@@ -88,7 +91,7 @@ def outputs_project(project: Path) -> Path:
     (project / "quiet.py").write_text(NO_OUTPUTS)
     (project / "working.py").write_text(WRITE_IN_WORKING_COPY)
     (project / "checkpoints.py").write_text(CHECKPOINTS)
-    (project / "helper.py").write_text("X = 1\n")
+    (project / "helper.py").write_text(HELPER)
     (project / "data").mkdir()
     (project / "data" / "table.csv").write_text("a,b\n1,2\n")
     settle(project)
