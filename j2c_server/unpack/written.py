@@ -29,6 +29,7 @@ import functools
 import importlib.util
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -58,19 +59,27 @@ def stat_key(st: os.stat_result) -> tuple[int, int, int]:
 
 def take_snapshot(code: Path, skip: tuple[Path, ...] = ()) -> Snapshot:
     """Every regular file under ``code`` (outside the skipped folders) by its stat key."""
-    return {item.name: item.key for item in walk_files(code, skip)}
+    return {name: (st.st_size, st.st_mtime_ns, st.st_ino) for name, _, st in _walk(code, skip)}
 
 
 def written_files(code: Path, snapshot: Snapshot, skip: tuple[Path, ...] = ()) -> list[Written]:
     """The regular files under ``code`` that are not in ``snapshot`` as they were."""
-    return [item for item in walk_files(code, skip) if snapshot.get(item.name) != item.key]
+    return [
+        Written(name, Path(path), st)
+        for name, path, st in _walk(code, skip)
+        if snapshot.get(name) != (st.st_size, st.st_mtime_ns, st.st_ino)
+    ]
 
 
 def walk_files(top: Path, skip: tuple[Path, ...] = ()) -> list[Written]:
     """Regular files under ``top``, never through a symlink, outside skipped folders."""
+    return [Written(name, Path(path), st) for name, path, st in _walk(top, skip)]
+
+
+def _walk(top: Path, skip: tuple[Path, ...]) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(name relative to ``top``, path, lstat) of each regular file: one ``lstat`` each."""
     skipped_dirs = _rules().skipped_dirs
     skipped = {str(path) for path in skip}
-    found: list[Written] = []
     pending = [(str(top), "")]
     while pending:
         folder, prefix = pending.pop()
@@ -79,17 +88,15 @@ def walk_files(top: Path, skip: tuple[Path, ...] = ()) -> list[Written]:
         except OSError:
             continue  # vanished or unreadable meanwhile: nothing of it to return
         for entry in entries:
-            name = prefix + entry.name
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
                 if entry.name not in skipped_dirs and entry.path not in skipped:
-                    pending.append((entry.path, name + "/"))
+                    pending.append((entry.path, f"{prefix}{entry.name}/"))
             elif stat.S_ISREG(st.st_mode):
-                found.append(Written(name, Path(entry.path), st))
-    return found
+                yield prefix + entry.name, entry.path, st
 
 
 def secret_reason(item: Written) -> str | None:
