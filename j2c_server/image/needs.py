@@ -14,6 +14,8 @@ of a project re-reads only what changed.
 from __future__ import annotations
 
 import ast
+import contextlib
+import csv
 import json
 import os
 import sys
@@ -43,17 +45,20 @@ class LabDist:
         return f"{self.name} {self.version}"
 
     def size(self) -> int:
-        """Installed bytes, by RECORD (files without a recorded size are stat'ed)."""
-        dist = metadata.PathDistribution(self.path)
+        """Installed bytes, by RECORD (files it lists without a size are stat'ed)."""
+        try:
+            text = (self.path / "RECORD").read_text(errors="replace")
+        except OSError:
+            return 0
         total = 0
-        for item in dist.files or []:
-            if item.size is not None:
-                total += item.size
+        for row in csv.reader(text.splitlines()):
+            if not row:
                 continue
-            try:
-                total += os.stat(self.path.parent / item).st_size
-            except OSError:
+            if len(row) >= 3 and row[2].isdigit():
+                total += int(row[2])
                 continue
+            with contextlib.suppress(OSError):
+                total += os.stat(self.path.parent / row[0]).st_size
         return total
 
 
@@ -73,16 +78,41 @@ def _wheel_tags(folder: Path) -> tuple[str, ...]:
     )
 
 
+def _headers(text: str) -> dict[str, list[str]]:
+    """A core metadata file's headers (the part before its body), continuation lines joined;
+    read by hand: the email parser costs milliseconds a file, and a venv has hundreds."""
+    found: dict[str, list[str]] = {}
+    last: list[str] | None = None
+    for line in text.splitlines():
+        if not line:
+            break
+        if line[0] in " \t" and last:
+            last[-1] += " " + line.strip()
+            continue
+        name, sep, value = line.partition(":")
+        if sep:
+            last = found.setdefault(name.strip().lower(), [])
+            last.append(value.strip())
+    return found
+
+
 def _read_dist(folder: Path) -> LabDist | None:
     dist = metadata.PathDistribution(folder)
-    name = dist.metadata["Name"] if dist.metadata is not None else None
+    if folder.suffix == ".dist-info":
+        headers = _headers(dist.read_text("METADATA") or "")
+        name = (headers.get("name") or [""])[0]
+        version = (headers.get("version") or [""])[0]
+        requires: list[str] = headers.get("requires-dist", [])
+    else:  # egg-info: PKG-INFO plus requires.txt, which importlib.metadata translates
+        name, version = dist.metadata["Name"] or "", dist.version
+        requires = list(dist.requires or [])
     if not name:
         return None
     return LabDist(
         key=normalize(name),
         name=name,
-        version=dist.version,
-        requires=tuple(dist.requires or ()),
+        version=version,
+        requires=tuple(requires),
         top_level=tuple(top_level(dist)),
         path=folder,
         tags=_wheel_tags(folder),

@@ -237,8 +237,11 @@ class JobService:
     async def preflight(self, request: JobRequest) -> PackPlan:
         """What packing this request would ship, leave out and warn about; writes nothing."""
         record = self._draft(await self._resolve(request))
-        plan = await self.clients.packers.preflight(pack_spec(self.settings, record))
-        report = await record_image_report(self.settings, record)
+        # The image check (a thread) runs beside the scan (a worker process).
+        plan, report = await asyncio.gather(
+            self.clients.packers.preflight(pack_spec(self.settings, record)),
+            record_image_report(self.settings, record),
+        )
         plan = plan.model_copy(update={"image_report": report})
         return warn_store_at_preflight(plan, self.settings, record.scheduler)
 

@@ -19,6 +19,7 @@ Two ways it runs:
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
 import json
 import os
@@ -36,6 +37,7 @@ FORMAT = 1
 PREFIX = "j2c: inventory: "
 _NAME_RE = re.compile(r"[-_.]+")
 _MODULE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[^/]*)?\.(py|pyc|so|pyd)$")
+_NOT_CODE = (".dist-info", ".data", ".egg-info")
 _TORCH_RE = re.compile(r"^(__version__|cuda|hip)\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]", re.M)
 
 
@@ -56,6 +58,15 @@ def site_dirs() -> list[str]:
     return [path for path in dict.fromkeys(found) if os.path.isdir(path)]
 
 
+def record_paths(dist: metadata.Distribution) -> list[str]:
+    """The paths RECORD lists (its first column), without pathlib objects for each (a big
+    package lists thousands); egg-info's ``installed-files.txt`` otherwise."""
+    text = dist.read_text("RECORD")
+    if text is not None:
+        return [row[0] for row in csv.reader(text.splitlines()) if row]
+    return [line for line in (dist.read_text("installed-files.txt") or "").splitlines() if line]
+
+
 def top_level(dist: metadata.Distribution) -> list[str]:
     """The import names a distribution provides: ``top_level.txt``, else its RECORD's first
     path parts (modules and packages, not its metadata or scripts)."""
@@ -63,18 +74,14 @@ def top_level(dist: metadata.Distribution) -> list[str]:
     if text:
         return sorted({line.strip() for line in text.splitlines() if line.strip()})
     names: set[str] = set()
-    for item in dist.files or []:
-        parts = item.parts
-        if (
-            not parts
-            or parts[0] in ("..", "__pycache__")
-            or parts[0].endswith((".dist-info", ".data", ".egg-info"))
-        ):
+    for path in record_paths(dist):
+        first, sep, _ = path.partition("/")
+        if first in ("..", "__pycache__") or first.endswith(_NOT_CODE):
             continue
-        if len(parts) > 1:
-            if parts[0].isidentifier():
-                names.add(parts[0])
-        elif (match := _MODULE_RE.match(parts[0])) is not None:
+        if sep:
+            if first.isidentifier():
+                names.add(first)
+        elif (match := _MODULE_RE.match(first)) is not None:
             names.add(match.group(1))
     return sorted(names)
 
