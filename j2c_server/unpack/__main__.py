@@ -19,7 +19,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  the venv's packages that shadow this interpreter's own are named in the log
 7. running       the entry point with the venv's interpreter; signals forwarded (with
                  ``--nodes N``, on this node's rank, under torchrun with ``--launcher``: ranks.py)
-8. uploading outputs   when --output-uri is given, also after a failed run
+8. uploading outputs   when --output-uri is given, also after a failed run: the output dir
+                 and what the job created or changed in its working copy (outputs.py,
+                 written.py; snapshot right before phase 7, synced during it and on SIGTERM)
 
 Last of all, one ``j2c: summary: {json}`` line (summary.py): phase durations, bytes downloaded
 and reused, the exit code, for a cluster's log pipeline.
