@@ -133,3 +133,58 @@ def test_j2c_image_inventory_from_a_file_is_what_the_next_preflight_reads(
         cli, ["image", "inventory", "x", "--scheduler", "local", "--from-file", str(given)]
     )
     assert local.exit_code != 0 and "lab's own Python" in local.output
+
+
+async def test_an_unknown_image_is_said_so_then_an_operators_inventory_is_used(
+    tmp_path: Path,
+) -> None:
+    from j2c_server.cli.render import plan_notes
+    from j2c_server.config import load_settings
+    from j2c_server.jobs.service import JobService
+    from j2c_server.models import JobRequest
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    settings = load_settings(environ={}, overrides={"data_dir": str(tmp_path / "data")})
+    request = JobRequest(
+        code_path=str(project), call_path="train.py", scheduler="kubernetes", image="reg/img:2"
+    )
+    service = JobService(settings)
+    try:
+        plan = await service.preflight(request)
+        assert plan.image_report is not None and not plan.image_report.known
+        assert plan_notes(plan) == ["image reg/img:2 not known yet: checked when the job starts"]
+        InventoryStore(settings.data_path()).put(
+            "image:reg/img:2", fake_inventory({"numpy": "1.24.2"}, python="3.10.12"), "operator"
+        )
+        plan = await service.preflight(request)
+    finally:
+        await service.stop()
+    report = plan.image_report
+    assert report is not None and report.known and report.source == "operator"
+    assert report.missing == [] and report.python is None  # no venv: nothing of the lab's
+
+
+def test_a_venv_made_for_another_python_minor_is_reported(tmp_path: Path) -> None:
+    from j2c_server.image.check import compare_with
+    from j2c_server.image.target import Target
+    from j2c_server.image.text import report_lines
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
+    stored = InventoryStore(tmp_path).put("image:x", fake_inventory(python="3.10.12"), "job")
+    report = compare_with(
+        stored, Target("kubernetes", "image:x", "image x"), project / ".venv", project, []
+    )
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert report.python == (
+        f"the venv was made with Python {minor}, the image runs 3.10.12: the venv's packages "
+        "will not load"
+    )
+    assert report_lines(report) == [
+        "image x differs from the lab (from a job's log):",
+        f"  Python: {report.python}",
+    ]
