@@ -173,3 +173,34 @@ def test_the_change_scan_of_an_unchanged_tree_finds_nothing(tmp_path: Path) -> N
     assert written_files(tmp_path / "code", snapshot) == []
     (tmp_path / "code" / "d1" / "f1.py").write_text("x = 2\n")
     assert [item.name for item in written_files(tmp_path / "code", snapshot)] == ["d1/f1.py"]
+
+
+GRACEFUL = """\
+import pathlib, signal, sys, time
+def stop(signum, frame):
+    time.sleep(2)  # saving a last checkpoint, say
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+pathlib.Path("model.bin").write_bytes(b"weights")
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigterm_starts_a_sync_while_the_job_shuts_down(tmp_path: Path) -> None:
+    project = tmp_path / "lab" / "project"
+    write(project / "graceful.py", GRACEFUL)
+    uri = publish_project(project, tmp_path / "store", "graceful.py")
+    outputs = tmp_path / "out"
+    argv = [*UNPACK, uri, "--workdir", str(tmp_path / "job"), "--output-uri", outputs.as_uri()]
+    argv += ["--outputs-sync-minutes", "0", "--"]  # no periodic syncs: only the signal's
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n"
+    process.send_signal(signal.SIGTERM)
+    _out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    synced = err.index("j2c: outputs: synced while running: 1 new or changed files")
+    assert synced < err.index("j2c: running: exit code 0")  # before the job had ended
+    assert "0 uploaded now" in err  # the final upload found nothing left to send
+    assert (outputs / "model.bin").read_bytes() == b"weights"
