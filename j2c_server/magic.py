@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 CELLS_DIR = Path(".j2c") / "cells"
 _USAGE = (
     "usage: %j2c submit [OPTIONS] [ENTRY] [-- ARGS...] | status JOB | logs JOB [-f] "
-    "| cancel JOB | list\n       %%j2c [OPTIONS] [-- ARGS...]  (the cell is the entry point)"
+    "| cancel JOB | list | results JOB [--copy DIR]\n"
+    "       %%j2c [OPTIONS] [-- ARGS...]  (the cell is the entry point)"
 )
 
 
@@ -159,7 +160,13 @@ def _dispatch(argv: list[str], shell: Any, cell: str | None) -> Any:
     command, rest = argv[0], argv[1:]
     if command in ("submit", "pack"):
         return _submit(argv, shell, None)
-    handlers = {"status": _status, "logs": _logs, "cancel": _cancel, "list": _list}
+    handlers = {
+        "status": _status,
+        "logs": _logs,
+        "cancel": _cancel,
+        "list": _list,
+        "results": _results,
+    }
     if command not in handlers:
         raise _usage_error(f"j2c: unknown command {command!r}\n{_USAGE}")
     return handlers[command](rest)
@@ -258,6 +265,24 @@ def _list(args: list[str]) -> None:
         runner = _service_for(ctx)
         records = runner.call(commands.list_jobs(runner.service))
         commands.render_list(records, as_json=ctx.params["as_json"], streams=Streams.std())
+
+
+def _results(args: list[str]) -> None:
+    from .cli import results_cmd
+
+    ctx = parse(results_cmd.results, "%j2c results", args)
+    if ctx is not None:
+        runner = _service_for(ctx)
+        params = ctx.params
+        runner.call(
+            results_cmd.show_or_copy(
+                runner.service,
+                params["job"],
+                params["copy_to"],
+                as_json=params["as_json"],
+                streams=Streams.std(),
+            )
+        )
 
 
 def register(ipython: Any) -> None:

@@ -5,6 +5,7 @@ index; what was left out and why). ``--copy DIR`` copies every output into ``DIR
 relative path (``DIR/models/a.bin``), each one verified against the sha256 the index recorded
 (``artifacts.py``: a file changed in the store is refused), and never over a file with other
 content: such a file is named and kept, the others are copied, and the command exits 1.
+``%j2c results`` is the same command in a notebook (``magic.py``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,22 @@ async def copy_outputs(
     return refused
 
 
+async def show_or_copy(
+    service: JobService, ref: str, copy_to: Path | None, *, as_json: bool, streams: Streams
+) -> int:
+    """What ``j2c results`` and ``%j2c results`` do: the exit code (1: something not copied)."""
+    record = await resolve_job(service, ref)
+    if copy_to is None:
+        text = json_text(record.results or JobResults())
+        streams.print(text if as_json else "\n".join(describe_outputs(record)))
+        return 0
+    if not (record.results and record.results.artifacts):
+        streams.say(f"job {record.id} has no outputs to copy")
+        return 0
+    refused = await copy_outputs(service, record, copy_to, streams)
+    return 1 if refused else 0
+
+
 @click.command()
 @click.argument("job")
 @click.option(
@@ -75,19 +92,9 @@ async def copy_outputs(
 @config_option
 def results(job: str, copy_to: Path | None, as_json: bool, config_file: Path | None) -> None:
     """List a job's outputs (name, size, sha256, what was left out); --copy DIR copies them."""
-    streams = Streams.std()
 
     async def run() -> int:
         async with open_service(load_cli_config(config_file).settings) as service:
-            record = await resolve_job(service, job)
-            if copy_to is None:
-                text = json_text(record.results or JobResults())
-                streams.print(text if as_json else "\n".join(describe_outputs(record)))
-                return 0
-            if not (record.results and record.results.artifacts):
-                streams.say(f"job {record.id} has no outputs to copy")
-                return 0
-            refused = await copy_outputs(service, record, copy_to, streams)
-            return 1 if refused else 0
+            return await show_or_copy(service, job, copy_to, as_json=as_json, streams=Streams.std())
 
     sys.exit(asyncio.run(run()))
