@@ -31,6 +31,7 @@ import asyncio
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,13 @@ class _Round:
 
 
 def select(
-    outputs: list[Written], written: list[Written], caps: Caps
+    outputs: list[Written],
+    written: list[Written],
+    caps: Caps,
+    judge: Callable[[Written], str | None] = secret_reason,
 ) -> tuple[list[Written], list[dict[str, Any]]]:
-    """What is uploaded, and what is left out with the reason (largest first)."""
+    """What is uploaded, and what is left out with the reason (largest first). ``judge``: why
+    a file is a secret, or None."""
     left_out: list[dict[str, Any]] = []
 
     def leave(item: Written, reason: str) -> None:
@@ -95,7 +100,7 @@ def select(
     taken = {item.name for item in outputs}
     pool: list[Written] = []
     for item in outputs:
-        reason = secret_reason(item)
+        reason = judge(item)
         if reason is not None:
             leave(item, f"is {reason}")
         else:
@@ -105,7 +110,7 @@ def select(
             leave(item, "has the name of a file in $J2C_OUTPUT_DIR")
         elif item.name == INDEX_NAME:
             leave(item, "has the outputs index's name")
-        elif (reason := secret_reason(item)) is not None:
+        elif (reason := judge(item)) is not None:
             leave(item, f"is {reason}")
         else:
             pool.append(item)
@@ -144,6 +149,8 @@ class OutputsSync:
         self.caps = caps
         self.working_copy = working_copy
         self._synced: dict[str, _Synced] = {}
+        # Secret verdicts by path and stat: an unchanged file is not read again at each sync.
+        self._verdicts: dict[tuple[str, tuple[int, int, int]], str | None] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -224,10 +231,16 @@ class OutputsSync:
                 copy = self.working_copy
                 skip = (*copy.skip, self.output_dir)
                 written = written_files(copy.code, copy.snapshot, skip)
-            chosen, left_out = select(outputs, written, self.caps)
+            chosen, left_out = select(outputs, written, self.caps, self._judge)
             done = _Round(chosen, left_out)
             asyncio.run(self._sync(done, final=final))
             return done
+
+    def _judge(self, item: Written) -> str | None:
+        key = (str(item.path), item.key)
+        if key not in self._verdicts:
+            self._verdicts[key] = secret_reason(item)
+        return self._verdicts[key]
 
     async def _sync(self, done: _Round, *, final: bool) -> None:
         from ..storage import open_store_from_env
