@@ -27,6 +27,7 @@ from ..unpack.inventory import normalize, top_level
 
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
 MAX_SOURCE_FILES = 5000
+MAX_WALKED = 200_000  # names looked at in the project, at most
 _OPTIONAL = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 
 
@@ -224,19 +225,26 @@ class ProjectImports:
 
 
 def project_imports(code_root: Path, skip: list[Path]) -> ProjectImports:
-    """The imports of the project's sources (at most :data:`MAX_SOURCE_FILES` files), without
-    nested virtual environments, hidden folders, caches and ``skip`` (the venv, j2c's data)."""
+    """The imports of the project's sources (at most :data:`MAX_SOURCE_FILES` files, among the
+    first :data:`MAX_WALKED` names), without nested virtual environments, hidden folders, caches
+    (``CACHEDIR.TAG``) and ``skip`` (the venv, j2c's data)."""
     found = ProjectImports()
     skipped = {os.path.realpath(p) for p in skip}
-    seen = 0
+    seen = walked = 0
     for folder, dirs, files in os.walk(code_root):
+        walked += len(dirs) + len(files)
+        if walked > MAX_WALKED:
+            break  # a data folder of millions of files: the sources met so far will do
         dirs[:] = sorted(
             d
             for d in dirs
             if not d.startswith(".")
             and d not in _SKIP_DIRS
             and os.path.realpath(os.path.join(folder, d)) not in skipped
-            and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+            and not any(
+                os.path.exists(os.path.join(folder, d, mark))
+                for mark in ("pyvenv.cfg", "CACHEDIR.TAG")
+            )
         )
         found.local.update(d for d in dirs if d.isidentifier())
         for name in sorted(files):

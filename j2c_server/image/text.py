@@ -34,6 +34,8 @@ def report_lines(report: ImageReport | None) -> list[str]:
             f"    {item.name} {item.lab_version} ({byte_size(item.bytes)}; {_join(item.needed_by)})"
             for item in report.missing[:SHOWN]
         )
+        if len(report.missing) > SHOWN:
+            lines.append(f"    … and {len(report.missing) - SHOWN} more")
     for item in report.versions[:SHOWN]:
         lines.append(
             f"  {item.name} {item.lab_version} in the lab, {item.image_version} in the image"

@@ -120,6 +120,10 @@ def test_optional_and_type_checking_imports_and_notebook_magics(tmp_path: Path) 
     hidden = code / ".hidden"
     hidden.mkdir()
     (hidden / "x.py").write_text("import pandas\n")
+    cached = code / "build-cache"
+    cached.mkdir()
+    (cached / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
+    (cached / "y.py").write_text("import pandas\n")
     report = _report(venv, base, code, inventory())
     assert [(m.name, m.needed_by) for m in report.missing] == [("plotly", ["imported by nb.ipynb"])]
 
