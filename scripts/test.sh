@@ -19,6 +19,9 @@ ruff format --check .
 step "mypy (strict)"
 mypy j2c_server
 
+step "import boundaries (import-linter)"
+lint-imports
+
 step "generated TypeScript models are current"
 python -m j2c_server.schema_export --check
 
