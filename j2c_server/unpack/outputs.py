@@ -184,7 +184,7 @@ class OutputsSync:
                 return
             try:
                 done = self.sync(final=False)
-            except (J2CError, OSError) as exc:
+            except Exception as exc:  # the job must go on; the next sync retries
                 say("outputs", f"sync while running failed, retried next time: {exc}")
                 continue
             say(
