@@ -31,6 +31,9 @@ PROBE_TIMEOUT_S = 60.0
 # How many probe containers this process created: the tests count them.
 probes_started = 0
 _locks: dict[str, asyncio.Lock] = {}
+# Image IDs whose probe failed in this process, and why: not probed again until a restart (a
+# job's own inventory line, or `j2c image inventory`, still teaches them).
+_failed: dict[str, str] = {}
 
 
 class ProbeFailed(J2CError):
@@ -83,7 +86,10 @@ async def run_probe(
     )
     probes_started += 1
     try:
-        await client.request("POST", f"/containers/{name}/start", allow=(304,))
+        try:
+            await client.request("POST", f"/containers/{name}/start", allow=(304,))
+        except J2CError as exc:
+            raise ProbeFailed(f"the probe of {image} could not start its python3: {exc}") from None
         try:
             waited = await client.request(
                 "POST", f"/containers/{name}/wait", timeout=httpx.Timeout(timeout_s, connect=10.0)
@@ -124,7 +130,13 @@ async def container_inventory(
         async with _locks.setdefault(key, asyncio.Lock()):  # one probe per image at a time
             stored = await asyncio.to_thread(store.get, key)
             if stored is None:
-                data = await run_probe(client, image, cfg, timeout_s)
+                if key in _failed:  # said once; not a container per preflight
+                    raise ProbeFailed(_failed[key])
+                try:
+                    data = await run_probe(client, image, cfg, timeout_s)
+                except ProbeFailed as exc:
+                    _failed[key] = str(exc)
+                    raise
                 stored = await asyncio.to_thread(store.put, key, data, "probe")
         return key, stored
     finally:

@@ -12,10 +12,13 @@ its base, which the platform image lacks (or has at 1.24).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 from j2c_server.config import J2CSettings, load_settings
@@ -136,3 +139,51 @@ async def test_the_jobs_inventory_is_kept_and_read_by_the_next_preflight(
         assert "regex" in {m.name for m in plan.image_report.missing}
     finally:
         await service.stop()
+
+
+def _engine(podman: Podman) -> httpx.Client:
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=podman.socket), base_url="http://engine/v1.41"
+    )
+
+
+async def test_an_image_without_python_says_why_and_is_not_probed_again(
+    podman: Podman, lab_project: Path, tmp_path: Path
+) -> None:
+    tree = tmp_path / "rootfs"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "hello").write_text("no python here\n")
+    archive = tmp_path / "rootfs.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(tree, arcname=".")
+    name = f"localhost/j2c-nopython-{os.getpid()}"
+    with _engine(podman) as engine:
+        made = engine.post(
+            "/images/create",
+            params={"fromSrc": "-", "repo": name},
+            content=archive.read_bytes(),
+            headers={"Content-Type": "application/x-tar"},
+        )
+        assert made.status_code == 200, made.text
+    service = JobService(_settings(podman, tmp_path / "data"))
+    request = _request(lab_project, "train.py").model_copy(update={"image": f"{name}:latest"})
+    try:
+        before = probe.probes_started
+        for _ in range(2):
+            plan = await service.preflight(request)
+            report = plan.image_report
+            assert report is not None and not report.known
+            assert report.message is not None
+            assert f"image {name}:latest not known yet (the probe of" in report.message
+            assert "could not start its python3" in report.message
+            assert report.message.endswith("checked when the job starts")
+        assert probe.probes_started == before + 1  # the failure is remembered
+        with _engine(podman) as engine:
+            left = engine.get(
+                "/containers/json", params={"all": 1, "filters": '{"label": ["j2c.probe"]}'}
+            ).json()
+        assert left == []  # the probe container is removed, failed or not
+    finally:
+        await service.stop()
+        with _engine(podman) as engine:
+            engine.delete(f"/images/{name}:latest", params={"force": 1})
