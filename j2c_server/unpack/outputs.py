@@ -41,7 +41,7 @@ from ..units import byte_size
 from .errors import OutputsNotUploaded
 from .fetch import shown
 from .log import Stage, say
-from .written import Snapshot, Written, secret_reason, stat_key, walk_files, written_files
+from .written import Snapshot, Written, every_file, secret_reason, stat_key, written_files
 
 CONCURRENT_UPLOADS = 4
 INDEX_NAME = ".j2c-outputs.json"
@@ -225,7 +225,7 @@ class OutputsSync:
 
     def sync(self, *, final: bool) -> _Round:
         with self._lock:
-            outputs = [item for item in walk_files(self.output_dir) if item.name != INDEX_NAME]
+            outputs = [item for item in every_file(self.output_dir) if item.name != INDEX_NAME]
             written: list[Written] = []
             if self.working_copy is not None:
                 copy = self.working_copy

@@ -71,14 +71,19 @@ def written_files(code: Path, snapshot: Snapshot, skip: tuple[Path, ...] = ()) -
     ]
 
 
-def walk_files(top: Path, skip: tuple[Path, ...] = ()) -> list[Written]:
-    """Regular files under ``top``, never through a symlink, outside skipped folders."""
-    return [Written(name, Path(path), st) for name, path, st in _walk(top, skip)]
+def every_file(top: Path) -> list[Written]:
+    """Every regular file under ``top`` (the output dir: no folder skipped), never through a
+    symlink."""
+    return [Written(name, Path(path), st) for name, path, st in _walk(top, (), frozenset())]
 
 
-def _walk(top: Path, skip: tuple[Path, ...]) -> Iterator[tuple[str, str, os.stat_result]]:
-    """(name relative to ``top``, path, lstat) of each regular file: one ``lstat`` each."""
-    skipped_dirs = _rules().skipped_dirs
+def _walk(
+    top: Path, skip: tuple[Path, ...], skipped_dirs: frozenset[str] | None = None
+) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(name relative to ``top``, path, lstat) of each regular file: one ``lstat`` each;
+    ``skipped_dirs``: folder names not entered (default: the working copy's rules)."""
+    if skipped_dirs is None:
+        skipped_dirs = _rules().skipped_dirs
     skipped = {str(path) for path in skip}
     pending = [(str(top), "")]
     while pending:

@@ -38,6 +38,10 @@ pathlib.Path("notes.txt").write_text("-----BEGIN RSA " + "PRIVATE KEY-----\\n" +
 pathlib.Path("big.bin").write_bytes(b"x" * 3_000_000)
 os.symlink("/etc/hostname", "link.txt")
 pathlib.Path(os.environ["J2C_OUTPUT_DIR"], "report.txt").write_text("report")
+os.makedirs(".cache")  # a tool's cache in the working copy: skipped
+pathlib.Path(".cache/scratch.txt").write_text("scratch")
+os.makedirs(os.path.join(os.environ["J2C_OUTPUT_DIR"], ".cache"))  # the output dir keeps all
+pathlib.Path(os.environ["J2C_OUTPUT_DIR"], ".cache", "kept.txt").write_text("kept")
 """
 
 
@@ -77,7 +81,13 @@ def test_created_and_changed_files_come_back_with_their_paths_and_no_secret(
     raw = (outputs / ".j2c-outputs.json").read_bytes()
     index = json.loads(raw)
     files = {item["name"]: item for item in index["files"]}
-    assert sorted(files) == ["data/table.csv", "metrics.json", "models/a.bin", "report.txt"]
+    assert sorted(files) == [
+        ".cache/kept.txt",
+        "data/table.csv",
+        "metrics.json",
+        "models/a.bin",
+        "report.txt",
+    ]
     assert files["models/a.bin"]["sha256"] == _sha(MODEL)
     assert files["models/a.bin"]["size"] == len(MODEL)
     assert (outputs / "models" / "a.bin").read_bytes() == MODEL
@@ -112,7 +122,7 @@ def test_the_total_cap_leaves_out_the_largest(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     index = json.loads((outputs / ".j2c-outputs.json").read_text())
     names = [item["name"] for item in index["files"]]
-    assert names == ["data/table.csv", "metrics.json", "report.txt"]
+    assert names == [".cache/kept.txt", "data/table.csv", "metrics.json", "report.txt"]
     left = {item["name"]: item["reason"] for item in index["left_out"]}
     assert left["models/a.bin"].startswith("16.4 kB over outputs.max_total_mb (0.01 MB, ")
     assert left["big.bin"].startswith("3.0 MB over outputs.max_total_mb")
