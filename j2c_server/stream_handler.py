@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Awaitable
 
 from jupyter_server.base.websocket import WebSocketMixin
@@ -16,7 +17,7 @@ from .errors import J2CError
 from .handler_base import AUTH_RESOURCE, MAX_SEQ, READ, J2CErrors, ws_requires
 from .wire_event import WireEvent
 
-CLOSE_FLUSH_S = 60.0  # how long the last events may take to reach a reading client
+CLOSE_FLUSH_S = 60.0  # how long a client may take to confirm that it has the last events
 
 
 class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
@@ -25,6 +26,7 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
     the socket closes; a client that reconnects with its last seq misses nothing."""
 
     _pump: asyncio.Task[None] | None = None
+    _confirm: tuple[bytes, asyncio.Future[None]] | None = None  # the last events' ping
 
     def set_default_headers(self) -> None:
         """No page headers on a websocket (as jupyter_server's kernel websocket)."""
@@ -68,16 +70,46 @@ class EventStreamHandler(WebSocketMixin, WebSocketHandler, J2CErrors):
         await self._close_after_events(1000, "job finished")
 
     async def _close_after_events(self, code: int, reason: str) -> None:
-        """Close once every event frame has reached the kernel's socket buffer. Tornado drops
-        the connection 5 s after its close frame if the client has not answered, and with it
-        whatever is still queued in the stream: a slow reader lost the last events so."""
+        """Close once the client has confirmed that it holds every event frame: a ping sent
+        after them, answered by its pong (frames, then pings and pongs, keep their order).
+
+        Frames in the kernel's socket buffers are not at the client yet. Tornado drops the
+        connection 5 s after its close frame if the client has not answered; the client's next
+        pong (or its close answer) then reaches a closed socket, whose kernel answers with a
+        reset and discards what it still held: a slow reader lost the last events so, with no
+        close frame on either side. After the pong only the close frame is left to send."""
         self._flush()
-        if self._flushed is not None and not self._flushed.done():
-            # Bounded: a client that stopped reading altogether is closed on anyway.
-            await asyncio.wait({self._flushed}, timeout=CLOSE_FLUSH_S)
-            if self._flushed.done() and not self._flushed.cancelled():
-                self._flushed.exception()  # a closed stream: retrieved, nothing to send
+        try:
+            confirmed = await self._confirmed(CLOSE_FLUSH_S)
+        except WebSocketClosedError:
+            return  # the connection is gone: nothing to close
+        if not confirmed:
+            # Bounded: a client that stopped reading altogether is closed on anyway. Whatever
+            # reads this close frame has every event before it; a client that does not see it
+            # sees an abnormal end (1006), never a clean one.
+            self.log.warning(
+                "j2c: a viewer did not confirm the last events within %.0f s; closing (%s)",
+                CLOSE_FLUSH_S,
+                self.scrubbed_uri,
+            )
         self.close(code, reason)
+
+    async def _confirmed(self, timeout: float) -> bool:
+        """Whether the client answered, within ``timeout``, a ping sent after every frame so
+        far."""
+        token = secrets.token_bytes(8)
+        confirmed = asyncio.get_running_loop().create_future()
+        self._confirm = (token, confirmed)
+        self.ping(token)
+        await asyncio.wait({confirmed}, timeout=timeout)
+        return confirmed.done()
+
+    def on_pong(self, data: bytes) -> None:
+        super().on_pong(data)  # type: ignore[no-untyped-call]  # Jupyter's keep-alive
+        if self._confirm is not None and data == self._confirm[0]:
+            confirmed = self._confirm[1]
+            if not confirmed.done():
+                confirmed.set_result(None)
 
     def _send(self, batch: list[WireEvent]) -> Awaitable[None] | None:
         """Send each event as one text message. The messages of one loop step (a burst of
