@@ -43,6 +43,9 @@ async def _running_job(service: JobService, job_id: str) -> tuple[JobRecord, Jou
 async def test_many_viewers_get_every_event_once_in_frames_of_every_size(
     jp_ws_fetch: Any, jp_serverapp: Any
 ) -> None:
+    # Keep-alive pings interleaved with the events, as in a long session (Jupyter's are 30 s
+    # apart): a viewer's pongs must never cost it the end of the log (see the stalled viewer).
+    jp_serverapp.web_app.settings["ws_ping_interval"] = 200
     service: JobService = jp_serverapp.web_app.settings["j2c_service"]
     record, journal = await _running_job(service, "viewed")
     rng = random.Random(19)
