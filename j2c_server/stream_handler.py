@@ -1,6 +1,7 @@
 """The websocket of one job's events: a replay from ``after``, then live events pushed from the
 job's fan-out feed (:class:`~.eventbus.Fanout`), written as pre-framed text frames so a burst
-costs one socket write."""
+costs one socket write; closed only once the client has confirmed, by a pong, that it holds the
+last events."""
 
 from __future__ import annotations
 
