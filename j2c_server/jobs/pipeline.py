@@ -263,6 +263,7 @@ class Pipeline:
             "already_present": [role.value for role in published.already_present],
             "files_uploaded": list(published.files_uploaded),
             "bytes_uploaded": sent,
+            "manifest_bytes": published.manifest_size if published.manifest_uploaded else 0,
             "manifest_uri": published.manifest_uri,
             "reused_from": reused_since(previous, Stage.upload, inputs) if nothing_sent else None,
         }
@@ -357,18 +358,18 @@ class Pipeline:
         facts = {"scheduler_job_id": handle.id, "resumed": resumed}
         await self._started(Stage.watch, inputs, facts)
         scheduler = self.clients.scheduler(handle.scheduler)
-        state = await Watcher(
         record = await self.registry.get(self.job_id)
         learner = InventoryLearner(
             self.settings, record.scheduler, job_image(self.settings, record), handle
         )
+        state = await Watcher(
             self.journal,
             scheduler,
             handle,
             current=lambda: self.registry.state(self.job_id),
             log=self.log,
-        ).run()
             inventory=learner,
+        ).run()
         await self._finished(
             Stage.watch, inputs, StageState.finished, {}, {"status": state.status.value}
         )
