@@ -6,19 +6,23 @@ Through the Docker Engine API on a unix socket (:mod:`.container_api`), never a 
   it. A 409 adopts the existing container when its ``j2c.io/key`` label is this request's key (a
   retried submit, or one that died between create and start), and refuses otherwise. A job that
   asks for GPUs waits for them in the machine-wide ledger first (:mod:`.container_gpus`).
-- status: the container's state; a container the engine no longer has is ``lost`` (or
-  ``cancelled``, after a cancel). Everything it needs is in the handle and on the engine, so a
-  restarted server re-attaches by name.
+- status: the container's state; once collected, the state recorded then
+  (:mod:`.container_lifecycle`); a container the engine no longer has otherwise is ``lost`` (or
+  ``cancelled``, after a cancel). Everything it needs is in the handle, the job's folder and on
+  the engine, so a restarted server re-attaches by name. Reading it also enforces the time limit.
 - logs: ``/logs?follow=1&timestamps=1`` from a timestamp cursor, re-opened when the stream drops
   and drained with one plain read once the container has exited.
 - cancel: a marker in the job's folder, then ``POST /stop?t=<grace>`` (the engine sends SIGTERM,
   then SIGKILL after the grace).
-- results: the exit code, and the files of the job's ``$J2C_OUTPUT_DIR`` (a host folder).
+- results: the exit code, and the files of the job's ``$J2C_OUTPUT_DIR`` (a host folder); then
+  the terminal state is written to the job's folder and the container removed (unless
+  ``keep_finished``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,6 +36,17 @@ from ..models import Artifact, Capabilities, JobHandle, JobResults, JobStatus
 from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from .container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
 from .container_gpus import GpuWaiter
+from .container_lifecycle import (
+    limit_minutes,
+    mark_timed_out,
+    past_limit,
+    record_final,
+    recorded_final,
+    remove,
+    runs_label,
+    sweep,
+    timed_out,
+)
 from .container_settings import ContainerSettings
 from .container_spec import (
     LABEL_KEY,
@@ -47,6 +62,8 @@ __all__ = ["ContainerScheduler", "render_create"]
 
 _MAX_ARTIFACTS = 1000
 _CANCELLED = "cancelled"
+_FINISHED = ("exited", "stopped", "dead")
+log = logging.getLogger("j2c")
 
 
 class ContainerScheduler(SchedulerBase):
@@ -79,6 +96,24 @@ class ContainerScheduler(SchedulerBase):
         self._cfg = settings.scheduler.section("container", ContainerSettings)
         self._engine: EngineClient | None = None
         self._gpus = GpuWaiter(settings)
+        self._swept = False
+
+    async def _ready(self) -> EngineClient:
+        """The engine, once this server's collected containers left on it were removed (after
+        a restart: see :mod:`.container_lifecycle`)."""
+        api = self._api()
+        if not self._swept and not self._cfg.keep_finished:
+            self._swept = True
+            root = runs_root(self._settings)
+            try:
+                removed = await sweep(api, runs_label(root), root)
+            except (SchedulerError, ValueError) as exc:
+                self._swept = False  # tried again at the next call
+                log.warning("j2c: removing finished containers left on the engine: %s", exc)
+            else:
+                if removed:
+                    log.info("j2c: removed %d finished container(s) left behind", len(removed))
+        return api
 
     def _api(self) -> EngineClient:
         if self._engine is None:
@@ -94,9 +129,11 @@ class ContainerScheduler(SchedulerBase):
         folder = job_folder(self._settings, spec.key)
         await asyncio.to_thread(self._prepare_folders, spec, folder)
         handle = JobHandle(scheduler=self.name, id=name, data={"folder": str(folder)})
-        existing = await self._api().inspect(name)
+        existing = await (await self._ready()).inspect(name)
         if existing is not None:
             self._check_owner(existing, spec, name)
+        elif await asyncio.to_thread(recorded_final, folder) is not None:
+            return handle  # it ran and was collected (then removed): nothing to start again
         elif spec.resources.gpus:
             # The GPU waiter creates and starts the container once the ledger grants GPUs.
             await asyncio.to_thread(self._gpus.start, spec, folder)
@@ -110,9 +147,13 @@ class ContainerScheduler(SchedulerBase):
 
     async def status(self, handle: JobHandle) -> SchedulerState:
         folder = self._folder(handle)
-        info = await self._api().inspect(handle.id)
+        api = await self._ready()
+        info = await api.inspect(handle.id)
         cancelled = await asyncio.to_thread((folder / _CANCELLED).exists)
         if info is None:
+            final = await asyncio.to_thread(recorded_final, folder)
+            if final is not None:
+                return final  # collected, then removed
             waiting = await asyncio.to_thread(self._gpus.waiting, folder)
             if waiting is not None:
                 return SchedulerState(status=JobStatus.queued, message=waiting)
@@ -125,7 +166,13 @@ class ContainerScheduler(SchedulerBase):
                 or f"container {handle.id} no longer exists (removed outside j2c, or the "
                 "engine's storage was reset)",
             )
-        return _container_state(info, cancelled=cancelled)
+        limit = None if cancelled or _state(info) in _FINISHED else past_limit(info)
+        if limit is not None:
+            await asyncio.to_thread(mark_timed_out, folder, limit)
+            await self._stop(handle.id)
+            info = await api.inspect(handle.id) or info
+        stopped_at = await asyncio.to_thread(timed_out, folder)
+        return _container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
 
     async def follow_logs(
         self, handle: JobHandle, cursor: str | None = None
@@ -143,7 +190,7 @@ class ContainerScheduler(SchedulerBase):
             if state in ("created", "configured"):
                 await asyncio.sleep(self._cfg.poll_interval_s)
                 continue
-            finished = state in ("exited", "stopped", "dead")
+            finished = state in _FINISHED
             reader = LogReader(position)
             received = False
             async for line in self._read_log(handle.id, reader, follow=not finished):
@@ -169,24 +216,39 @@ class ContainerScheduler(SchedulerBase):
             await self._api().request(
                 "DELETE", f"/containers/{handle.id}", params={"force": "1"}, allow=(404,)
             )
-        elif state not in ("exited", "stopped", "dead"):
-            grace = self._cfg.cancel_grace_s
-            # The engine sends SIGTERM and SIGKILL after t seconds; it answers once it stopped.
-            await self._api().request(
-                "POST",
-                f"/containers/{handle.id}/stop",
-                params={"t": str(int(grace))},
-                allow=(304, 404),
-                timeout=httpx.Timeout(grace + 60.0, connect=10.0),
-            )
+        elif state not in _FINISHED:
+            await self._stop(handle.id)
+
+    async def _stop(self, name: str) -> None:
+        grace = self._cfg.cancel_grace_s
+        # The engine sends SIGTERM and SIGKILL after t seconds; it answers once it stopped.
+        await self._api().request(
+            "POST",
+            f"/containers/{name}/stop",
+            params={"t": str(int(grace))},
+            allow=(304, 404),
+            timeout=httpx.Timeout(grace + 60.0, connect=10.0),
+        )
 
     async def results(self, handle: JobHandle) -> JobResults:
+        """The exit code and outputs; a finished container is then recorded and removed (the
+        results stage reads it last, after the watch drained its log)."""
         folder = self._folder(handle)
         info = await self._api().inspect(handle.id)
-        code = (info or {}).get("State", {}).get("ExitCode") if info else None
-        if info is not None and _state(info) not in ("exited", "stopped", "dead"):
-            code = None
-        return await asyncio.to_thread(_collect_results, folder / "outputs", code)
+        if info is None:
+            final = await asyncio.to_thread(recorded_final, folder)
+            code = final.exit_code if final is not None else None
+            return await asyncio.to_thread(_collect_results, folder / "outputs", code)
+        if _state(info) not in _FINISHED:
+            return await asyncio.to_thread(_collect_results, folder / "outputs", None)
+        cancelled = await asyncio.to_thread((folder / _CANCELLED).exists)
+        stopped_at = await asyncio.to_thread(timed_out, folder)
+        final = _container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
+        results = await asyncio.to_thread(_collect_results, folder / "outputs", final.exit_code)
+        await asyncio.to_thread(record_final, folder, final)
+        if not self._cfg.keep_finished:
+            await remove(self._api(), handle.id)
+        return results
 
     async def close(self) -> None:
         if self._engine is not None:
@@ -288,18 +350,27 @@ def _state(info: dict[str, Any]) -> str:
     return str((info.get("State") or {}).get("Status") or "").lower()
 
 
-def _container_state(info: dict[str, Any], *, cancelled: bool) -> SchedulerState:
+def _container_state(
+    info: dict[str, Any], *, cancelled: bool, timed_out_s: float | None = None
+) -> SchedulerState:
     state = info.get("State") or {}
     status = _state(info)
     if status in ("created", "configured"):
         return SchedulerState(status=JobStatus.submitted, message="starting")
-    if status not in ("exited", "stopped", "dead"):
+    if status not in _FINISHED:
         if cancelled:
             return SchedulerState(status=JobStatus.cancelling, message="stopping the container")
+        if timed_out_s is not None:
+            message = f"time limit of {limit_minutes(timed_out_s)} min reached: stopping"
+            return SchedulerState(status=JobStatus.running, message=message)
         return SchedulerState(status=JobStatus.running)
     code = state.get("ExitCode")
     if cancelled:
         return SchedulerState(status=JobStatus.cancelled, message="cancelled", exit_code=code)
+    if timed_out_s is not None:
+        # As the other backends report a time limit: failed, with why (no status of its own).
+        message = f"timed out after {limit_minutes(timed_out_s)} min (stopped: exit code {code})"
+        return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
     if code == 0:
         return SchedulerState(status=JobStatus.succeeded, exit_code=0)
     message = f"exit code {code}"

@@ -81,6 +81,18 @@ class ContainerSettings(BaseModel):
         default_factory=dict, description="Environment every job starts with."
     )
     poll_interval_s: float = Field(0.5, gt=0, description="How often to re-read a container.")
+    keep_finished: bool = Field(
+        False,
+        description="Keep a finished container on the engine (for debugging); by default it is "
+        "removed once its logs, exit code and outputs are collected.",
+    )
+    time_limit_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="Wall-clock limit of every container job, in minutes (fractions allowed); "
+        "a request's own resources.time_limit_minutes applies when lower. Past it the job is "
+        "stopped (SIGTERM, SIGKILL after cancel_grace_s) and fails: 'timed out after N min'.",
+    )
 
     @field_validator("socket")
     @classmethod

@@ -32,6 +32,7 @@ from urllib.parse import quote, unquote, urlsplit
 from ..config import J2CSettings
 from ..errors import ConfigError, InvalidInput
 from .base import JobSpec, not_a_memory_size, required_image
+from .container_lifecycle import LABEL_RUNS, LABEL_TIME_LIMIT, runs_label, time_limit_s
 from .container_settings import ContainerSettings
 
 LABEL_MANAGED_BY = "j2c.io/managed-by"
@@ -234,6 +235,20 @@ def _manifest_only(spec: JobSpec, settings: J2CSettings) -> list[Path]:
     return [manifest] if manifest is not None else []
 
 
+def _labels(spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings) -> dict[str, str]:
+    labels = {
+        LABEL_MANAGED_BY: "j2c",
+        LABEL_KEY: spec.key,
+        LABEL_JOB_ID: spec.job_id,
+        LABEL_NAME: spec.name,
+        LABEL_RUNS: runs_label(runs_root(settings)),  # whose: a restart sweeps only its own
+    }
+    limit = time_limit_s(spec, cfg)
+    if limit is not None:
+        labels[LABEL_TIME_LIMIT] = f"{limit:g}"
+    return labels
+
+
 def render_create(
     spec: JobSpec,
     settings: J2CSettings,
@@ -272,12 +287,7 @@ def render_create(
         "OpenStdin": False,
         "StopSignal": "SIGTERM",
         "StopTimeout": int(cfg.cancel_grace_s),
-        "Labels": {
-            LABEL_MANAGED_BY: "j2c",
-            LABEL_KEY: spec.key,
-            LABEL_JOB_ID: spec.job_id,
-            LABEL_NAME: spec.name,
-        },
+        "Labels": _labels(spec, settings, cfg),
         "HostConfig": host,
     }
     return {"name": container_name(spec.key), "body": body}

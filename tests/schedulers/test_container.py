@@ -365,3 +365,119 @@ def test_the_job_mounts_its_layer_and_big_file_blobs_not_those_with_their_own_ur
         f"{blobs}/{hexes[2]}.file:/j2c/store/blobs/sha256/{hexes[2]}.file:ro"
         in (body["HostConfig"]["Binds"])
     )
+
+
+async def _engine_has(podman: Podman, name: str) -> bool:
+    return (await _engine(podman, "GET", f"/containers/{name}/json")).status_code == 200
+
+
+def test_a_collected_container_is_removed_and_its_state_still_reads(
+    podman: Podman, tmp_path: Path
+) -> None:
+    settings = podman.settings(tmp_path / "data")
+
+    async def go() -> None:
+        scheduler = ContainerScheduler(settings)
+        spec = spec_for(podman, 'echo hi; echo r > "$J2C_OUTPUT_DIR/r"')
+        handle = await scheduler.submit(spec)
+        assert [line.text for line in await _lines(scheduler, handle)] == ["hi"]
+        assert (await scheduler.status(handle)).status == JobStatus.succeeded
+        assert await _engine_has(podman, handle.id)  # kept until its results are read
+        results = await scheduler.results(handle)
+        assert results.exit_code == 0 and [a.name for a in results.artifacts] == ["r"]
+        assert not await _engine_has(podman, handle.id)
+        # The recorded terminal state wins over "no such container" (never lost), here and
+        # after a restart; results read again give the same; a retried submit starts nothing.
+        again = ContainerScheduler(settings)
+        for reader in (scheduler, again):
+            state = await reader.status(handle)
+            assert (state.status, state.exit_code) == (JobStatus.succeeded, 0)
+            assert (await reader.results(handle)).exit_code == 0
+        retried = await again.submit(spec)
+        assert retried.id == handle.id and not await _engine_has(podman, handle.id)
+        await scheduler.close()
+        await again.close()
+
+    run(go())
+
+
+def test_keep_finished_keeps_it_and_a_restart_sweeps_only_its_own_collected_containers(
+    podman: Podman, tmp_path: Path
+) -> None:
+    kept = podman.settings(tmp_path / "data", keep_finished=True)
+    elsewhere = podman.settings(tmp_path / "other", keep_finished=True)
+
+    async def finished(settings: Any, collect: bool) -> JobHandle:
+        scheduler = ContainerScheduler(settings)
+        handle = await scheduler.submit(spec_for(podman, "true"))
+        await _lines(scheduler, handle)
+        await _wait_status(scheduler, handle, {JobStatus.succeeded})
+        if collect:
+            await scheduler.results(handle)
+        await scheduler.close()
+        return handle
+
+    async def go() -> None:
+        collected = await finished(kept, collect=True)
+        uncollected = await finished(kept, collect=False)
+        foreign = await finished(elsewhere, collect=True)
+        for handle in (collected, uncollected, foreign):
+            assert await _engine_has(podman, handle.id)
+        restarted = ContainerScheduler(podman.settings(tmp_path / "data"))
+        assert (await restarted.status(uncollected)).status == JobStatus.succeeded
+        # Its own collected container went; the one whose results were never read stays (its
+        # watcher collects it), and another server's container is not touched.
+        assert not await _engine_has(podman, collected.id)
+        assert await _engine_has(podman, uncollected.id)
+        assert await _engine_has(podman, foreign.id)
+        assert (await restarted.status(collected)).status == JobStatus.succeeded
+        await restarted.results(uncollected)
+        assert not await _engine_has(podman, uncollected.id)
+        await restarted.close()
+        await _engine(podman, "DELETE", f"/containers/{foreign.id}", params={"force": "1"})
+
+    run(go())
+
+
+def test_a_job_past_its_time_limit_is_stopped_and_fails_as_timed_out(
+    podman: Podman, tmp_path: Path
+) -> None:
+    # 0.05 min = 3 s; the job ignores SIGTERM, so the engine kills it after the 1 s grace.
+    settings = podman.settings(tmp_path / "data", time_limit_minutes=0.05, cancel_grace_s=1)
+    script = "trap 'echo TERM' TERM; echo started; while true; do sleep 0.1; done"
+
+    async def go() -> None:
+        scheduler = ContainerScheduler(settings)
+        began = time.monotonic()
+        handle = await scheduler.submit(spec_for(podman, script))
+        state = await _wait_status(scheduler, handle, {JobStatus.failed}, timeout=30)
+        took = time.monotonic() - began
+        assert state.status == JobStatus.failed, state
+        assert (state.message or "").startswith("timed out after 0.05 min"), state.message
+        assert state.exit_code == 137  # killed after the grace
+        assert 3 <= took < 20
+        texts = [line.text for line in await _lines(scheduler, handle)]
+        assert texts == ["started", "TERM"]
+        await scheduler.results(handle)
+        assert (await scheduler.status(handle)).message == state.message  # as recorded
+        await scheduler.close()
+
+    run(go())
+
+
+def test_the_time_limit_is_the_requests_capped_by_the_setting(
+    podman: Podman, tmp_path: Path
+) -> None:
+    def label(resources: Resources, **container: Any) -> str | None:
+        spec = JobSpec(
+            key="k", job_id="j", name="n", image="i", command=["true"], resources=resources
+        )
+        body = render_dry_run(spec, podman.settings(tmp_path / "data", **container))["body"]
+        return body["Labels"].get("j2c.io/time-limit-s")
+
+    assert label(Resources()) is None
+    assert label(Resources(time_limit_minutes=2)) == "120"
+    assert label(Resources(time_limit_minutes=2), time_limit_minutes=0.5) == "30"
+    assert label(Resources(), time_limit_minutes=0.05) == "3"
+    with pytest.raises(Exception, match="time_limit_minutes"):
+        podman.settings(tmp_path / "data", time_limit_minutes=0)

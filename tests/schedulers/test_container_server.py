@@ -6,6 +6,7 @@
 - Send → live lines over the websocket → succeeded → artifacts listed and downloaded.
 - Cancel of a running container job: status ``cancelled``, the container gone from the engine.
 - A second job on the same machine never sees the first job's files.
+- Jobs leave no container behind once their results are in, and still read their own status.
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ async def test_a_sent_job_streams_live_lines_succeeds_and_serves_its_artifacts(
     done = await _record(jp_fetch, record.id)
     assert done.scheduler == "container" and done.exit_code == 0
     assert done.handle is not None and done.handle.id.startswith("j2c-")
-    assert await _engine_has(podman, done.handle.id)  # it ran on the engine, not here
+    # It ran on the engine (the handle names its container), and that container was
+    # removed once its logs, exit code and outputs were collected.
+    assert not await _engine_has(podman, done.handle.id)
     assert done.results is not None
     assert [a.name for a in done.results.artifacts] == ["result.txt"]
     response = await jp_fetch("j2c", "api", "jobs", record.id, "artifacts", "result.txt")
@@ -165,3 +168,29 @@ async def test_a_second_job_never_sees_the_first_jobs_files(
     with pytest.raises(HTTPClientError) as refused:
         await jp_fetch("j2c", "api", "jobs", second.id, "artifacts", "secret.txt")
     assert refused.value.code == 404
+
+
+async def _managed_containers(podman: Podman) -> list[str]:
+    transport = httpx.AsyncHTTPTransport(uds=podman.socket)
+    async with httpx.AsyncClient(transport=transport, base_url="http://engine") as client:
+        response = await client.get(
+            "/v1.41/containers/json",
+            params={"all": "1", "filters": '{"label": ["j2c.io/managed-by=j2c"]}'},
+        )
+    return [str(entry["Names"][0]).lstrip("/") for entry in response.json()]
+
+
+async def test_jobs_leave_no_container_behind_after_their_results(
+    jp_fetch: Any, jp_ws_fetch: Any, container_project: Path, podman: Podman
+) -> None:
+    names = []
+    for lines in ("2", "3"):
+        record = await submit(jp_fetch, scheduler="container", args=["--lines", lines])
+        events = await follow(jp_ws_fetch, record.id)
+        assert final_status(events) == JobStatus.succeeded, [e.text for e in events][-20:]
+        done = await _record(jp_fetch, record.id)
+        assert done.handle is not None and done.results is not None
+        names.append(done.handle.id)
+        assert not await _engine_has(podman, done.handle.id)
+        assert done.status == JobStatus.succeeded and done.exit_code == 0
+    assert not set(names) & set(await _managed_containers(podman))
