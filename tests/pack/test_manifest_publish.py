@@ -53,7 +53,9 @@ async def test_publish_uploads_blobs_then_the_manifest(
     moved: list[int] = []
     published = await publish(store, result, manifest, moved.append)
     assert published.uploaded == [LayerRole.code, LayerRole.venv]
-    assert published.bytes_uploaded == sum(p.layer.size for p in result.layers) == sum(moved)
+    layers = sum(p.layer.size for p in result.layers)
+    assert published.manifest_uploaded  # a new manifest counts in the bytes sent
+    assert published.bytes_uploaded == layers + published.manifest_size and layers == sum(moved)
     assert published.manifest_uri == store.uri(published.manifest_key)
     stored = Manifest.model_validate_json(await store.get_bytes(published.manifest_key))
     assert stored.digest() == manifest.digest() == published.manifest_digest
@@ -84,7 +86,8 @@ async def test_resubmit_after_a_code_change_uploads_only_the_code_layer(
     assert published.uploaded == [LayerRole.code]
     assert published.already_present == [LayerRole.venv]
     code = second.layer(LayerRole.code)
-    assert code is not None and published.bytes_uploaded == code.layer.size
+    assert code is not None
+    assert published.bytes_uploaded == code.layer.size + published.manifest_size
 
 
 async def test_repacking_replaces_cache_blobs_so_a_linked_published_blob_stays_intact(
