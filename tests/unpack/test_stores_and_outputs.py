@@ -49,7 +49,9 @@ def test_layers_next_to_an_http_manifest_are_fetched_over_http(
     small_job: SmallJob, http_store: str, tmp_path: Path
 ):
     uri = over_http(small_job.publish(), small_job.store, http_store)
-    done = run_unpack(uri + "?X-Amz-Signature=j2cSignatureValue42", "--workdir", str(tmp_path / "job"))
+    done = run_unpack(
+        uri + "?X-Amz-Signature=j2cSignatureValue42", "--workdir", str(tmp_path / "job")
+    )
     assert done.returncode == 0, done.stderr
     assert RAN in done.stdout
     assert f"from {http_store}/blobs/sha256/" in done.stderr
