@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from j2c_server.models import JobStatus
 from j2c_server.schedulers.base import JobSpec, Scheduler
+from j2c_server.wire.api import JobStatus
 
 TRIVIAL = [sys.executable, "-c", "print('hi')"]
 

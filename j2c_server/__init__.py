@@ -11,7 +11,7 @@ from typing import Any
 __all__ = ["__version__"]
 
 try:
-    from ._version import __version__
+    from j2c_server._version import __version__
 except ImportError:  # a source checkout that was never built
     __version__ = "0.0.0+unknown"
 
@@ -21,13 +21,13 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
-    from .app import J2CApp
+    from j2c_server.server.app import J2CApp
 
     return [{"module": "j2c_server", "app": J2CApp}]
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext j2c_server`` registers the ``%j2c`` / ``%%j2c`` magics."""
-    from .magic import register
+    from j2c_server.magic.magics import register
 
     register(ipython)

@@ -26,10 +26,10 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError, validation_error_to_j2c
-from .jobenv import is_credential_name
-from .models import ImageChoice
-from .storage.settings import StorageSettings as StorageSettings  # owned by storage/
+from j2c_server.core.errors import ConfigError, validation_error_to_j2c
+from j2c_server.core.job_env import is_credential_name
+from j2c_server.storage.settings import StorageSettings as StorageSettings  # owned by storage/
+from j2c_server.wire.api import ImageChoice
 
 ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
@@ -121,7 +121,7 @@ class _SchedulerSettingsBase(_Section):
         # A skipped plug-in's section is a warning, not an error: the rest still loads.
         if not isinstance(data, dict):
             return data
-        from .schedulers import skipped_backends
+        from j2c_server.schedulers import skipped_backends
 
         skipped = skipped_backends()
         for name in data.keys() & skipped.keys():
@@ -146,7 +146,7 @@ def scheduler_settings_model() -> type[_SchedulerSettingsBase]:
     """``scheduler.*`` with a section per usable backend, built on the first settings load,
     never at import: a plug-in imports this module as the built-ins do, and discovering it
     here (:func:`j2c_server.schedulers.discover`) then finds this module complete."""
-    from .schedulers import settings_models
+    from j2c_server.schedulers import settings_models
 
     sections: dict[str, Any] = {
         name: (model, Field(default_factory=model)) for name, model in settings_models().items()
@@ -338,7 +338,7 @@ def _map_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> set[tup
 
 
 def _case_kept_maps() -> set[tuple[str, ...]]:
-    from .models import JobRequest
+    from j2c_server.wire.api import JobRequest
 
     return (
         _map_fields(J2CSettings)

@@ -21,10 +21,10 @@ from tornado import web
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketHandler, websocket_connect
 
-from j2c_server import handlers
-from j2c_server.handler_base import ACTIONS, AUTH_RESOURCE, READ, declared_actions
-from j2c_server.handlers import ROUTES, routes
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.server import handlers
+from j2c_server.server.handler_base import ACTIONS, AUTH_RESOURCE, READ, declared_actions
+from j2c_server.server.handlers import ROUTES, routes
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import follow, job_body, submit
 
 _GROUP = re.compile(r"\(\?P<(\w+)>[^)]*\)")

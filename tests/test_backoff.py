@@ -1,4 +1,4 @@
-"""The one retry loop (``j2c_server.backoff``): budget, what is retried, progress, delays."""
+"""The one retry loop (``j2c_server.core.backoff``): budget, what is retried, progress, delays."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from j2c_server.backoff import Backoff, retry_async, retry_sync
+from j2c_server.core.backoff import Backoff, retry_async, retry_sync
 
 
 class Flaky(Exception):

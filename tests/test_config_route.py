@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import ServerConfig
+from j2c_server.wire.api import ServerConfig
 
 
 async def test_config_reports_embedded_defaults(jp_fetch: Any) -> None:

@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 import pytest
 import zstandard
 
-from j2c_server import event_archive
 from j2c_server.config import load_settings, validate_settings
-from j2c_server.errors import ConfigError, NotFound
-from j2c_server.event_archive import Compactor, compact_round, write_archive
-from j2c_server.models import Event
-from j2c_server.registry import REGISTRY_FILE, Registry, _connect
+from j2c_server.core.errors import ConfigError, NotFound
+from j2c_server.registry import archive as event_archive
+from j2c_server.registry.archive import Compactor, compact_round, write_archive
+from j2c_server.registry.job_registry import REGISTRY_FILE, Registry, _connect
+from j2c_server.wire.api import Event
 from tests.support.event_logs import make_job
 
 T = TypeVar("T")
@@ -120,8 +120,8 @@ def test_only_jobs_older_than_the_setting_and_a_bounded_number_per_round(data: P
 CRASH_AFTER_ARCHIVE = """
 import os, sys
 from pathlib import Path
-from j2c_server.event_archive import write_archive
-from j2c_server.registry import _connect
+from j2c_server.registry.archive import write_archive
+from j2c_server.registry.job_registry import _connect
 data = Path(sys.argv[1])
 write_archive(_connect(data / "registry.sqlite3"), data, "done-1")
 os._exit(9)  # dies between the archive's rename and the rows' delete

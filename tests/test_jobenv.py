@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from j2c_server.config import J2CSettings
-from j2c_server.errors import InvalidInput
-from j2c_server.jobenv import MASK, check_request_env, is_credential_name, job_env, mask_env
+from j2c_server.core.errors import InvalidInput
+from j2c_server.core.job_env import MASK, check_request_env, is_credential_name, job_env, mask_env
 from j2c_server.jobs.service import JobService
-from j2c_server.models import JobRequest
+from j2c_server.wire.api import JobRequest
 from tests.support.jobs import settle
 
 

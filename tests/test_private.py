@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import J2CSettings
+from j2c_server.core.file_modes import private_dir, private_file, private_opener
 from j2c_server.jobs.service import JobService
 from j2c_server.pack.fingerprint import CachedLayer, LayerCache
-from j2c_server.private import private_dir, private_file, private_opener
-from j2c_server.registry import open_registry
+from j2c_server.registry.job_registry import open_registry
 from j2c_server.storage.file import FileStore
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from j2c_server.process_output import output_within
+from j2c_server.core.process_output import output_within
 
 
 async def _python(code: str) -> asyncio.subprocess.Process:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from j2c_server.registry import REGISTRY_FILE, Registry
+from j2c_server.registry.job_registry import REGISTRY_FILE, Registry
 
 
 def _plan(conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from j2c_server.cli.render import amount
-from j2c_server.units import byte_size, count
+from j2c_server.core.units import byte_size, count
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .failures import J2CGroup
+from j2c_server.cli.failures import J2CGroup
 
 
 @click.group(cls=J2CGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,15 +14,15 @@ def main() -> None:
 
 
 def _add_commands() -> None:
-    from .build import build
-    from .config_cmd import config
-    from .gc import gc
-    from .image_cmd import image
-    from .jobs import cancel, list_jobs, logs, status
-    from .results_cmd import results
-    from .submit import pack, submit
-    from .usage_cmd import usage
-    from .wait import wait
+    from j2c_server.cli.build import build
+    from j2c_server.cli.config_cmd import config
+    from j2c_server.cli.gc import gc
+    from j2c_server.cli.image_cmd import image
+    from j2c_server.cli.jobs import cancel, list_jobs, logs, status
+    from j2c_server.cli.results_cmd import results
+    from j2c_server.cli.submit import pack, submit
+    from j2c_server.cli.usage_cmd import usage
+    from j2c_server.cli.wait import wait
 
     for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage, gc, image):
         main.add_command(command)

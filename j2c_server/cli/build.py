@@ -15,14 +15,22 @@ from pathlib import Path
 
 import click
 
-from ..config import J2CSettings, load_settings
-from ..errors import ConfigError
-from ..models import Manifest
-from ..pack import PackProgress, PackResult, PackSpec, PublishResult, make_manifest, pack, publish
-from ..paths import resolve_call_path
-from ..storage import open_store
-from .options import absolute_path
-from .output import print_json
+from j2c_server.cli.options import absolute_path
+from j2c_server.cli.output import print_json
+from j2c_server.config import J2CSettings, load_settings
+from j2c_server.core.errors import ConfigError
+from j2c_server.jobs.request_paths import resolve_call_path
+from j2c_server.pack import (
+    PackProgress,
+    PackResult,
+    PackSpec,
+    PublishResult,
+    make_manifest,
+    pack,
+    publish,
+)
+from j2c_server.storage import open_store
+from j2c_server.wire.manifest import Manifest
 
 
 def layer_cache_dir(settings: J2CSettings) -> Path:

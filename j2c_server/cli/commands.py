@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from ..jobs.results import describe_results
-from ..models import Event, EventKind, JobRecord
-from .output import json_text
-from .render import TerminalRenderer, stage_line
-from .session import resolve_job
+from j2c_server.cli.output import json_text
+from j2c_server.cli.render import TerminalRenderer, stage_line
+from j2c_server.cli.session import resolve_job
+from j2c_server.jobs.results import describe_results
+from j2c_server.wire.api import Event, EventKind, JobRecord
 
 if TYPE_CHECKING:
-    from ..jobs.service import JobService
+    from j2c_server.jobs.service import JobService
 
 # The events ``logs`` prints as text: the job's output, its status changes and its errors.
 LOG_KINDS = frozenset({EventKind.log, EventKind.status, EventKind.error})

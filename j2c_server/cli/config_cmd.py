@@ -11,9 +11,9 @@ from typing import Any
 import click
 import yaml
 
-from ..config import JOB_SECTION
-from ..schedulers import known_backends, skipped_backends
-from .options import config_option, json_option, load_cli_config
+from j2c_server.cli.options import config_option, json_option, load_cli_config
+from j2c_server.config import JOB_SECTION
+from j2c_server.schedulers import known_backends, skipped_backends
 
 MASK = "********"
 # `env_from_secret` names a Kubernetes Secret; the name is not a secret, so a bare `_secret`

@@ -12,7 +12,7 @@ from typing import IO, Any
 import click
 from pydantic import ValidationError
 
-from ..errors import ConfigError, J2CError, validation_error_to_j2c
+from j2c_server.core.errors import ConfigError, J2CError, validation_error_to_j2c
 
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1

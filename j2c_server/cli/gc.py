@@ -13,15 +13,15 @@ from pathlib import Path
 
 import click
 
-from ..config import J2CSettings
-from ..errors import Conflict, InvalidInput
-from ..models import JobStatus
-from ..registry import open_registry
-from ..storage import open_store
-from ..storage.gc import GcReport, collect_garbage, parse_age
-from ..units import byte_size, count
-from .options import config_option, json_option, load_cli_config
-from .output import print_json, say
+from j2c_server.cli.options import config_option, json_option, load_cli_config
+from j2c_server.cli.output import print_json, say
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import Conflict, InvalidInput
+from j2c_server.core.units import byte_size, count
+from j2c_server.registry.job_registry import open_registry
+from j2c_server.storage import open_store
+from j2c_server.storage.gc import GcReport, collect_garbage, parse_age
+from j2c_server.wire.api import JobStatus
 
 # A send that has not written its manifest after this long crashed: it no longer blocks gc.
 SENDING_STALE_S = 24 * 3600

@@ -15,13 +15,13 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from ..errors import InvalidInput
-from ..image.models import ImageInventory
-from ..image.probe import container_inventory, engine, image_id
-from ..image.store import InventoryStore, Stored
-from ..image.target import CONTAINER, container_key, target_for
-from .options import config_option, json_option, load_cli_config
-from .output import print_json, say
+from j2c_server.cli.options import config_option, json_option, load_cli_config
+from j2c_server.cli.output import print_json, say
+from j2c_server.core.errors import InvalidInput
+from j2c_server.image.models import ImageInventory
+from j2c_server.image.probe import container_inventory, engine, image_id
+from j2c_server.image.store import InventoryStore, Stored
+from j2c_server.image.target import CONTAINER, container_key, target_for
 
 
 @click.group()

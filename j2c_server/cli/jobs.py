@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from . import commands
-from .commands import LogPrinter, Streams, detached_message
-from .options import config_option, json_option, load_cli_config
-from .session import detach_signals, follow_until, open_service, resolve_job
-from .submit import DETACHED_EXIT
+from j2c_server.cli import commands
+from j2c_server.cli.commands import LogPrinter, Streams, detached_message
+from j2c_server.cli.options import config_option, json_option, load_cli_config
+from j2c_server.cli.session import detach_signals, follow_until, open_service, resolve_job
+from j2c_server.cli.submit import DETACHED_EXIT
 
 if TYPE_CHECKING:
-    from ..jobs.service import JobService
+    from j2c_server.jobs.service import JobService
 
 T = TypeVar("T")
 

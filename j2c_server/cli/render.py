@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from ..image.text import report_lines
-from ..models import Event, EventKind, JobRecord, JobStatus, Stage, StageState
-from ..pack.models import ExcludedGroup, ExcludeRule, PackPlan
-from ..units import byte_size
+from j2c_server.core.units import byte_size
+from j2c_server.image.text import report_lines
+from j2c_server.pack.models import ExcludedGroup, ExcludeRule, PackPlan
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus, Stage, StageState
 
 BAR_WIDTH = 24
 # j2c-unpack's own lines in a job's log start so (see ``unpack/log.py``); they are j2c's status

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..artifacts import copy_into, open_artifact
-from ..errors import J2CError
-from ..models import JobRecord, JobResults
-from ..units import byte_size
-from .commands import Streams
-from .options import config_option, json_option, load_cli_config
-from .output import json_text
-from .session import open_service, resolve_job
+from j2c_server.cli.commands import Streams
+from j2c_server.cli.options import config_option, json_option, load_cli_config
+from j2c_server.cli.output import json_text
+from j2c_server.cli.session import open_service, resolve_job
+from j2c_server.core.errors import J2CError
+from j2c_server.core.units import byte_size
+from j2c_server.jobs.artifacts import copy_into, open_artifact
+from j2c_server.wire.api import JobRecord, JobResults
 
 if TYPE_CHECKING:
-    from ..jobs.service import JobService
+    from j2c_server.jobs.service import JobService
 
 
 def describe_outputs(record: JobRecord) -> list[str]:

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from ..config import J2CSettings
-from ..errors import InvalidInput, NotFound
-from ..models import Event, JobRecord
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import InvalidInput, NotFound
+from j2c_server.wire.api import Event, JobRecord
 
 if TYPE_CHECKING:
-    from ..jobs.service import JobService
+    from j2c_server.jobs.service import JobService
 
 log = logging.getLogger("j2c")
 DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -26,7 +26,7 @@ async def open_service(settings: J2CSettings) -> AsyncIterator[JobService]:
     """A service for one command. It is not ``start()``-ed: adopting every orphaned job is for
     long-lived processes (the server, detached watchers); a command drives only the job it
     submits, or one it follows that nobody else drives."""
-    from ..jobs.service import JobService
+    from j2c_server.jobs.service import JobService
 
     service = JobService(settings, log=log, frontend="cli")
     try:

@@ -15,12 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config import J2CSettings
-from ..image.text import report_lines
-from ..models import JobRequest
-from .commands import detached_message
-from .failures import exit_code_for_code
-from .options import (
+from j2c_server.cli.commands import detached_message
+from j2c_server.cli.failures import exit_code_for_code
+from j2c_server.cli.options import (
     SubmitCommand,
     build_request,
     cli_defaults,
@@ -30,12 +27,15 @@ from .options import (
     script_args,
     submit_options,
 )
-from .output import print_json, say
-from .render import TerminalRenderer, exit_code_of
-from .session import detach_signals, follow_until, open_service
+from j2c_server.cli.output import print_json, say
+from j2c_server.cli.render import TerminalRenderer, exit_code_of
+from j2c_server.cli.session import detach_signals, follow_until, open_service
+from j2c_server.config import J2CSettings
+from j2c_server.image.text import report_lines
+from j2c_server.wire.api import JobRequest
 
 if TYPE_CHECKING:
-    from ..jobs.service import JobService
+    from j2c_server.jobs.service import JobService
 
 DETACHED_EXIT = 130
 

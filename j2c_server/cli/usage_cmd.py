@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
-from ..usage.report import GROUPS, GroupBy, aggregate, load_records, parse_since, table
-from .options import config_option, json_option, load_cli_config
-from .output import say
+from j2c_server.cli.options import config_option, json_option, load_cli_config
+from j2c_server.cli.output import say
+from j2c_server.usage.report import GROUPS, GroupBy, aggregate, load_records, parse_since, table
 
 
 @click.command()
@@ -39,7 +39,7 @@ def usage(
     url = store_url or settings.storage_url()
 
     async def read() -> tuple[list[dict[str, object]], str, int]:
-        from ..storage import open_store
+        from j2c_server.storage import open_store
 
         store = open_store(url, settings.storage)
         try:

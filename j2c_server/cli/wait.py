@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 
-from .options import config_option, load_cli_config
-from .output import say
-from .render import exit_code_of
-from .session import detach_signals, follow_until, open_service, resolve_job
-from .submit import DETACHED_EXIT
+from j2c_server.cli.options import config_option, load_cli_config
+from j2c_server.cli.output import say
+from j2c_server.cli.render import exit_code_of
+from j2c_server.cli.session import detach_signals, follow_until, open_service, resolve_job
+from j2c_server.cli.submit import DETACHED_EXIT
 
 TIMEOUT_EXIT = 124
 

@@ -17,17 +17,17 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..config import J2CSettings
-from ..errors import J2CError
-from ..models import JobHandle
-from ..pack.venv import open_venv
-from ..unpack.inventory import PREFIX, site_dirs
-from .diff import compare, lab_glibc
-from .models import ImageInventory, ImageReport
-from .needs import lab_dists, project_imports
-from .probe import container_image_key, container_inventory
-from .store import InventoryStore, Stored
-from .target import CONTAINER, Target, target_for
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import J2CError
+from j2c_server.image.diff import compare, lab_glibc
+from j2c_server.image.models import ImageInventory, ImageReport
+from j2c_server.image.needs import lab_dists, project_imports
+from j2c_server.image.probe import container_image_key, container_inventory
+from j2c_server.image.store import InventoryStore, Stored
+from j2c_server.image.target import CONTAINER, Target, target_for
+from j2c_server.pack.venv import open_venv
+from j2c_server.unpack.inventory import PREFIX, site_dirs
+from j2c_server.wire.api import JobHandle
 
 MAX_LINE = 4 * 1024 * 1024
 _log = logging.getLogger("j2c")

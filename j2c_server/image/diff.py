@@ -23,7 +23,7 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from .models import (
+from j2c_server.image.models import (
     BrokenRequirement,
     ImageInventory,
     MissingDist,
@@ -31,7 +31,7 @@ from .models import (
     VersionDifference,
     WheelMismatch,
 )
-from .needs import LabDist, ProjectImports
+from j2c_server.image.needs import LabDist, ProjectImports
 
 TOOLING = frozenset({"pip", "setuptools", "wheel", "distribute"})
 REASONS_SHOWN = 3

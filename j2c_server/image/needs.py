@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from ..unpack.inventory import normalize, top_level
+from j2c_server.unpack.inventory import normalize, top_level
 
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
 MAX_SOURCE_FILES = 5000

@@ -19,13 +19,13 @@ from urllib.parse import quote
 
 import httpx
 
-from ..config import J2CSettings
-from ..errors import J2CError
-from ..schedulers.container_api import EngineClient, LogCursor, LogReader
-from ..schedulers.container_settings import ContainerSettings
-from ..unpack import inventory as inventory_script
-from .store import InventoryStore, Stored
-from .target import container_key
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import J2CError
+from j2c_server.image.store import InventoryStore, Stored
+from j2c_server.image.target import container_key
+from j2c_server.schedulers.container_api import EngineClient, LogCursor, LogReader
+from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.unpack import inventory as inventory_script
 
 PROBE_TIMEOUT_S = 60.0
 # How many probe containers this process created: the tests count them.

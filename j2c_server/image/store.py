@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ..private import private_dir, write_private_text
-from .models import ImageInventory
+from j2c_server.core.file_modes import private_dir, write_private_text
+from j2c_server.image.models import ImageInventory
 
 Source = Literal["probe", "job", "operator"]
 

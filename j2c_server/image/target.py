@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import J2CSettings
-from ..schedulers.slurm_settings import SlurmSettings
+from j2c_server.config import J2CSettings
+from j2c_server.schedulers.slurm_settings import SlurmSettings
 
 CONTAINER = "container"
 

@@ -6,8 +6,8 @@ versions; otherwise a heading and one line per difference, the worst first.
 
 from __future__ import annotations
 
-from ..units import byte_size, count
-from .models import ImageReport
+from j2c_server.core.units import byte_size, count
+from j2c_server.image.models import ImageReport
 
 SHOWN = 20
 

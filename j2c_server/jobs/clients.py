@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from ..config import J2CSettings
-from ..schedulers import make_scheduler
-from ..schedulers.base import Scheduler
-from ..storage import open_store
-from ..storage.base import ObjectStore
-from .pack_worker import PackWorkers, Scan
+from j2c_server.config import J2CSettings
+from j2c_server.jobs.pack_worker import PackWorkers, Scan
+from j2c_server.schedulers import make_scheduler
+from j2c_server.schedulers.base import Scheduler
+from j2c_server.storage import open_store
+from j2c_server.storage.base import ObjectStore
 
 
 class Clients:

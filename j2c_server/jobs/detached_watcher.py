@@ -14,9 +14,9 @@ import logging
 import signal
 import sys
 
-from ..config import J2CSettings, load_settings, validate_settings
-from ..errors import J2CError
-from .service import JobService
+from j2c_server.config import J2CSettings, load_settings, validate_settings
+from j2c_server.core.errors import J2CError
+from j2c_server.jobs.service import JobService
 
 log = logging.getLogger("j2c.watch")
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..config import J2CSettings
-from ..errors import ConfigError, PackError
-from ..image.check import image_report
-from ..image.models import ImageReport
-from ..jobenv import job_env
-from ..models import JobRecord, Layer, LayerRole, Manifest
-from ..pack import PackPlan, PackSpec
-from ..schedulers import scheduler_class
-from ..schedulers.base import JobSpec
-from ..schedulers.multinode import unpack_options
-from ..storage.base import ObjectStore, blob_key, file_blob_key
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import ConfigError, PackError
+from j2c_server.core.job_env import job_env
+from j2c_server.image.check import image_report
+from j2c_server.image.models import ImageReport
+from j2c_server.pack import PackPlan, PackSpec
+from j2c_server.schedulers import scheduler_class
+from j2c_server.schedulers.base import JobSpec
+from j2c_server.schedulers.multinode import unpack_options
+from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key
+from j2c_server.wire.api import JobRecord
+from j2c_server.wire.manifest import Layer, LayerRole, Manifest
 
 
 def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:

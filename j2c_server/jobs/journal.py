@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..eventbus import EventBus
-from ..models import EventKind, JobRecord, JobStatus, Stage
-from ..registry import EventDraft, RecordChange, Registry
+from j2c_server.jobs.fanout import EventBus
+from j2c_server.registry.job_registry import EventDraft, RecordChange, Registry
+from j2c_server.wire.api import EventKind, JobRecord, JobStatus, Stage
 
 PROGRESS_INTERVAL_S = 0.2  # at most 5 progress events per second per stage
 

@@ -17,17 +17,17 @@ import socket
 import time
 import uuid
 
-from ..config import J2CSettings
-from ..errors import Conflict, J2CError
-from ..eventbus import EventBus
-from ..models import EventKind, JobRecord, JobStatus, StageState
-from ..registry import EventDraft, LeaseLost, Registry
-from ..usage.writer import job_ended
-from .clients import Clients
-from .journal import Journal
-from .pipeline import Pipeline
-from .stage_text import describe
-from .watch_stage import Log
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import Conflict, J2CError
+from j2c_server.jobs.clients import Clients
+from j2c_server.jobs.fanout import EventBus
+from j2c_server.jobs.journal import Journal
+from j2c_server.jobs.pipeline import Pipeline
+from j2c_server.jobs.stage_text import describe
+from j2c_server.jobs.watch_stage import Log
+from j2c_server.registry.job_registry import EventDraft, LeaseLost, Registry
+from j2c_server.usage.writer import job_ended
+from j2c_server.wire.api import EventKind, JobRecord, JobStatus, StageState
 
 LEASE_TTL_S = 10.0
 RENEW_EVERY_S = 3.0

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import errors
-from ..errors import J2CError
-from ..models import LayerRole
-from ..pack import PackPlan, PackProgress, PackResult, PackSpec, pack, preflight
-from ..pack.changes import ScanReport, scan_report
-from ..pack.plan import Prepared, prepare
+from j2c_server.core import errors
+from j2c_server.core.errors import J2CError
+from j2c_server.pack import PackPlan, PackProgress, PackResult, PackSpec, pack, preflight
+from j2c_server.pack.changes import ScanReport, scan_report
+from j2c_server.pack.plan import Prepared, prepare
+from j2c_server.wire.manifest import LayerRole
 
 NICENESS = 10
 LINE_LIMIT = 64 * 1024 * 1024  # a plan or result is one JSON line

@@ -17,32 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..config import J2CSettings
-from ..image.check import InventoryLearner
-from ..jobenv import mask_env
-from ..models import (
-    EventKind,
-    JobHandle,
-    JobRecord,
-    JobStatus,
-    LayerRole,
-    Manifest,
-    Stage,
-    StageRecord,
-    StageState,
-)
-from ..pack import (
-    PackProgress,
-    PackResult,
-    PackSpec,
-    make_manifest,
-    publish,
-)
-from ..schedulers.base import JobSpec, SchedulerState
-from ..storage.redact import redact_url
-from ..usage.writer import job_submitted
-from .clients import Clients
-from .job_inputs import (
+from j2c_server.config import J2CSettings
+from j2c_server.core.job_env import mask_env
+from j2c_server.image.check import InventoryLearner
+from j2c_server.jobs.clients import Clients
+from j2c_server.jobs.job_inputs import (
     job_image,
     job_spec,
     layer_cache_dir,
@@ -51,12 +30,32 @@ from .job_inputs import (
     record_image_report,
     refuse_if_over_limit,
 )
-from .journal import Journal, ProgressMeter
-from .results import INDEX_DIGEST_MARK, collect_outputs
-from .stage_keys import StageInputs, configure_changes, digest_of, pack_outcome, reused_since
-from .stage_text import describe
-from .tracking import abandon_run, finish_run, start_run
-from .watch_stage import Log, Watcher, until_available
+from j2c_server.jobs.journal import Journal, ProgressMeter
+from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs
+from j2c_server.jobs.stage_keys import (
+    StageInputs,
+    configure_changes,
+    digest_of,
+    pack_outcome,
+    reused_since,
+)
+from j2c_server.jobs.stage_text import describe
+from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
+from j2c_server.jobs.watch_stage import Log, Watcher, until_available
+from j2c_server.pack import PackProgress, PackResult, PackSpec, make_manifest, publish
+from j2c_server.schedulers.base import JobSpec, SchedulerState
+from j2c_server.storage.redact import redact_url
+from j2c_server.usage.writer import job_submitted
+from j2c_server.wire.api import (
+    EventKind,
+    JobHandle,
+    JobRecord,
+    JobStatus,
+    Stage,
+    StageRecord,
+    StageState,
+)
+from j2c_server.wire.manifest import LayerRole, Manifest
 
 LAST_LINES = 20
 

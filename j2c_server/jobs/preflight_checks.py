@@ -13,10 +13,10 @@ worth seeing), submit refuses; both name ``storage.url``.
 
 from __future__ import annotations
 
-from ..config import J2CSettings
-from ..errors import ConfigError
-from ..pack.models import PackPlan, PackWarning
-from ..schedulers import scheduler_class
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import ConfigError
+from j2c_server.pack.models import PackPlan, PackWarning
+from j2c_server.schedulers import scheduler_class
 
 STORE_NOT_SHARED = "store_not_shared"
 

@@ -27,12 +27,14 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import StorageError
-from ..models import Artifact, JobRecord, JobResults, OutputFailure
-from ..storage import ObjectStore
-from ..storage.errors import ObjectNotFound
-from ..unpack.outputs import INDEX_DIGEST_MARK as INDEX_DIGEST_MARK  # the pipeline's search
-from ..unpack.outputs import INDEX_NAME
+from j2c_server.core.errors import StorageError
+from j2c_server.storage import ObjectStore
+from j2c_server.storage.errors import ObjectNotFound
+from j2c_server.unpack.outputs import (
+    INDEX_DIGEST_MARK as INDEX_DIGEST_MARK,  # the pipeline's search
+)
+from j2c_server.unpack.outputs import INDEX_NAME
+from j2c_server.wire.api import Artifact, JobRecord, JobResults, OutputFailure
 
 log = logging.getLogger(__name__)
 

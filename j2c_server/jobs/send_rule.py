@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..models import JobRecord, JobRequest, JobStatus, SendDecision
-from ..pack.changes import ScanReport
-from ..units import count
+from j2c_server.core.units import count
+from j2c_server.pack.changes import ScanReport
+from j2c_server.wire.api import JobRecord, JobRequest, JobStatus, SendDecision
 
 # Request fields that say how a send is run, not what it is: they never split a job.
 _NOT_SETTINGS = {"new"}

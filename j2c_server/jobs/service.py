@@ -20,27 +20,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from .. import metrics
-from ..artifacts import ArtifactFile, copy_into_project, open_artifact
-from ..audit import Actor, audit, local_actor
-from ..config import J2CSettings
-from ..errors import Conflict, J2CError
-from ..eventbus import EventBus, Fanout, FanoutClosed
-from ..image.models import ImageReport
-from ..jobenv import check_request_env, mask_env
-from ..models import Event, EventKind, JobRecord, JobRequest, JobStatus
-from ..pack import PackPlan, make_manifest
-from ..paths import resolve_request
-from ..private import private_dir, private_opener
-from ..registry import open_registry
-from ..registry_paging import Cursor, Page
-from ..schedulers import check_resources, scheduler_class
-from ..storage.base import manifest_key
-from ..usage.writer import job_ended
-from ..wire_event import WireEvent
-from . import send_rule
-from .clients import Clients
-from .job_inputs import (
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import Conflict, J2CError
+from j2c_server.core.file_modes import private_dir, private_opener
+from j2c_server.core.job_env import check_request_env, mask_env
+from j2c_server.image.models import ImageReport
+from j2c_server.jobs import metrics, send_rule
+from j2c_server.jobs.artifacts import ArtifactFile, copy_into_project, open_artifact
+from j2c_server.jobs.audit import Actor, audit, local_actor
+from j2c_server.jobs.clients import Clients
+from j2c_server.jobs.fanout import EventBus, Fanout, FanoutClosed
+from j2c_server.jobs.job_inputs import (
     job_image,
     job_spec,
     layer_cache_dir,
@@ -48,11 +38,20 @@ from .job_inputs import (
     record_image_report,
     refuse_if_over_limit,
 )
-from .journal import Journal
-from .lease import LEASE_TTL_S, JobDriver, new_owner
-from .preflight_checks import check_store_for_submit, warn_store_at_preflight
-from .send_rule import job_key, request_key
-from .watch_stage import Log
+from j2c_server.jobs.journal import Journal
+from j2c_server.jobs.lease import LEASE_TTL_S, JobDriver, new_owner
+from j2c_server.jobs.preflight_checks import check_store_for_submit, warn_store_at_preflight
+from j2c_server.jobs.request_paths import resolve_request
+from j2c_server.jobs.send_rule import job_key, request_key
+from j2c_server.jobs.watch_stage import Log
+from j2c_server.pack import PackPlan, make_manifest
+from j2c_server.registry.job_registry import open_registry
+from j2c_server.registry.paging import Cursor, Page
+from j2c_server.schedulers import check_resources, scheduler_class
+from j2c_server.storage.base import manifest_key
+from j2c_server.usage.writer import job_ended
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.wire.event_frames import WireEvent
 
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 WATCH_RETRY_S = 1.0

@@ -9,8 +9,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import JobRecord, LayerRole, Stage, StageRecord, StageState
-from ..pack import PackResult
+from j2c_server.pack import PackResult
+from j2c_server.wire.api import JobRecord, Stage, StageRecord, StageState
+from j2c_server.wire.manifest import LayerRole
 
 
 def digest_of(value: Any) -> str:

@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..models import Stage, StageState
-from ..units import byte_size, count
+from j2c_server.core.units import byte_size, count
+from j2c_server.wire.api import Stage, StageState
 
 _STARTED = {
     Stage.scan: "walking the project and the venv",

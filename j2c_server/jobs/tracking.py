@@ -34,12 +34,13 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from ..config import J2CSettings, MlflowSettings
-from ..models import EventKind, JobRecord, JobResults, JobStatus, LayerRole, Manifest, TrackingRun
-from ..process_output import output_within
-from ..registry import Registry
-from ..schedulers.base import JobSpec
-from .journal import Journal
+from j2c_server.config import J2CSettings, MlflowSettings
+from j2c_server.core.process_output import output_within
+from j2c_server.jobs.journal import Journal
+from j2c_server.registry.job_registry import Registry
+from j2c_server.schedulers.base import JobSpec
+from j2c_server.wire.api import EventKind, JobRecord, JobResults, JobStatus, TrackingRun
+from j2c_server.wire.manifest import LayerRole, Manifest
 
 API = "/api/2.0/mlflow"
 _GIT_TIMEOUT_S = 5.0

@@ -16,12 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from ..backoff import Backoff, retry_async
-from ..errors import SchedulerUnavailable
-from ..models import EventKind, JobHandle, JobRecord, JobStatus
-from ..registry import EventDraft, JobState, RecordChange
-from ..schedulers.base import LogLine, Scheduler, SchedulerState
-from .journal import Journal, status_change
+from j2c_server.core.backoff import Backoff, retry_async
+from j2c_server.core.errors import SchedulerUnavailable
+from j2c_server.jobs.journal import Journal, status_change
+from j2c_server.registry.job_registry import EventDraft, JobState, RecordChange
+from j2c_server.schedulers.base import LogLine, Scheduler, SchedulerState
+from j2c_server.wire.api import EventKind, JobHandle, JobRecord, JobStatus
 
 MAX_BATCH = 1000
 # Bounded, and shallow: a job printing faster than we persist waits in its own log (read from

@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from .manifest import make_manifest
-from .models import (
+from j2c_server.pack.manifest import make_manifest
+from j2c_server.pack.models import (
     ExcludedGroup,
     ExcludeRule,
     LayerPlan,
@@ -20,9 +20,9 @@ from .models import (
     PackWarning,
     PathSize,
 )
-from .packer import pack
-from .plan import preflight
-from .publish import PublishResult, publish
+from j2c_server.pack.packer import pack
+from j2c_server.pack.plan import preflight
+from j2c_server.pack.publish import PublishResult, publish
 
 __all__ = [
     "ExcludeRule",

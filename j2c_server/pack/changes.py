@@ -16,12 +16,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..models import FileChange, LayerRole
-from ..private import private_dir
-from .fingerprint import fingerprint
-from .models import PackPlan
-from .plan import Prepared
-from .scan import DIR, ScannedLayer
+from j2c_server.core.file_modes import private_dir
+from j2c_server.pack.fingerprint import fingerprint
+from j2c_server.pack.models import PackPlan
+from j2c_server.pack.plan import Prepared
+from j2c_server.pack.scan import DIR, ScannedLayer
+from j2c_server.wire.api import FileChange
+from j2c_server.wire.manifest import LayerRole
 
 WALKS = "walks"
 KEEP_WALKS = 64  # walk files kept; older ones are removed (only messages depend on them)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import PackError
-from ..models import EntryPoint
+from j2c_server.core.errors import PackError
+from j2c_server.wire.manifest import EntryPoint
 
 SCRIPT_SUFFIXES: dict[str, Literal["script", "notebook"]] = {".py": "script", ".ipynb": "notebook"}
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..private import private_dir, write_private_text
-from .scan import FILE, ScannedLayer
+from j2c_server.core.file_modes import private_dir, write_private_text
+from j2c_server.pack.scan import FILE, ScannedLayer
 
 ARCHIVE_FORMAT = "j2c-tar-zst-1"  # change when the bytes written for the same input change
 RACY_WINDOW_NS = 2_000_000_000

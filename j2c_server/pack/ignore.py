@@ -23,8 +23,8 @@ from pathlib import Path
 
 from pathspec import GitIgnoreSpec
 
-from ..errors import PackError
-from .models import ExcludeRule
+from j2c_server.core.errors import PackError
+from j2c_server.pack.models import ExcludeRule
 
 JUNK_DIRS = frozenset(
     {

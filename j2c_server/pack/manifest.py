@@ -5,15 +5,15 @@ from __future__ import annotations
 import time
 from pathlib import PurePosixPath
 
-from .. import __version__
-from ..models import (
+from j2c_server import __version__
+from j2c_server.pack.models import PackResult
+from j2c_server.wire.manifest import (
     MANIFEST_FORMAT_VERSION_BASE,
     MANIFEST_FORMAT_VERSION_FILES,
     MANIFEST_FORMAT_VERSION_PARTS,
     EntryPoint,
     Manifest,
 )
-from .models import PackResult
 
 
 def make_manifest(

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import PackSettings
-from ..image.models import ImageReport
-from ..models import EntryPoint, FileBlob, Layer, LayerRole, VenvInfo
+from j2c_server.config import PackSettings
+from j2c_server.image.models import ImageReport
+from j2c_server.wire.manifest import EntryPoint, FileBlob, Layer, LayerRole, VenvInfo
 
 MIB = 1024 * 1024
 

@@ -24,14 +24,28 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import PackError
-from ..models import FileBlob, Layer, LayerRole
-from .fingerprint import RACY_WINDOW_NS, CachedLayer, LayerCache, file_key, fingerprint, is_racy
-from .models import PackedFile, PackedLayer, PackProgress, PackResult, PackSpec, PackWarning
-from .parts import split_layer
-from .plan import Prepared, big_entries, prepare
-from .scan import Entry, ScannedLayer
-from .tarwriter import write_layer
+from j2c_server.core.errors import PackError
+from j2c_server.pack.fingerprint import (
+    RACY_WINDOW_NS,
+    CachedLayer,
+    LayerCache,
+    file_key,
+    fingerprint,
+    is_racy,
+)
+from j2c_server.pack.models import (
+    PackedFile,
+    PackedLayer,
+    PackProgress,
+    PackResult,
+    PackSpec,
+    PackWarning,
+)
+from j2c_server.pack.parts import split_layer
+from j2c_server.pack.plan import Prepared, big_entries, prepare
+from j2c_server.pack.scan import Entry, ScannedLayer
+from j2c_server.pack.tarwriter import write_layer
+from j2c_server.wire.manifest import FileBlob, Layer, LayerRole
 
 _CHUNK = 1024 * 1024
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from .scan import DIR, FILE, Entry, ScannedLayer
+from j2c_server.pack.scan import DIR, FILE, Entry, ScannedLayer
 
 CAP_FACTOR = 4  # a part never grows past this many times the target
 HEADER = 512  # a tar header: what an entry costs besides its bytes

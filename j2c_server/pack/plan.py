@@ -13,11 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PackError
-from ..models import LayerRole
-from .entry import ResolvedEntry, resolve_entry
-from .ignore import CodeRules, VenvRules
-from .models import (
+from j2c_server.core.errors import PackError
+from j2c_server.pack.entry import ResolvedEntry, resolve_entry
+from j2c_server.pack.ignore import CodeRules, VenvRules
+from j2c_server.pack.models import (
     ExcludedGroup,
     ExcludeRule,
     LayerPlan,
@@ -26,9 +25,10 @@ from .models import (
     PackWarning,
     PathSize,
 )
-from .scan import FILE, Entry, ScannedLayer, scan_code, scan_venv
-from .secrets import READ_BUDGET, VerdictCache
-from .venv import Venv, open_venv, path_entries, shadowed_packages
+from j2c_server.pack.scan import FILE, Entry, ScannedLayer, scan_code, scan_venv
+from j2c_server.pack.secrets import READ_BUDGET, VerdictCache
+from j2c_server.pack.venv import Venv, open_venv, path_entries, shadowed_packages
+from j2c_server.wire.manifest import LayerRole
 
 MAX_LISTED = 100
 LARGEST = 10

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..models import LayerRole, Manifest
-from ..storage.base import ObjectStore, ProgressFn, blob_key, file_blob_key, manifest_key
-from .models import PackResult
+from j2c_server.pack.models import PackResult
+from j2c_server.storage.base import ObjectStore, ProgressFn, blob_key, file_blob_key, manifest_key
+from j2c_server.wire.manifest import LayerRole, Manifest
 
 CONCURRENT_CHECKS = 16  # existence checks in flight: one round trip for a typical send
 

@@ -17,11 +17,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import PackError
-from ..models import LayerRole
-from .ignore import CodeRules, IgnoreLevel, VenvRules, secret_name
-from .models import ExcludeRule
-from .secrets import PackagedFiles, VerdictCache
+from j2c_server.core.errors import PackError
+from j2c_server.pack.ignore import CodeRules, IgnoreLevel, VenvRules, secret_name
+from j2c_server.pack.models import ExcludeRule
+from j2c_server.pack.secrets import PackagedFiles, VerdictCache
+from j2c_server.wire.manifest import LayerRole
 
 FILE, DIR, SYMLINK = "file", "dir", "symlink"
 _CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"

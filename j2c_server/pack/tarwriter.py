@@ -32,7 +32,7 @@ from typing import IO, BinaryIO, cast
 
 import zstandard
 
-from .scan import DIR, FILE, SYMLINK, Entry
+from j2c_server.pack.scan import DIR, FILE, SYMLINK, Entry
 
 BLOCK = 512
 PIECE = 1 << 20  # bytes of tar stream handed to zstd at a time, and the file read size

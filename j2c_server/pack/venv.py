@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ..errors import PackError
-from ..models import VenvInfo
-from ..unpack.shadows import read_pyvenv_cfg  # stdlib only; j2c-unpack reads it too
+from j2c_server.core.errors import PackError
+from j2c_server.unpack.shadows import read_pyvenv_cfg  # stdlib only; j2c-unpack reads it too
+from j2c_server.wire.manifest import VenvInfo
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)")
 _DIST_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+?)(-py[\d.]+)?\.(dist|egg)-info$")

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import InvalidInput
+from j2c_server.core.errors import InvalidInput
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ..config import J2CSettings
-    from ..models import Capabilities, Resources
-    from .base import Scheduler, SchedulerBase
+    from j2c_server.config import J2CSettings
+    from j2c_server.schedulers.base import Scheduler, SchedulerBase
+    from j2c_server.wire.api import Capabilities, Resources
 
 ENTRY_POINT_GROUP = "j2c.schedulers"
 # Keys of ``scheduler.*`` that are not backends (config.py's own; a test checks the list).
@@ -81,7 +81,7 @@ def _plugin_class(name: str, loaded: object) -> type[SchedulerBase]:
     """``loaded`` when it is a usable backend class; else :class:`NotABackend` saying why."""
     from pydantic import BaseModel
 
-    from .base import SchedulerBase
+    from j2c_server.schedulers.base import SchedulerBase
 
     if not _NAME.fullmatch(name) or name in RESERVED_NAMES:
         raise NotABackend(

@@ -3,7 +3,7 @@ per backend besides running jobs (its settings, what it supports, how its jobs s
 ``j2c-unpack``, its own document for ``--dry-run``), with the common defaults.
 
 A backend turns a :class:`JobSpec` into a running job and reports on it in the common
-:class:`~j2c_server.models.JobStatus` vocabulary. ``submit`` is idempotent on ``spec.key``: a
+:class:`~j2c_server.wire.api.JobStatus` vocabulary. ``submit`` is idempotent on ``spec.key``: a
 retried submit of the same key adopts the job that already exists instead of creating a second.
 Logs are followed from a resumable cursor: a watcher that dies and restarts continues where the
 last persisted cursor points, so no line is lost or doubled.
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import InvalidInput
-from ..models import Capabilities, JobHandle, JobResults, JobStatus, Resources
+from j2c_server.core.errors import InvalidInput
+from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus, Resources
 
 if TYPE_CHECKING:
-    from ..config import J2CSettings
+    from j2c_server.config import J2CSettings
 
 UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
 

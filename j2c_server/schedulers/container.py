@@ -30,13 +30,12 @@ from typing import Any
 
 import httpx
 
-from ..config import J2CSettings
-from ..errors import Conflict, InvalidInput, SchedulerError
-from ..models import Artifact, Capabilities, JobHandle, JobResults, JobStatus
-from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
-from .container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
-from .container_gpus import GpuWaiter
-from .container_lifecycle import (
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError
+from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
+from j2c_server.schedulers.container_gpus import GpuWaiter
+from j2c_server.schedulers.container_lifecycle import (
     limit_minutes,
     mark_timed_out,
     past_limit,
@@ -47,8 +46,8 @@ from .container_lifecycle import (
     sweep,
     timed_out,
 )
-from .container_settings import ContainerSettings
-from .container_spec import (
+from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.container_spec import (
     LABEL_KEY,
     job_folder,
     output_upload_dir,
@@ -57,6 +56,7 @@ from .container_spec import (
     runs_root,
     store_files,
 )
+from j2c_server.wire.api import Artifact, Capabilities, JobHandle, JobResults, JobStatus
 
 __all__ = ["ContainerScheduler", "render_create"]
 

@@ -1,8 +1,8 @@
 """The Docker Engine API over a unix socket (podman's or Docker's), and reading its logs.
 
 - :class:`EngineClient`: httpx over the socket; an unreachable engine is
-  :class:`~j2c_server.errors.SchedulerUnavailable` (worth retrying), an error reply a
-  :class:`~j2c_server.errors.SchedulerError` with the engine's own message.
+  :class:`~j2c_server.core.errors.SchedulerUnavailable` (worth retrying), an error reply a
+  :class:`~j2c_server.core.errors.SchedulerError` with the engine's own message.
 - :class:`LogCursor` / :class:`LogReader`: ``GET /containers/{name}/logs?timestamps=1`` arrives
   as multiplexed frames (8-byte header: stream, 0, 0, 0, big-endian size), each entry starting
   with an RFC 3339 timestamp. A cursor is the last delivered entry's timestamp (ns) and how many
@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import httpx
 
-from ..errors import InvalidInput, SchedulerError, SchedulerUnavailable
-from .base import LogLine
+from j2c_server.core.errors import InvalidInput, SchedulerError, SchedulerUnavailable
+from j2c_server.schedulers.base import LogLine
 
 _TIMESTAMP_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 _STREAMS: dict[int, Literal["stdout", "stderr"]] = {1: "stdout", 2: "stderr"}

@@ -23,14 +23,14 @@ from typing import Any
 
 import httpx
 
-from ..config import J2CSettings
-from ..errors import SchedulerError
-from .base import JobSpec
-from .container_settings import ContainerSettings
-from .container_spec import render_create, store_files
-from .local_files import is_held, read_json, write_json_atomic
-from .local_gpus import GpuLedger, detect_gpu_ids
-from .local_settings import LocalSchedulerSettings
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import SchedulerError
+from j2c_server.schedulers.base import JobSpec
+from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.container_spec import render_create, store_files
+from j2c_server.schedulers.local_files import is_held, read_json, write_json_atomic
+from j2c_server.schedulers.local_gpus import GpuLedger, detect_gpu_ids
+from j2c_server.schedulers.local_settings import LocalSchedulerSettings
 
 _REQUEST = "gpu-request.json"
 _STATE = "gpus.json"
@@ -59,7 +59,7 @@ class GpuWaiter:
             return  # a retried submit: the first one's waiter is on it
         devices = detect_gpu_ids(cfg.gpus, os.environ)
         if spec.resources.gpus > len(devices):
-            from ..errors import InvalidInput
+            from j2c_server.core.errors import InvalidInput
 
             raise InvalidInput(
                 f"the job asks for {spec.resources.gpus} GPU(s) but this machine has "

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import JobSpec, SchedulerState
-from .container_api import EngineClient, parse_timestamp
-from .container_settings import ContainerSettings
-from .local_files import read_json, write_json_atomic
+from j2c_server.schedulers.base import JobSpec, SchedulerState
+from j2c_server.schedulers.container_api import EngineClient, parse_timestamp
+from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.local_files import read_json, write_json_atomic
 
 LABEL_RUNS = "j2c.io/runs"
 LABEL_TIME_LIMIT = "j2c.io/time-limit-s"

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..errors import ConfigError
+from j2c_server.core.errors import ConfigError
 
 NOT_ROOT = "1000:1000"
 # Where engines listen when nothing says otherwise: rootful podman, rootless podman, Docker.

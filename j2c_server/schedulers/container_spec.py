@@ -29,11 +29,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from ..config import J2CSettings
-from ..errors import ConfigError, InvalidInput
-from .base import JobSpec, not_a_memory_size, required_image
-from .container_lifecycle import LABEL_RUNS, LABEL_TIME_LIMIT, runs_label, time_limit_s
-from .container_settings import ContainerSettings
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import ConfigError, InvalidInput
+from j2c_server.schedulers.base import JobSpec, not_a_memory_size, required_image
+from j2c_server.schedulers.container_lifecycle import (
+    LABEL_RUNS,
+    LABEL_TIME_LIMIT,
+    runs_label,
+    time_limit_s,
+)
+from j2c_server.schedulers.container_settings import ContainerSettings
 
 LABEL_MANAGED_BY = "j2c.io/managed-by"
 LABEL_KEY = "j2c.io/key"

@@ -25,8 +25,14 @@ from typing import Any
 import httpx
 import yaml
 
-from ..errors import ConfigError
-from .kube_tokens import BearerAuth, ExecPlugin, StaticToken, TokenFile, TokenSource
+from j2c_server.core.errors import ConfigError
+from j2c_server.schedulers.kube_tokens import (
+    BearerAuth,
+    ExecPlugin,
+    StaticToken,
+    TokenFile,
+    TokenSource,
+)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _SETTING = "scheduler.kubernetes.kubeconfig"

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from ..errors import InvalidInput
-from .base import LogLine
+from j2c_server.core.errors import InvalidInput
+from j2c_server.schedulers.base import LogLine
 
 _TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import JobStatus
-from .base import SchedulerState
-from .kube_status import container_status, exit_code, job_state, newest_pod
+from j2c_server.schedulers.base import SchedulerState
+from j2c_server.schedulers.kube_status import container_status, exit_code, job_state, newest_pod
+from j2c_server.wire.api import JobStatus
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 

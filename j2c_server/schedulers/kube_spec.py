@@ -18,10 +18,10 @@ import hashlib
 import re
 from typing import Any
 
-from ..config import J2CSettings
-from ..errors import ConfigError, InvalidInput
-from .base import JobSpec, not_a_memory_size, required_image
-from .kube_settings import KubernetesSettings
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import ConfigError, InvalidInput
+from j2c_server.schedulers.base import JobSpec, not_a_memory_size, required_image
+from j2c_server.schedulers.kube_settings import KubernetesSettings
 
 CONTAINER_NAME = "j2c"
 LABEL_JOB_ID = "j2c.io/job-id"
@@ -101,7 +101,7 @@ def _node_selector(spec: JobSpec, settings: J2CSettings) -> dict[str, str]:
 
 
 def _env(spec: JobSpec) -> list[dict[str, str]]:
-    # Credentials in a request are refused for every backend alike (j2c_server.jobenv); what
+    # Credentials in a request are refused for every backend alike (j2c_server.core.job_env); what
     # arrives here is plain settings, or what the operator allowed through scheduler.pass_env.
     env = dict(spec.env)
     if spec.resources.nodes > 1:

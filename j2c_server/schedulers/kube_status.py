@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import JobStatus
-from .base import SchedulerState
-from .kube_spec import ANNOTATION_CANCELLED, CONTAINER_NAME
+from j2c_server.schedulers.base import SchedulerState
+from j2c_server.schedulers.kube_spec import ANNOTATION_CANCELLED, CONTAINER_NAME
+from j2c_server.wire.api import JobStatus
 
 _IMAGE_REASONS = frozenset(
     {

@@ -20,8 +20,8 @@ from typing import Protocol
 
 import httpx
 
-from ..errors import ConfigError, SchedulerError
-from ..process_output import output_within
+from j2c_server.core.errors import ConfigError, SchedulerError
+from j2c_server.core.process_output import output_within
 
 _SETTING = "scheduler.kubernetes.kubeconfig"
 _EXEC_TIMEOUT_S = 60.0

@@ -28,22 +28,21 @@ from typing import Any
 
 import httpx
 
-from ..config import J2CSettings
-from ..errors import Conflict, InvalidInput, SchedulerError, SchedulerUnavailable
-from ..models import Capabilities, JobHandle, JobResults, JobStatus
-from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
-from .kube_auth import SERVICE_ACCOUNT_DIR, KubeConnection, load_connection
-from .kube_logs import LogCursor, LogReader
-from .kube_ranks import first_failed_code, rank_pods, ranked_state
-from .kube_settings import KubernetesSettings
-from .kube_spec import (
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError, SchedulerUnavailable
+from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.kube_auth import SERVICE_ACCOUNT_DIR, KubeConnection, load_connection
+from j2c_server.schedulers.kube_logs import LogCursor, LogReader
+from j2c_server.schedulers.kube_ranks import first_failed_code, rank_pods, ranked_state
+from j2c_server.schedulers.kube_settings import KubernetesSettings
+from j2c_server.schedulers.kube_spec import (
     ANNOTATION_CANCELLED,
     ANNOTATION_KEY,
     CONTAINER_NAME,
     render_job,
     render_service,
 )
-from .kube_status import (
+from j2c_server.schedulers.kube_status import (
     container_started,
     container_terminated,
     exit_code,
@@ -51,7 +50,8 @@ from .kube_status import (
     job_state,
     newest_pod,
 )
-from .multinode import follow_ranks, parse_rank_cursor
+from j2c_server.schedulers.multinode import follow_ranks, parse_rank_cursor
+from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
 
 # A follow stream that stays silent this long is re-opened from its cursor: a half-dead
 # connection must not hang the watcher forever, and a reconnect costs nothing.

@@ -29,13 +29,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from ..config import J2CSettings
-from ..errors import ConfigError, Conflict, InvalidInput, SchedulerError
-from ..jobenv import is_secret
-from ..models import Artifact, Capabilities, JobHandle, JobResults, JobStatus
-from ..private import private_dir, private_file, private_opener, write_private_text
-from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
-from .local_files import (
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import ConfigError, Conflict, InvalidInput, SchedulerError
+from j2c_server.core.file_modes import private_dir, private_file, private_opener, write_private_text
+from j2c_server.core.job_env import is_secret
+from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.local_files import (
     RUNS_DIR,
     RunDir,
     exclusive_lock,
@@ -44,10 +43,11 @@ from .local_files import (
     same_process,
     write_json_atomic,
 )
-from .local_gpus import LedgerError, check_ledger_dir, detect_gpu_ids
-from .local_settings import LocalSchedulerSettings
-from .logfile import follow_log_file, parse_cursor
-from .multinode import follow_ranks, parse_rank_cursor
+from j2c_server.schedulers.local_gpus import LedgerError, check_ledger_dir, detect_gpu_ids
+from j2c_server.schedulers.local_settings import LocalSchedulerSettings
+from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
+from j2c_server.schedulers.multinode import follow_ranks, parse_rank_cursor
+from j2c_server.wire.api import Artifact, Capabilities, JobHandle, JobResults, JobStatus
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # The job's base environment: what a login shell on this machine would have, plus the standard

@@ -31,9 +31,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..private import private_dir, private_opener
-from .local_files import RunDir, process_start_time, read_json, write_json_atomic
-from .local_gpus import DEFAULT_LEDGER_DIR, GpuLedger, LedgerError
+from j2c_server.core.file_modes import private_dir, private_opener
+from j2c_server.schedulers.local_files import (
+    RunDir,
+    process_start_time,
+    read_json,
+    write_json_atomic,
+)
+from j2c_server.schedulers.local_gpus import DEFAULT_LEDGER_DIR, GpuLedger, LedgerError
 
 _GPU_POLL_S = 0.2
 _RANK_POLL_S = 0.05

@@ -25,8 +25,8 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from ..errors import InvalidInput
-from .base import LogLine
+from j2c_server.core.errors import InvalidInput
+from j2c_server.schedulers.base import LogLine
 
 POLL_INTERVAL_S = 0.05
 MAX_LINE_BYTES = 64 * 1024

@@ -18,9 +18,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 
-from ..errors import InvalidInput
-from ..models import Resources
-from .base import LogLine
+from j2c_server.core.errors import InvalidInput
+from j2c_server.schedulers.base import LogLine
+from j2c_server.wire.api import Resources
 
 DEFAULT_MASTER_PORT = 29500
 

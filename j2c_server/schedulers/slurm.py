@@ -24,13 +24,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..config import J2CSettings
-from ..errors import ConfigError, InvalidInput, J2CError, SchedulerError
-from ..models import Capabilities, JobHandle, JobResults, JobStatus
-from ..private import private_dir
-from .base import JobSpec, LogLine, SchedulerBase, SchedulerState
-from .logfile import follow_log_file, parse_cursor
-from .slurm_job import (
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import ConfigError, InvalidInput, J2CError, SchedulerError
+from j2c_server.core.file_modes import private_dir
+from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
+from j2c_server.schedulers.slurm_job import (
     CANCEL_MARK,
     OUTPUT_NAME,
     batch_script,
@@ -39,9 +38,10 @@ from .slurm_job import (
     job_description,
     label_rank,
 )
-from .slurm_rest import SlurmFailure, SlurmRest
-from .slurm_settings import SlurmSettings
-from .slurm_state import exit_code, job_state
+from j2c_server.schedulers.slurm_rest import SlurmFailure, SlurmRest
+from j2c_server.schedulers.slurm_settings import SlurmSettings
+from j2c_server.schedulers.slurm_state import exit_code, job_state
+from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
 
 # How often a log follower asks whether the job has ended (the file itself is polled faster).
 STATUS_POLL_S = 1.0

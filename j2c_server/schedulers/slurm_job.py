@@ -25,9 +25,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput
-from .base import JobSpec
-from .slurm_settings import SlurmSettings
+from j2c_server.core.errors import InvalidInput
+from j2c_server.schedulers.base import JobSpec
+from j2c_server.schedulers.slurm_settings import SlurmSettings
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OUTPUT_NAME = "output.log"

@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
-from ..errors import ConfigError, SchedulerError, SchedulerUnavailable
-from .slurm_settings import SlurmSettings
+from j2c_server.core.errors import ConfigError, SchedulerError, SchedulerUnavailable
+from j2c_server.schedulers.slurm_settings import SlurmSettings
 
 # Slurm error numbers (slurm_errno.h) that mean "slurmctld is unreachable from slurmrestd".
 _CONTROLLER_DOWN = {1001, 1002, 1003, 1004, 5004}

@@ -11,9 +11,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from ..models import JobStatus
-from .base import SchedulerState
-from .slurm_job import CANCEL_MARK
+from j2c_server.schedulers.base import SchedulerState
+from j2c_server.schedulers.slurm_job import CANCEL_MARK
+from j2c_server.wire.api import JobStatus
 
 _QUEUED = {
     "PENDING",

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidInput
-from .base import ObjectStore, ProgressFn, blob_key, is_content_addressed, manifest_key
-from .download import download_uri, settings_from_env, shared_from_env
-from .errors import ObjectNotFound
-from .file import FileStore
-from .redact import redact_url
-from .urls import SUPPORTED, file_url_path, split_s3_url, url_scheme
+from j2c_server.core.errors import InvalidInput
+from j2c_server.storage.base import (
+    ObjectStore,
+    ProgressFn,
+    blob_key,
+    is_content_addressed,
+    manifest_key,
+)
+from j2c_server.storage.download import download_uri, settings_from_env, shared_from_env
+from j2c_server.storage.errors import ObjectNotFound
+from j2c_server.storage.file import FileStore
+from j2c_server.storage.redact import redact_url
+from j2c_server.storage.urls import SUPPORTED, file_url_path, split_s3_url, url_scheme
 
 if TYPE_CHECKING:
-    from .settings import StorageSettings
+    from j2c_server.storage.settings import StorageSettings
 
 __all__ = [
     "FileStore",
@@ -47,8 +53,8 @@ def open_store(url: str, settings: StorageSettings | None = None) -> ObjectStore
         shared = settings.shared if settings is not None else False
         return FileStore(file_url_path(url, field=FIELD), shared=shared)
     if scheme == "s3":
-        from .s3 import S3Store
-        from .settings import StorageSettings
+        from j2c_server.storage.s3 import S3Store
+        from j2c_server.storage.settings import StorageSettings
 
         bucket, prefix = split_s3_url(url, field=FIELD)
         return S3Store(bucket, prefix, settings if settings is not None else StorageSettings())

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidInput
+from j2c_server.core.errors import InvalidInput
 
 log = logging.getLogger("j2c.storage")
 

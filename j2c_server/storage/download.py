@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..errors import InvalidInput
-from .base import ProgressFn
-from .errors import ObjectNotFound, http_status_error, map_http_error
-from .redact import install_log_redaction, redact_url
-from .retry import RetryableStatus, resuming
-from .sink import PartialFile, copy_file_atomic, receive_chunks
-from .urls import file_url_path, split_s3_url, url_scheme
+from j2c_server.core.errors import InvalidInput
+from j2c_server.storage.base import ProgressFn
+from j2c_server.storage.errors import ObjectNotFound, http_status_error, map_http_error
+from j2c_server.storage.redact import install_log_redaction, redact_url
+from j2c_server.storage.retry import RetryableStatus, resuming
+from j2c_server.storage.sink import PartialFile, copy_file_atomic, receive_chunks
+from j2c_server.storage.urls import file_url_path, split_s3_url, url_scheme
 
 if TYPE_CHECKING:
-    from .settings import StorageSettings
+    from j2c_server.storage.settings import StorageSettings
 
 READ_CHUNK = 1024 * 1024
 ENV_PREFIX = "J2C_STORAGE__"  # J2C_ as written, the rest in any case (as config.py reads it)
@@ -48,7 +48,7 @@ def storage_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> StorageSettings:
     """Storage settings from ``J2C_STORAGE__*`` variables only (a job has no config file)."""
-    from .settings import validate_storage
+    from j2c_server.storage.settings import validate_storage
 
     return validate_storage(storage_env(environ), source=f"{ENV_PREFIX}* environment")
 
@@ -84,7 +84,7 @@ async def download_uri(
                 raise
             raise ObjectNotFound(f"reading {uri}: no such file") from None
     elif scheme == "s3":
-        from .s3 import S3Store
+        from j2c_server.storage.s3 import S3Store
 
         bucket, key = split_s3_url(uri, field="uri")
         store = S3Store(bucket, "", settings or settings_from_env())

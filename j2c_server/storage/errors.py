@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import J2CError, StorageError
-from .filerange import CorruptTransfer
-from .redact import redact_text
-from .retry import RetryableStatus, client_error_status
+from j2c_server.core.errors import J2CError, StorageError
+from j2c_server.storage.filerange import CorruptTransfer
+from j2c_server.storage.redact import redact_text
+from j2c_server.storage.retry import RetryableStatus, client_error_status
 
 _CREDENTIALS_HINT = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE / storage.profile, "

@@ -1,7 +1,8 @@
 """The embedded ``file://`` object store: a local folder (by default in the Jupyter data dir).
 
 Keys map to paths under the root and cannot leave it. Folders are 0700 and objects 0600
-(:mod:`j2c_server.private`): the store holds the user's code, so it is theirs alone. Writes go to
+(:mod:`j2c_server.core.file_modes`): the store holds the user's code, so it is theirs alone.
+Writes go to
 a temp file beside the target and are renamed into place, so readers and concurrent writers of
 one key never see a partial object. All file I/O runs in worker threads, never on the event loop.
 
@@ -20,10 +21,17 @@ import os
 import secrets
 from pathlib import Path
 
-from ..private import private_dir, tighten_file
-from .base import Listing, ObjectStore, ProgressFn, StoredObject, check_key, is_content_addressed
-from .errors import ObjectNotFound
-from .sink import TEMP_SUFFIX, PartialFile, copy_file_atomic
+from j2c_server.core.file_modes import private_dir, tighten_file
+from j2c_server.storage.base import (
+    Listing,
+    ObjectStore,
+    ProgressFn,
+    StoredObject,
+    check_key,
+    is_content_addressed,
+)
+from j2c_server.storage.errors import ObjectNotFound
+from j2c_server.storage.sink import TEMP_SUFFIX, PartialFile, copy_file_atomic
 
 # os.link failing with these means "not here" (another filesystem, no hard links there, not
 # allowed, too many links): copy instead.

@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import StorageError
-from ..models import DIGEST_RE
-from .base import ObjectStore, StoredObject, blob_key, file_blob_key
+from j2c_server.core.errors import StorageError
+from j2c_server.storage.base import ObjectStore, StoredObject, blob_key, file_blob_key
+from j2c_server.wire.manifest import DIGEST_RE
 
 _MANIFEST_KEY = re.compile(r"manifests/sha256/[0-9a-f]{64}\.json")
 _JOB_MANIFEST = re.compile(r"^jobs/(?P<id>[^/]+)/manifest\.json$")

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import ProgressFn
-from .filerange import FileRange, check_etag, range_digests
-from .retry import client_error_status, retrying
+from j2c_server.storage.base import ProgressFn
+from j2c_server.storage.filerange import FileRange, check_etag, range_digests
+from j2c_server.storage.retry import client_error_status, retrying
 
 log = logging.getLogger("j2c.storage")
 

@@ -1,5 +1,5 @@
 """Retries for storage requests: which failures are transient; backoff with jitter (the loop is
-``j2c_server.backoff``'s).
+``j2c_server.core.backoff``'s).
 
 botocore's own retries are switched off for j2c's clients so that this module is the one place
 that decides: a part upload, a ranged download and a presigned-URL fetch all retry the same way.
@@ -14,9 +14,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..backoff import Backoff, retry_async
-from .filerange import CorruptTransfer
-from .redact import redact_text
+from j2c_server.core.backoff import Backoff, retry_async
+from j2c_server.storage.filerange import CorruptTransfer
+from j2c_server.storage.redact import redact_text
 
 log = logging.getLogger("j2c.storage")
 

@@ -24,15 +24,22 @@ from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput, J2CError, StorageError
-from .base import Listing, ObjectStore, ProgressFn, StoredObject, check_key, is_content_addressed
-from .errors import map_s3_error
-from .filerange import FileRange, check_etag
-from .multipart import MIB, MultipartUpload, UploadVanished
-from .redact import install_log_redaction, redact_url
-from .retry import RetryableStatus, client_error_status, resuming, retrying
-from .settings import StorageSettings
-from .sink import PartialFile, receive_chunks
+from j2c_server.core.errors import InvalidInput, J2CError, StorageError
+from j2c_server.storage.base import (
+    Listing,
+    ObjectStore,
+    ProgressFn,
+    StoredObject,
+    check_key,
+    is_content_addressed,
+)
+from j2c_server.storage.errors import map_s3_error
+from j2c_server.storage.filerange import FileRange, check_etag
+from j2c_server.storage.multipart import MIB, MultipartUpload, UploadVanished
+from j2c_server.storage.redact import install_log_redaction, redact_url
+from j2c_server.storage.retry import RetryableStatus, client_error_status, resuming, retrying
+from j2c_server.storage.settings import StorageSettings
+from j2c_server.storage.sink import PartialFile, receive_chunks
 
 READ_CHUNK = 1024 * 1024
 MAX_PRESIGN_S = 7 * 24 * 3600  # SigV4's limit

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ConfigError, validation_error_to_j2c
+from j2c_server.core.errors import ConfigError, validation_error_to_j2c
 
 
 class StorageSettings(BaseModel):

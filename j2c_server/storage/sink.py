@@ -2,7 +2,8 @@
 when it is complete and (when a digest is given) verified.
 
 Readers of the destination see the old file or the whole new one, never a part; the file is
-0600 and folders made for it 0700 (:mod:`j2c_server.private`), whatever the umask; a failed or
+0600 and folders made for it 0700 (:mod:`j2c_server.core.file_modes`), whatever the umask; a
+failed or
 corrupt transfer leaves no partial file behind. Concurrent writers of one destination each use
 their own temp file, and the last rename wins with complete content. The methods are blocking:
 async callers run them in a worker thread.
@@ -19,9 +20,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import IntegrityError, InvalidInput
-from ..private import private_dir
-from .base import ProgressFn
+from j2c_server.core.errors import IntegrityError, InvalidInput
+from j2c_server.core.file_modes import private_dir
+from j2c_server.storage.base import ProgressFn
 
 TEMP_SUFFIX = ".j2c-part"
 COPY_CHUNK = 4 * 1024 * 1024

@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from ..errors import InvalidInput
-from .base import check_key
-from .redact import redact_url
+from j2c_server.core.errors import InvalidInput
+from j2c_server.storage.base import check_key
+from j2c_server.storage.redact import redact_url
 
 _BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
 SUPPORTED = "file:///absolute/path or s3://bucket/prefix"

@@ -45,19 +45,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..units import byte_size
-from . import summary
-from .errors import LocalIOError, UnpackError
-from .log import Stage, say
+from j2c_server.core.units import byte_size
+from j2c_server.unpack import summary
+from j2c_server.unpack.errors import LocalIOError, UnpackError
+from j2c_server.unpack.log import Stage, say
 
 if TYPE_CHECKING:
-    from ..manifest_plan import ManifestPlan
-    from .cache import Cache
-    from .fetch import Fetched
-    from .homes import Placement
-    from .interpreter import Interpreter
-    from .outputs import OutputsSync
-    from .ranks import NodeRank
+    from j2c_server.core.manifest_plan import ManifestPlan
+    from j2c_server.unpack.cache import Cache
+    from j2c_server.unpack.fetch import Fetched
+    from j2c_server.unpack.homes import Placement
+    from j2c_server.unpack.interpreter import Interpreter
+    from j2c_server.unpack.outputs import OutputsSync
+    from j2c_server.unpack.ranks import NodeRank
 
 # The outputs' caps (MB) and sync period (minutes) when the server passes none (outputs.py).
 DEFAULT_MAX_FILE_MB = 5000.0
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
-    from .cache import open_cache
+    from j2c_server.unpack.cache import open_cache
 
     # The node's cache first: it may hold this manifest's plan (no validation, no pydantic).
     cache = open_cache(options.cache_dir, options.cache_max)
@@ -235,17 +235,17 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
 
 
 def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Cache | None) -> int:
-    from .fetch import read_manifest
-    from .homes import place_layers, release, trust_requested
-    from .interpreter import check_python, this_interpreter
-    from .inventory import report as report_inventory
-    from .workdir import workdir_in_use
+    from j2c_server.unpack.fetch import read_manifest
+    from j2c_server.unpack.homes import place_layers, release, trust_requested
+    from j2c_server.unpack.interpreter import check_python, this_interpreter
+    from j2c_server.unpack.inventory import report as report_inventory
+    from j2c_server.unpack.workdir import workdir_in_use
 
     # 1-2: what to run, and whether this interpreter can run it at all.
     plans = cache.plans if cache is not None else None
     manifest = read_manifest(options.manifest, plans, options.manifest_digest)
     if manifest.files:
-        from .bigfiles import check_files
+        from j2c_server.unpack.bigfiles import check_files
 
         check_files(manifest.files)  # refused before anything is downloaded
     interpreter = this_interpreter()
@@ -280,7 +280,7 @@ def _run_placed(
     cache: Cache | None,
 ) -> int:
     """Phases 3 (room) to 8, once the layers' homes are decided."""
-    from .cache import Bypass
+    from j2c_server.unpack.cache import Bypass
 
     prepared = None
     extra_env: dict[str, str] = {}
@@ -294,7 +294,7 @@ def _run_placed(
     else:
         placement, python, extra_env = prepared.placement, prepared.python, prepared.env
     if manifest.files:
-        from .bigfiles import place_files
+        from j2c_server.unpack.bigfiles import place_files
 
         blobs = workdir / "blobs"
         used = cache if prepared is not None else None
@@ -312,8 +312,8 @@ def _prepare_uncached(
     workdir: Path,
 ) -> Path:
     """Phases 3 (room) to 6 without a cache: into the workdir and the layers' homes."""
-    from .fetch import download_layers
-    from .space import check_free_space
+    from j2c_server.unpack.fetch import download_layers
+    from j2c_server.unpack.space import check_free_space
 
     check_free_space(manifest.layers, placement, workdir / "blobs")
 
@@ -338,9 +338,9 @@ def _run_prepared(
     extra_env: dict[str, str],
 ) -> int:
     """Phases 7 and 8."""
-    from .ranks import SINGLE_NODE, node_rank
-    from .run import entry_command, job_environment, run_child, working_dir
-    from .shadows import report_shadowed
+    from j2c_server.unpack.ranks import SINGLE_NODE, node_rank
+    from j2c_server.unpack.run import entry_command, job_environment, run_child, working_dir
+    from j2c_server.unpack.shadows import report_shadowed
 
     if placement.venv is not None:
         report_shadowed(placement.venv)
@@ -382,8 +382,8 @@ def _outputs_sync(
 ) -> OutputsSync:
     """The outputs to sync: the output dir and the files the job writes into its code folder
     (a snapshot of it now, right before the entry point starts: one lstat a file)."""
-    from .outputs import Caps, OutputsSync, WorkingCopy
-    from .written import take_snapshot
+    from j2c_server.unpack.outputs import Caps, OutputsSync, WorkingCopy
+    from j2c_server.unpack.written import take_snapshot
 
     venv = placement.venv
     skip = (venv,) if venv is not None and venv.is_relative_to(placement.code) else ()
@@ -397,8 +397,8 @@ def _launched(
     options: argparse.Namespace, manifest: ManifestPlan, argv: list[str], rank: NodeRank
 ) -> list[str]:
     """The entry argv as the launcher runs it."""
-    from .errors import EntryNotRunnable
-    from .ranks import torchrun_command
+    from j2c_server.unpack.errors import EntryNotRunnable
+    from j2c_server.unpack.ranks import torchrun_command
 
     if options.launcher == "none":
         return argv
@@ -411,8 +411,8 @@ def _launched(
 
 
 def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
-    from ..manifest_plan import LayerRole
-    from .extract import extract_layer
+    from j2c_server.core.manifest_plan import LayerRole
+    from j2c_server.unpack.extract import extract_layer
 
     stage = Stage("extracting")
     total = 0
@@ -438,7 +438,7 @@ def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
 
 def _prepare_venv(placement: Placement, interpreter: Interpreter) -> Path:
     """The interpreter that runs the job: the venv's, once it is proved to work here."""
-    from .relocate import fix_venv, verify_venv
+    from j2c_server.unpack.relocate import fix_venv, verify_venv
 
     if placement.venv is None:
         return interpreter.executable

@@ -23,15 +23,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..manifest_plan import FilePlan
-from ..units import byte_size
-from .entry_names import relative_name
-from .errors import DiskFull, LayerCorrupt, LocalIOError, ManifestInvalid, UnsafeEntry
-from .fetch import _download, _file_sha256, _Stopped, blob_uri, shown
-from .log import Stage, say
+from j2c_server.core.manifest_plan import FilePlan
+from j2c_server.core.units import byte_size
+from j2c_server.unpack.entry_names import relative_name
+from j2c_server.unpack.errors import (
+    DiskFull,
+    LayerCorrupt,
+    LocalIOError,
+    ManifestInvalid,
+    UnsafeEntry,
+)
+from j2c_server.unpack.fetch import _download, _file_sha256, _Stopped, blob_uri, shown
+from j2c_server.unpack.log import Stage, say
 
 if TYPE_CHECKING:
-    from .cache import Cache
+    from j2c_server.unpack.cache import Cache
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _CHUNK = 1024 * 1024
@@ -85,7 +91,7 @@ def place_files(
     unique = list({blob.digest: blob for blob in files}.values())
     sources: dict[str, Path] | None = None
     if cache is not None:
-        from .cache import Bypass
+        from j2c_server.unpack.cache import Bypass
 
         try:
             sources = cache.file_blobs(manifest_uri, unique)

@@ -57,9 +57,9 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..manifest_plan import FilePlan, LayerPlan, LayerRole
-from ..units import byte_size
-from .cache_files import (
+from j2c_server.core.manifest_plan import FilePlan, LayerPlan, LayerRole
+from j2c_server.core.units import byte_size
+from j2c_server.unpack.cache_files import (
     Refused,
     copy_tree,
     fingerprint,
@@ -68,12 +68,12 @@ from .cache_files import (
     unsafe,
     write_json,
 )
-from .errors import LocalIOError
-from .homes import Placement, _others_could_change
-from .interpreter import Interpreter
-from .log import Stage, say
-from .plan_cache import PlanCache
-from .summary import add_bytes
+from j2c_server.unpack.errors import LocalIOError
+from j2c_server.unpack.homes import Placement, _others_could_change
+from j2c_server.unpack.interpreter import Interpreter
+from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.plan_cache import PlanCache
+from j2c_server.unpack.summary import add_bytes
 
 CACHE_ENV = "J2C_UNPACK_CACHE"
 CACHE_MAX_ENV = "J2C_UNPACK_CACHE_MAX"
@@ -332,7 +332,7 @@ class Cache:
     def _build_all(
         self, manifest_uri: str, made: list[_Item], placement: Placement, interpreter: Interpreter
     ) -> None:
-        from .space import check_free_space
+        from j2c_server.unpack.space import check_free_space
 
         blob_dir = self.tmp / f"download-{os.getpid()}-{secrets.token_hex(4)}"
         check_free_space([item.layer for item in made], placement, blob_dir)
@@ -345,7 +345,7 @@ class Cache:
 
     def _blobs(self, manifest_uri: str, layers: list[LayerPlan], blob_dir: Path) -> dict[str, Path]:
         """Each layer's verified blob in the cache: found, or downloaded (once) and kept."""
-        from .fetch import download_layers
+        from j2c_server.unpack.fetch import download_layers
 
         found: dict[str, Path] = {}
         makes: list[int] = []
@@ -379,7 +379,7 @@ class Cache:
     def file_blobs(self, manifest_uri: str, blobs: list[FilePlan]) -> dict[str, Path]:
         """Each big file's verified blob (one per digest) in the cache, as ``f-<hex>`` entries:
         found, or downloaded once and kept; held (use lock) until the job ends. Digest -> path."""
-        from .bigfiles import download_files
+        from j2c_server.unpack.bigfiles import download_files
 
         found: dict[str, Path] = {}
         makes: list[int] = []
@@ -420,7 +420,7 @@ class Cache:
             if why := unsafe(st, self.owners, folder=False):
                 raise Refused(f"its blob {why}")
             if _blob_stat(st) != meta.get("stat"):
-                from .fetch import _file_sha256
+                from j2c_server.unpack.fetch import _file_sha256
 
                 if _file_sha256(data) != layer.digest.removeprefix("sha256:"):
                     raise Refused("its blob no longer matches its digest")
@@ -458,8 +458,8 @@ class Cache:
         return building
 
     def _build(self, item: _Item, blob: Path, interpreter: Interpreter) -> int:
-        from .extract import extract_layer
-        from .relocate import fix_venv, mentions, verify_venv
+        from j2c_server.unpack.extract import extract_layer
+        from j2c_server.unpack.relocate import fix_venv, mentions, verify_venv
 
         building = self._building(item.key)
         tree = building / "tree"
@@ -496,7 +496,7 @@ class Cache:
     def _materialise(
         self, items: list[_Item], placement: Placement, interpreter: Interpreter
     ) -> Prepared:
-        from .relocate import fix_venv, verify_venv
+        from j2c_server.unpack.relocate import fix_venv, verify_venv
 
         stage = Stage("materialising")
         homes = dict(placement.homes)

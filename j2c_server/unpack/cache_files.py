@@ -13,7 +13,7 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .errors import LocalIOError
+from j2c_server.unpack.errors import LocalIOError
 
 _OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from .errors import UnsafeEntry
+from j2c_server.unpack.errors import UnsafeEntry
 
 MAX_DEPTH = 256
 MAX_NAME_BYTES = 4095

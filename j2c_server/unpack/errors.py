@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from ..errors import J2CError
+from j2c_server.core.errors import J2CError
 
 
 class ExitCode(IntEnum):

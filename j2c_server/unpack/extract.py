@@ -39,10 +39,10 @@ from pathlib import Path
 
 import zstandard
 
-from .decompress import Decompressed
-from .entry_names import MAX_NAME_BYTES
-from .entry_names import relative_name as _relative_name
-from .errors import LayerCorrupt, LocalIOError, UnsafeEntry
+from j2c_server.unpack.decompress import Decompressed
+from j2c_server.unpack.entry_names import MAX_NAME_BYTES
+from j2c_server.unpack.entry_names import relative_name as _relative_name
+from j2c_server.unpack.errors import LayerCorrupt, LocalIOError, UnsafeEntry
 
 MAX_LINK_HOPS = 40
 MAX_HEADER_BYTES = 1024 * 1024  # a pax record or GNU long name is read whole into memory

@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ..backoff import Backoff, retry_sync
-from ..errors import J2CError
-from ..manifest_plan import LayerPlan, ManifestPlan
-from ..units import byte_size
-from .errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
-from .log import Stage, say
-from .summary import add_bytes
+from j2c_server.core.backoff import Backoff, retry_sync
+from j2c_server.core.errors import J2CError
+from j2c_server.core.manifest_plan import LayerPlan, ManifestPlan
+from j2c_server.core.units import byte_size
+from j2c_server.unpack.errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
+from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.summary import add_bytes
 
 if TYPE_CHECKING:
-    from .plan_cache import PlanCache
+    from j2c_server.unpack.plan_cache import PlanCache
 
 CHUNK = 1024 * 1024
 MANIFEST_LIMIT = 16 * 1024 * 1024
@@ -63,7 +63,7 @@ def read_manifest(
     ``--manifest-digest``: whatever the path, a manifest replaced after submission never runs).
     Unpinned, a content-addressed name (``.../manifests/sha256/<hex>.json``) is checked against
     its bytes, and any other path is used with a ``not pinned`` warning (a hand-run job).
-    Validated by :class:`~j2c_server.models.Manifest`, unless ``plans`` holds what the same
+    Validated by :class:`~j2c_server.wire.manifest.Manifest`, unless ``plans`` holds what the same
     validator accepted for the same bytes on this node before (no pydantic import then)."""
     stage = Stage("manifest")
     data = _read_small(uri)
@@ -120,8 +120,8 @@ def _validated(uri: str, raw: Any) -> dict[str, Any]:
     """The manifest's JSON checked by the pydantic models: every field, defaults filled in."""
     from pydantic import ValidationError
 
-    from ..errors import validation_error_to_j2c
-    from ..models import MANIFEST_FORMAT_VERSION, Manifest
+    from j2c_server.core.errors import validation_error_to_j2c
+    from j2c_server.wire.manifest import MANIFEST_FORMAT_VERSION, Manifest
 
     version = raw.get("format_version") if isinstance(raw, dict) else None
     if isinstance(version, int) and version > MANIFEST_FORMAT_VERSION:
@@ -303,8 +303,8 @@ def _download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
 def _download_s3(uri: str, dest: Path) -> None:
     import asyncio
 
-    from ..errors import InvalidInput, NotFound
-    from ..storage import ObjectNotFound, download_uri
+    from j2c_server.core.errors import InvalidInput, NotFound
+    from j2c_server.storage import ObjectNotFound, download_uri
 
     try:
         asyncio.run(download_uri(uri, dest))

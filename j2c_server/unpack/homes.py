@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ..manifest_plan import LayerPlan, LayerRole, ManifestPlan
-from .errors import LocalIOError, ManifestInvalid
-from .log import say
+from j2c_server.core.manifest_plan import LayerPlan, LayerRole, ManifestPlan
+from j2c_server.unpack.errors import LocalIOError, ManifestInvalid
+from j2c_server.unpack.log import say
 
 Mode = Literal["original", "relocate"]
 TRUST_ENV = "J2C_UNPACK_TRUST_PATHS"

@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..manifest_plan import ManifestPlan
-from .errors import PythonMismatch
+from j2c_server.core.manifest_plan import ManifestPlan
+from j2c_server.unpack.errors import PythonMismatch
 
 
 @dataclass(frozen=True)

@@ -181,8 +181,8 @@ def fingerprint() -> str:
 def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> None:
     """Say the inventory in the job's log, unless this node's cache says it was said for this
     interpreter before (then nothing is computed)."""
-    from .cache_files import unsafe, write_json
-    from .log import say
+    from j2c_server.unpack.cache_files import unsafe, write_json
+    from j2c_server.unpack.log import say
 
     kept: Path | None = None
     if cache_root is not None:

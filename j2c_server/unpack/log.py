@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from . import summary
+from j2c_server.unpack import summary
 
 _one_line_at_a_time = threading.Lock()  # downloads report from several threads
 

@@ -36,12 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import J2CError
-from ..units import byte_size
-from .errors import OutputsNotUploaded
-from .fetch import shown
-from .log import Stage, say
-from .written import Snapshot, Written, every_file, secret_reason, stat_key, written_files
+from j2c_server.core.errors import J2CError
+from j2c_server.core.units import byte_size
+from j2c_server.unpack.errors import OutputsNotUploaded
+from j2c_server.unpack.fetch import shown
+from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.written import (
+    Snapshot,
+    Written,
+    every_file,
+    secret_reason,
+    stat_key,
+    written_files,
+)
 
 CONCURRENT_UPLOADS = 4
 INDEX_NAME = ".j2c-outputs.json"
@@ -243,7 +250,7 @@ class OutputsSync:
         return self._verdicts[key]
 
     async def _sync(self, done: _Round, *, final: bool) -> None:
-        from ..storage import open_store_from_env
+        from j2c_server.storage import open_store_from_env
 
         store = open_store_from_env(self.output_uri)
         limit = asyncio.Semaphore(CONCURRENT_UPLOADS)

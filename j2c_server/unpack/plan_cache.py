@@ -1,7 +1,7 @@
 """Manifests this node validated before: their plans, kept in the layer cache's ``plans/``.
 
 A warm start must not import pydantic (more than half of a warm start's time), yet a manifest
-is only run after :class:`j2c_server.models.Manifest` accepted it. So the first job on a node
+is only run after :class:`j2c_server.wire.manifest.Manifest` accepted it. So the first job on a node
 validates, then stores what it accepted (``model_dump``) under the sha256 of the manifest's
 bytes *and of the validator* (this j2c's version and the source of the two modules that define
 the manifest): the same bytes, checked by the same code, pass again. A later job that fetched
@@ -19,29 +19,34 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import stat
 from pathlib import Path
 
-from .. import __version__
-from ..manifest_plan import ManifestPlan, PlanError
-from .cache_files import unsafe, write_json
-from .log import say
+from j2c_server import __version__
+from j2c_server.core.manifest_plan import ManifestPlan, PlanError
+from j2c_server.unpack.cache_files import unsafe, write_json
+from j2c_server.unpack.log import say
 
 MAX_PLANS = 256
 _OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_VALIDATOR_SOURCES = ("models.py", "manifest_plan.py")
+# The modules whose checks accepted a plan: found by module name, so a move or split of either
+# is followed (or fails loudly here) instead of silently hashing a file that is not there.
+VALIDATOR_MODULES = ("j2c_server.wire.manifest", "j2c_server.core.manifest_plan")
 
 
 def validator_id() -> str:
     """What accepted a plan: this j2c's version and its manifest models' source bytes (a new
     image with other checks never reads an older one's plans)."""
     digest = hashlib.sha256(__version__.encode())
-    package = Path(__file__).resolve().parent.parent
-    for name in _VALIDATOR_SOURCES:
-        with contextlib.suppress(OSError):  # installed without sources: the version alone
-            digest.update((package / name).read_bytes())
+    for name in VALIDATOR_MODULES:
+        # find_spec locates the file without importing it (pydantic stays unloaded).
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"j2c-unpack: the manifest validator {name} is not installed")
+        digest.update(Path(spec.origin).read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import EntryNotRunnable
+from j2c_server.unpack.errors import EntryNotRunnable
 
 # Where each backend puts the node's rank, in the order they are looked at.
 RANK_SOURCES = ("J2C_NODE_RANK", "SLURM_NODEID", "JOB_COMPLETION_INDEX")

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from .errors import VenvBroken
-from .interpreter import Interpreter
+from j2c_server.unpack.errors import VenvBroken
+from j2c_server.unpack.interpreter import Interpreter
 
 SCRIPT_LIMIT = 1024 * 1024  # larger files in bin/ are programs, not scripts
 VERIFY_TIMEOUT_S = 120

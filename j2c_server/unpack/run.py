@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from ..manifest_plan import ManifestPlan
-from .errors import EntryNotRunnable, ManifestInvalid
-from .log import say
+from j2c_server.core.manifest_plan import ManifestPlan
+from j2c_server.unpack.errors import EntryNotRunnable, ManifestInvalid
+from j2c_server.unpack.log import say
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 NOTEBOOK_RUNNER = Path(__file__).with_name("notebook.py")

@@ -14,7 +14,7 @@ import site
 import sys
 from pathlib import Path
 
-from .log import say
+from j2c_server.unpack.log import say
 
 # The same rules as pack/venv.py's (unpack/ does not import pack/): a dist's folder name, PEP 503
 # names, and the packages every venv has its own copy of.

@@ -15,10 +15,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..manifest_plan import LayerPlan
-from ..units import byte_size
-from .errors import DiskFull
-from .homes import Placement
+from j2c_server.core.manifest_plan import LayerPlan
+from j2c_server.core.units import byte_size
+from j2c_server.unpack.errors import DiskFull
+from j2c_server.unpack.homes import Placement
 
 
 @dataclass

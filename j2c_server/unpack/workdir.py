@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import LocalIOError
-from .log import say
+from j2c_server.unpack.errors import LocalIOError
+from j2c_server.unpack.log import say
 
 MARKER = ".j2c-unpack-workdir"
 

@@ -3,7 +3,7 @@
 A record carries what an operator needs to account for a job and nothing of the user's
 set-up: the project's folder name (never its path), the entry point relative to the project,
 no env values, no args, no messages (a failure message can quote a path or a value). What is
-measured comes from the :class:`~j2c_server.models.JobRecord` alone (its stage records and
+measured comes from the :class:`~j2c_server.wire.api.JobRecord` alone (its stage records and
 timestamps), so the process that writes it needs nothing else.
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from ..models import JobRecord, JobStatus, StageState
+from j2c_server.wire.api import JobRecord, JobStatus, StageState
 
 USAGE_FORMAT_VERSION = 1
 USAGE_PREFIX = "usage"

@@ -18,10 +18,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InvalidInput
-from ..models import JobStatus
-from ..storage.base import ObjectStore
-from .records import RECORD_ADAPTER, USAGE_PREFIX, StartRecord, UsageRecord
+from j2c_server.core.errors import InvalidInput
+from j2c_server.storage.base import ObjectStore
+from j2c_server.usage.records import RECORD_ADAPTER, USAGE_PREFIX, StartRecord, UsageRecord
+from j2c_server.wire.api import JobStatus
 
 GroupBy = Literal["user", "image", "scheduler", "day"]
 GROUPS: tuple[GroupBy, ...] = ("user", "image", "scheduler", "day")

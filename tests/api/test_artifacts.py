@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from j2c_server.artifacts import open_artifact
 from j2c_server.config import StorageSettings
-from j2c_server.errors import Forbidden, IntegrityError, NotFound
-from j2c_server.models import Artifact, JobRecord, JobRequest, JobResults, JobStatus
+from j2c_server.core.errors import Forbidden, IntegrityError, NotFound
+from j2c_server.jobs.artifacts import open_artifact
+from j2c_server.wire.api import Artifact, JobRecord, JobRequest, JobResults, JobStatus
 from tests.support.jobs import follow, settle, submit
 from tests.support.s3 import S3Target
 

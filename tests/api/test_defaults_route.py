@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from j2c_server.models import SendDefaults
+from j2c_server.wire.api import SendDefaults
 
 
 def make_venv(path: Path, *, system_site: bool = False) -> Path:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import follow, log_lines, submit
 from tests.support.projects import make_venv, site_packages
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from j2c_server import event_archive
 from j2c_server.jobs.service import JobService
-from j2c_server.registry import REGISTRY_FILE
+from j2c_server.registry import archive as event_archive
+from j2c_server.registry.job_registry import REGISTRY_FILE
 from tests.support.event_logs import make_job
 from tests.support.jobs import follow
 

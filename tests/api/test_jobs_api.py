@@ -14,7 +14,7 @@ import psutil
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from j2c_server.models import Event, EventKind, JobRecord, JobStatus
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, log_lines, submit
 
 

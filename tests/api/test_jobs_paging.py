@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from j2c_server.models import JobRecord, JobRequest, JobStatus
-from j2c_server.registry import REGISTRY_FILE, Registry
-from j2c_server.registry_paging import DEFAULT_JOBS_LIMIT, MAX_JOBS_LIMIT
+from j2c_server.registry.job_registry import REGISTRY_FILE, Registry
+from j2c_server.registry.paging import DEFAULT_JOBS_LIMIT, MAX_JOBS_LIMIT
+from j2c_server.wire.api import JobRecord, JobRequest, JobStatus
 
 JOBS = DEFAULT_JOBS_LIMIT + 50
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import JobStatus
+from j2c_server.wire.api import JobStatus
 from tests.support.jobs import final_status, follow, submit
 
 

@@ -17,9 +17,9 @@ from jupyter_server.auth import Authorizer
 from tornado import web
 from tornado.httpclient import HTTPClientError
 
-from j2c_server.handler_base import AUTH_RESOURCE, READ, declared_actions
-from j2c_server.handlers import ROUTES
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.server.handler_base import AUTH_RESOURCE, READ, declared_actions
+from j2c_server.server.handlers import ROUTES
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, job_body, log_lines, submit
 
 LINES = 30

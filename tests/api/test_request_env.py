@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from j2c_server.models import JobStatus
+from j2c_server.wire.api import JobStatus
 from tests.support.jobs import final_status, follow, job_body, log_lines, settle, submit
 
 SECRET = "hf_S3cr3tValueThatMustNeverBeStored"

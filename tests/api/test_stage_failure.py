@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import EventKind, JobRecord, JobStatus, Stage, StageState
+from j2c_server.wire.api import EventKind, JobRecord, JobStatus, Stage, StageState
 from tests.support.jobs import follow, submit
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from j2c_server.models import EventKind, JobStatus
+from j2c_server.wire.api import EventKind, JobStatus
 from tests.support.jobs import follow, submit
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
-from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 from tests.support.jobs import follow
 
 # Text sizes on both sides of the websocket frame's length encodings (7 bit, 16 bit, 64 bit).

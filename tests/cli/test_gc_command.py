@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
-from j2c_server.registry import REGISTRY_FILE, Registry
+from j2c_server.registry.job_registry import REGISTRY_FILE, Registry
 from j2c_server.storage import open_store
+from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 from tests.storage.test_gc import Sent, send
 
 J2C = [sys.executable, "-c", "from j2c_server.cli import main; main()"]

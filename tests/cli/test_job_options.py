@@ -17,8 +17,8 @@ from j2c_server.cli.options import (
     script_args,
 )
 from j2c_server.cli.submit import submit
-from j2c_server.errors import ConfigError, InvalidInput
-from j2c_server.models import JobRequest
+from j2c_server.core.errors import ConfigError, InvalidInput
+from j2c_server.wire.api import JobRequest
 
 
 @pytest.fixture

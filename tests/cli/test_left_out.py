@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from j2c_server.cli.render import TerminalRenderer, plan_notes
-from j2c_server.models import Event, EventKind, Stage
 from j2c_server.pack.models import PackPlan
+from j2c_server.wire.api import Event, EventKind, Stage
 
 MB = 1_000_000
 

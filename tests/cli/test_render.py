@@ -6,7 +6,7 @@ import io
 import time
 
 from j2c_server.cli.render import StageBoard, TerminalRenderer, exit_code_of
-from j2c_server.models import Event, EventKind, JobRecord, JobRequest, JobStatus, Stage
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus, Stage
 
 _seq = iter(range(1, 10_000))
 

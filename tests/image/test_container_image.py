@@ -26,7 +26,7 @@ from j2c_server.image import probe
 from j2c_server.image.store import InventoryStore
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
-from j2c_server.models import EventKind, JobRequest, JobStatus, Stage, StageState
+from j2c_server.wire.api import EventKind, JobRequest, JobStatus, Stage, StageState
 from tests.support.jobs import settle
 from tests.support.podman import Podman
 

@@ -141,7 +141,7 @@ async def test_an_unknown_image_is_said_so_then_an_operators_inventory_is_used(
     from j2c_server.cli.render import plan_notes
     from j2c_server.config import load_settings
     from j2c_server.jobs.service import JobService
-    from j2c_server.models import JobRequest
+    from j2c_server.wire.api import JobRequest
 
     project = tmp_path / "proj"
     project.mkdir()

@@ -10,8 +10,8 @@ from IPython.core.error import UsageError
 
 from j2c_server.cli.options import default_venv_note
 from j2c_server.cli.submit import submit
-from j2c_server.errors import InvalidInput
-from j2c_server.magic import notebook_defaults, notebook_path, parse, write_cell
+from j2c_server.core.errors import InvalidInput
+from j2c_server.magic.magics import notebook_defaults, notebook_path, parse, write_cell
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_a_system_site_packages_kernel_venv_outside_the_project_is_shipped(
 
 
 def test_the_magic_and_the_ui_route_share_one_rule(project: Path, tmp_path: Path) -> None:
-    from j2c_server.defaults import send_defaults
+    from j2c_server.jobs.send_proposal import send_defaults
 
     notebook = project / "notebooks" / "explore.ipynb"
     hub = make_venv(tmp_path / "hub-venv", system_site=False)
@@ -136,8 +136,8 @@ def test_bad_magic_option_is_a_usage_error() -> None:
 def test_the_cell_lists_what_the_scan_left_out(capsys: pytest.CaptureFixture[str]) -> None:
     import time
 
-    from j2c_server.magic_runtime import CellView
-    from j2c_server.models import Event, EventKind, Stage
+    from j2c_server.magic.runtime import CellView
+    from j2c_server.wire.api import Event, EventKind, Stage
     from tests.cli.test_left_out import plan
 
     view = CellView("j1")

@@ -15,7 +15,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager, start_new_kernel
 
 from j2c_server.config import J2CSettings
-from j2c_server.models import JobRecord
+from j2c_server.wire.api import JobRecord
 from tests.support.frontends import RunJ2C
 
 CELL_TIMEOUT_S = 120

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import PackSettings
-from j2c_server.models import MANIFEST_FORMAT_VERSION_FILES, LayerRole, Manifest
 from j2c_server.pack import PackSpec, make_manifest, pack, preflight, publish
 from j2c_server.storage import open_store
 from j2c_server.storage.base import file_blob_key
+from j2c_server.wire.manifest import MANIFEST_FORMAT_VERSION_FILES, LayerRole, Manifest
 from tests.pack.archives import names
 from tests.support.projects import OLD_MTIME, backdate
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from j2c_server.models import Manifest
+from j2c_server.wire.manifest import Manifest
 
 J2C = str(Path(sys.executable).parent / "j2c")
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import PackSettings
-from j2c_server.models import LayerRole, Manifest
 from j2c_server.pack import PackResult, PackSpec, make_manifest, pack, publish
 from j2c_server.pack.plan import prepare
 from j2c_server.pack.scan import DIR, FILE, Entry
 from j2c_server.storage import open_store
 from j2c_server.storage.base import blob_key
+from j2c_server.wire.manifest import LayerRole, Manifest
 from tests.pack.archives import members, names
 from tests.support.projects import OLD_MTIME, backdate
 
@@ -223,7 +223,7 @@ def test_the_manifest_of_parts_keeps_its_digest(parts_spec: PackSpec, cache: Pat
 
 def test_the_stage_text_says_parts_in_one_line() -> None:
     from j2c_server.jobs.stage_text import describe
-    from j2c_server.models import Stage, StageState
+    from j2c_server.wire.api import Stage, StageState
 
     def part(number: int, outcome: str, **more: object) -> dict[str, object]:
         return {

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import JobStatus
+from j2c_server.wire.api import JobStatus
 from tests.support.jobs import final_status, follow, log_lines, settle, stage_events, submit
 from tests.support.projects import SEEN_FILES_PY
 

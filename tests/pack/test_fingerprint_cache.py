@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from j2c_server.models import LayerRole
 from j2c_server.pack import PackProgress, PackResult, PackSpec, pack
+from j2c_server.wire.manifest import LayerRole
 from tests.support.projects import OLD_MTIME, backdate, write
 
 

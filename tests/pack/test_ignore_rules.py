@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from j2c_server.models import LayerRole
 from j2c_server.pack import ExcludeRule, PackPlan, PackSpec, pack, preflight
+from j2c_server.wire.manifest import LayerRole
+from tests.pack.archives import names
 from tests.support.projects import make_venv, site_packages, write
-
-from .archives import names
 
 
 def excluded(plan: PackPlan, rule: ExcludeRule, layer: LayerRole = LayerRole.code) -> list[str]:
@@ -150,7 +149,7 @@ def test_symlink_inside_the_project_is_kept_as_a_link(
     result = pack(spec, cache)
     code = result.layer(LayerRole.code)
     assert code is not None
-    from .archives import members
+    from tests.pack.archives import members
 
     member = members(code.path)["main.py"]
     assert member.issym() and member.linkname == "train.py"

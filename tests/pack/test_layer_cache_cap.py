@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import PackSettings
-from j2c_server.models import LayerRole
 from j2c_server.pack import PackSpec, pack
 from j2c_server.pack.fingerprint import DEFAULT_MAX_BYTES, KEEP_RECENT
+from j2c_server.wire.manifest import LayerRole
 
 
 def edit(project: Path, number: int) -> None:

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.models import LayerRole
 from j2c_server.pack import PackSpec, pack
 from j2c_server.pack.ignore import CodeRules
 from j2c_server.pack.scan import scan_code
 from j2c_server.pack.tarwriter import write_layer
+from j2c_server.wire.manifest import LayerRole
+from tests.pack.archives import members, names, open_layer, read
 from tests.support.projects import OLD_MTIME, make_project, write
-
-from .archives import members, names, open_layer, read
 
 
 def code_blob(spec: PackSpec, cache: Path) -> Path:

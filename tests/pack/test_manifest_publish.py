@@ -6,9 +6,9 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from j2c_server.models import LayerRole, Manifest
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
 from j2c_server.storage import blob_key, open_store
+from j2c_server.wire.manifest import LayerRole, Manifest
 from tests.support.projects import write
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import PackError
-from j2c_server.models import LayerRole
+from j2c_server.core.errors import PackError
 from j2c_server.pack import PackPlan, PackSpec, pack, preflight
+from j2c_server.wire.manifest import LayerRole
 from tests.support.projects import make_venv, write
 
 

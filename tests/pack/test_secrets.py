@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import PackError
-from j2c_server.models import LayerRole
+from j2c_server.core.errors import PackError
 from j2c_server.pack import ExcludeRule, PackPlan, PackSpec, pack, preflight
 from j2c_server.pack import packer as packer_module
 from j2c_server.pack import secrets as secrets_module
 from j2c_server.pack.ignore import CodeRules
 from j2c_server.pack.scan import scan_code
 from j2c_server.pack.secrets import VerdictCache, detect
+from j2c_server.wire.manifest import LayerRole
+from tests.pack.archives import names
 from tests.support.projects import add_distribution, backdate, make_venv, site_packages, write
-
-from .archives import names
 
 
 def excluded(plan: PackPlan, rule: ExcludeRule, layer: LayerRole) -> list[str]:

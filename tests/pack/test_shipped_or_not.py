@@ -15,15 +15,15 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from j2c_server.config import J2CSettings
-from j2c_server.errors import PackError
+from j2c_server.core.errors import PackError
 from j2c_server.jobs.job_inputs import pack_spec
-from j2c_server.models import JobRecord, JobRequest, JobStatus, LayerRole
 from j2c_server.pack import ExcludeRule, PackSpec, pack, preflight
+from j2c_server.wire.api import JobRecord, JobRequest, JobStatus
+from j2c_server.wire.manifest import LayerRole
+from tests.pack.archives import names, open_layer
+from tests.pack.test_cli_build import run_build
 from tests.support.jobs import TRAIN_PY, job_body
 from tests.support.projects import backdate, make_venv, site_packages, write
-
-from .archives import names, open_layer
-from .test_cli_build import run_build
 
 DEPTH = 1_100
 

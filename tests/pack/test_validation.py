@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import PackError
+from j2c_server.core.errors import PackError
 from j2c_server.pack import PackSpec, pack, preflight
 from tests.support.projects import add_distribution, make_project, make_venv, write
 
@@ -161,7 +161,7 @@ def test_unreadable_file(shared_tmp: Path) -> None:
     cache = shared_tmp / "cache"
     code = (
         "import json, sys\n"
-        "from j2c_server.errors import PackError\n"
+        "from j2c_server.core.errors import PackError\n"
         "from j2c_server.pack import PackSpec, pack\n"
         "try:\n"
         f"    pack(PackSpec(code_path={str(project)!r}, call_path='train.py'), {str(cache)!r})\n"

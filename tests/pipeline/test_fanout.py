@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 
-from j2c_server import eventbus
 from j2c_server.config import load_settings
-from j2c_server.errors import NotFound
+from j2c_server.core.errors import NotFound
+from j2c_server.jobs import fanout as eventbus
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
-from j2c_server.models import Event, EventKind, JobRecord, JobRequest, JobStatus
-from j2c_server.registry import Registry
+from j2c_server.registry.job_registry import Registry
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
 
 _WRITER = """
 import asyncio, sys
 from pathlib import Path
-from j2c_server.models import JobStatus
-from j2c_server.registry import Registry
+from j2c_server.wire.api import JobStatus
+from j2c_server.registry.job_registry import Registry
 
 async def main():
     registry = Registry(Path(sys.argv[1]))

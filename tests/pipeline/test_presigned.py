@@ -16,13 +16,14 @@ import pytest
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.jobs.job_inputs import job_spec, presigned_manifest
 from j2c_server.jobs.service import JobService
-from j2c_server.models import JobRecord, JobRequest, JobStatus, Manifest
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
 from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.slurm_job import batch_script
 from j2c_server.schedulers.slurm_settings import SlurmSettings
 from j2c_server.storage import open_store
 from j2c_server.storage.base import ObjectStore
+from j2c_server.wire.api import JobRecord, JobRequest, JobStatus
+from j2c_server.wire.manifest import Manifest
 from tests.support.jobs import TRAIN_PY
 from tests.support.s3 import FAKE_SECRET_ACCESS_KEY, S3Target
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from j2c_server.errors import ConfigError, Conflict, NotFound
-from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
-from j2c_server.registry import SCHEMA_VERSION, LeaseLost, Registry
-from j2c_server.registry_batch import Append
+from j2c_server.core.errors import ConfigError, Conflict, NotFound
+from j2c_server.registry.batch import Append
+from j2c_server.registry.job_registry import SCHEMA_VERSION, LeaseLost, Registry
+from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 
 _WRITER = """
 import asyncio, sys
 from pathlib import Path
-from j2c_server.registry import Registry
+from j2c_server.registry.job_registry import Registry
 
 async def main():
     registry = Registry(Path(sys.argv[1]))

@@ -10,15 +10,15 @@ from pathlib import Path
 
 from j2c_server.config import load_settings
 from j2c_server.jobs.service import JobService
-from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
-from j2c_server.registry import Registry
+from j2c_server.registry.job_registry import Registry
+from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 from tests.support.jobs import TRAIN_PY
 
 _OTHER_PROCESS_WRITER = """
 import asyncio, sys
 from pathlib import Path
-from j2c_server.models import JobStatus
-from j2c_server.registry import Registry
+from j2c_server.wire.api import JobStatus
+from j2c_server.registry.job_registry import Registry
 
 async def main():
     registry = Registry(Path(sys.argv[1]))

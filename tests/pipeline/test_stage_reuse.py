@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from j2c_server.jobs.stage_text import describe
-from j2c_server.models import EventKind, JobRecord, JobStatus
+from j2c_server.wire.api import EventKind, JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, settle, stage_events, submit
 
 

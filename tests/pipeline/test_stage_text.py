@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from j2c_server.jobs.stage_text import describe, pack_layer_text
-from j2c_server.models import Stage, StageState
+from j2c_server.wire.api import Stage, StageState
 
 
 def test_a_failed_stage_says_its_error() -> None:

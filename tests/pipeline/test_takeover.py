@@ -19,7 +19,7 @@ import pytest
 
 from j2c_server.config import load_settings
 from j2c_server.jobs.service import JobService
-from j2c_server.models import Event, EventKind, JobRequest, JobStatus
+from j2c_server.wire.api import Event, EventKind, JobRequest, JobStatus
 from tests.support.jobs import TRAIN_PY, final_status, follow, log_lines, submit
 
 

@@ -11,9 +11,16 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import TERMINAL_STATUSES, Event, EventKind, JobRecord, JobRequest, JobStatus
-from j2c_server.registry import Registry
-from j2c_server.wire_event import WireEvent, log_line_json, wire_json
+from j2c_server.registry.job_registry import Registry
+from j2c_server.wire.api import (
+    TERMINAL_STATUSES,
+    Event,
+    EventKind,
+    JobRecord,
+    JobRequest,
+    JobStatus,
+)
+from j2c_server.wire.event_frames import WireEvent, log_line_json, wire_json
 
 TEXTS = [
     "",

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.fake_kube import FakeKube, write_kubeconfig
 from tests.support.jobs import follow, settle, submit
 from tests.support.s3 import S3Target

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from j2c_server.cli.commands import describe
-from j2c_server.models import (
+from j2c_server.wire.api import (
     Artifact,
     JobRecord,
     JobRequest,

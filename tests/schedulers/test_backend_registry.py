@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import J2CSettings
-from j2c_server.errors import InvalidInput
-from j2c_server.models import Resources
+from j2c_server.core.errors import InvalidInput
 from j2c_server.schedulers import check_resources, known_backends, scheduler_class
+from j2c_server.wire.api import Resources
 
 PLUGIN = """
 from pydantic import BaseModel
-from j2c_server.models import Capabilities
+from j2c_server.wire.api import Capabilities
 from j2c_server.schedulers.base import SchedulerBase
 
 class EchoSettings(BaseModel):

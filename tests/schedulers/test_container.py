@@ -13,12 +13,12 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from j2c_server.errors import Conflict, InvalidInput
-from j2c_server.models import JobHandle, JobStatus, Resources
+from j2c_server.core.errors import Conflict, InvalidInput
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine
 from j2c_server.schedulers.container import ContainerScheduler, render_dry_run
 from j2c_server.schedulers.container_api import LogCursor, LogReader
+from j2c_server.wire.api import JobHandle, JobStatus, Resources
 from tests.support.podman import Podman
 
 T = TypeVar("T")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, log_lines, submit
 from tests.support.podman import Podman
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, log_lines, settle, submit
 from tests.support.podman import Podman
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from j2c_server.config import J2CSettings
-from j2c_server.errors import ConfigError, SchedulerError, SchedulerUnavailable
+from j2c_server.core.errors import ConfigError, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.kube_auth import load_connection
 from j2c_server.schedulers.kubernetes import KubernetesScheduler

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings
-from j2c_server.errors import Conflict, InvalidInput, SchedulerError, SchedulerUnavailable
-from j2c_server.models import JobHandle, JobStatus, Resources
+from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler
 from j2c_server.schedulers.kube_spec import job_name, render_job
 from j2c_server.schedulers.kubernetes import KubernetesScheduler
+from j2c_server.wire.api import JobHandle, JobStatus, Resources
 from tests.support.fake_kube import FakeKube, write_kubeconfig
 
 IMAGE = "registry.example/ml/pytorch:2.4"
@@ -117,7 +117,7 @@ def test_render_passes_env_and_takes_credentials_from_the_configured_secret() ->
 
 
 def test_render_has_no_credential_rule_of_its_own() -> None:
-    # Requests with credentials are refused for every backend alike (j2c_server.jobenv); what
+    # Requests with credentials are refused for every backend alike (j2c_server.core.job_env); what
     # reaches a spec is what the operator let through scheduler.pass_env, rendered like the rest.
     spec = make_spec(env={"AWS_SECRET_ACCESS_KEY": "from-the-server"})
     main = container(render_job(spec, make_settings(env_from_secret="j2c-storage")))

@@ -23,13 +23,13 @@ import psutil
 import pytest
 
 from j2c_server.config import J2CSettings
-from j2c_server.errors import Conflict, InvalidInput
-from j2c_server.models import JobHandle, JobStatus, Resources
+from j2c_server.core.errors import Conflict, InvalidInput
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler
 from j2c_server.schedulers.local import LocalScheduler
 from j2c_server.schedulers.local_files import same_process
 from j2c_server.schedulers.logfile import MAX_LINE_BYTES
+from j2c_server.wire.api import JobHandle, JobStatus, Resources
 
 TIMEOUT_S = 30.0
 MakeScheduler = Callable[..., LocalScheduler]

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings
-from j2c_server.errors import ConfigError
-from j2c_server.models import JobStatus
+from j2c_server.core.errors import ConfigError
 from j2c_server.schedulers import local_gpus
 from j2c_server.schedulers.local import LocalScheduler
 from j2c_server.schedulers.local_files import same_process
+from j2c_server.wire.api import JobStatus
 from tests.schedulers.test_local import first_line, gpu_job, wait_status
 
 OTHER_USER = "nobody"

@@ -78,7 +78,7 @@ def test_the_cli_and_unpack_work_and_name_the_skipped_plugins(env: dict[str, str
 _SERVICE_SIDE = """
 import json
 from j2c_server.config import load_settings
-from j2c_server.errors import InvalidInput
+from j2c_server.core.errors import InvalidInput
 from j2c_server.jobs.preflight_checks import store_problem
 from j2c_server.schedulers import make_scheduler
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from j2c_server.errors import ConfigError, InvalidInput, SchedulerError, SchedulerUnavailable
-from j2c_server.models import JobHandle, JobRequest, JobStatus, Resources
+from j2c_server.core.errors import ConfigError, InvalidInput, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerState
 from j2c_server.schedulers.slurm import SlurmScheduler
+from j2c_server.wire.api import JobHandle, JobRequest, JobStatus, Resources
 from tests.support.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings, load_settings
-from j2c_server.errors import ConfigError, InvalidInput, SchedulerError, SchedulerUnavailable
-from j2c_server.models import JobHandle, JobStatus, Resources
+from j2c_server.core.errors import ConfigError, InvalidInput, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.slurm import SlurmScheduler
 from j2c_server.schedulers.slurm_job import (
@@ -33,6 +32,7 @@ from j2c_server.schedulers.slurm_job import (
 )
 from j2c_server.schedulers.slurm_settings import SlurmSettings
 from j2c_server.schedulers.slurm_state import job_state
+from j2c_server.wire.api import JobHandle, JobStatus, Resources
 
 OUTPUT = Path("/shared/j2c/job-1/output.log")
 

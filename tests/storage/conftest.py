@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.storage.fault_proxy import FaultProxy
 from tests.support.s3 import REGION, boto3_client
-
-from .fault_proxy import FaultProxy
 
 
 @pytest.fixture

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import IntegrityError, InvalidInput, StorageError
+from j2c_server.core.errors import IntegrityError, InvalidInput, StorageError
 from j2c_server.storage import ObjectNotFound, download_uri, open_store
+from tests.storage.fault_proxy import FaultProxy
 from tests.support.s3 import S3Target
-
-from .fault_proxy import FaultProxy
 
 
 def payload(tmp_path: Path, size: int = 100_000) -> tuple[Path, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import IntegrityError, InvalidInput
+from j2c_server.core.errors import IntegrityError, InvalidInput
 from j2c_server.storage import FileStore, ObjectNotFound, blob_key, open_store
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from j2c_server.errors import StorageError
-from j2c_server.models import EntryPoint, FileBlob, Layer, LayerRole, Manifest
+from j2c_server.core.errors import StorageError
 from j2c_server.storage import ObjectStore, open_store
 from j2c_server.storage.base import blob_key, file_blob_key, manifest_key
 from j2c_server.storage.gc import collect_garbage, parse_age, referenced_manifest
+from j2c_server.wire.manifest import EntryPoint, FileBlob, Layer, LayerRole, Manifest
 from tests.support.s3 import S3Target
 
 DAY = 86400.0

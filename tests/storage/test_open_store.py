@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import StorageSettings
-from j2c_server.errors import InvalidInput
+from j2c_server.core.errors import InvalidInput
 from j2c_server.storage import FileStore, ObjectStore, open_store
 from j2c_server.storage.s3 import S3Store
 

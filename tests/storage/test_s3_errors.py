@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import StorageError
+from j2c_server.core.errors import StorageError
 from j2c_server.storage import open_store
+from tests.storage.conftest import AuthServer, free_port
+from tests.storage.fault_proxy import FaultProxy
 from tests.support.s3 import S3Target, s3_settings
-
-from .conftest import AuthServer, free_port
-from .fault_proxy import FaultProxy
 
 
 def use_keys(monkeypatch: pytest.MonkeyPatch, key_id: str, secret: str) -> None:

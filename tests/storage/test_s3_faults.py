@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import StorageError
+from j2c_server.core.errors import StorageError
 from j2c_server.storage import blob_key, download_uri, open_store
 from j2c_server.storage.multipart import MIB
+from tests.storage.fault_proxy import FaultProxy
 from tests.support.s3 import S3Target
-
-from .fault_proxy import FaultProxy
 
 SIZE = 12 * MIB + 777  # three 5 MiB parts
 

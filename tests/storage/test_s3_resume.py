@@ -12,9 +12,8 @@ from pathlib import Path
 
 from j2c_server.storage import blob_key, open_store
 from j2c_server.storage.multipart import MIB
+from tests.storage.fault_proxy import FaultProxy
 from tests.support.s3 import S3Target
-
-from .fault_proxy import FaultProxy
 
 WORKER = Path(__file__).with_name("upload_worker.py")
 SIZE = 20 * MIB + 4321  # five 5 MiB parts

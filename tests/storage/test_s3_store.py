@@ -9,13 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from j2c_server.errors import IntegrityError
+from j2c_server.core.errors import IntegrityError
 from j2c_server.storage import ObjectNotFound, blob_key, open_store
 from j2c_server.storage.multipart import MIB
 from j2c_server.storage.s3 import S3Store
+from tests.storage.fault_proxy import FaultProxy
 from tests.support.s3 import S3Target
-
-from .fault_proxy import FaultProxy
 
 THREE_PARTS = 12 * MIB + 12345  # with 5 MiB parts: 5 + 5 + 2 MiB
 
@@ -276,7 +275,7 @@ async def test_presigned_url_downloads_with_a_plain_http_client(
 
 
 async def test_presign_refuses_an_expiry_beyond_seven_days(s3_bucket: S3Target) -> None:
-    from j2c_server.errors import InvalidInput
+    from j2c_server.core.errors import InvalidInput
 
     store = s3_store(s3_bucket)
     with pytest.raises(InvalidInput) as caught:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.errors import ConfigError
+from j2c_server.core.errors import ConfigError
 from j2c_server.storage import FileStore, open_store_from_env
 from j2c_server.storage.download import settings_from_env, shared_from_env, storage_env
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from j2c_server.models import EventKind, JobRecord, JobRequest, JobStatus
-from j2c_server.registry import Registry
+from j2c_server.registry.job_registry import Registry
+from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 
 
 async def make_job(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import Event, EventKind, JobRecord, JobStatus
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
 
 TRAIN_PY = """\
 import argparse, os, sys, time

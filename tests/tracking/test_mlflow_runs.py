@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import follow, settle, submit
 from tests.tracking.mlflow_server import MlflowServer
 

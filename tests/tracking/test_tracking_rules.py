@@ -7,7 +7,7 @@ import pytest
 
 from j2c_server.config import ConfigError, J2CSettings, load_settings
 from j2c_server.jobs.tracking import _closing_status, _public_uri, run_url
-from j2c_server.models import JobStatus
+from j2c_server.wire.api import JobStatus
 
 
 @pytest.mark.parametrize(

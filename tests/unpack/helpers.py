@@ -21,9 +21,9 @@ from pathlib import Path
 
 import zstandard
 
-from j2c_server.models import EntryPoint, Layer, LayerRole, Manifest, VenvInfo
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
 from j2c_server.storage import open_store
+from j2c_server.wire.manifest import EntryPoint, Layer, LayerRole, Manifest, VenvInfo
 
 OLD_MTIME = 1_700_000_000
 UNPACK = [sys.executable, "-m", "j2c_server.unpack"]

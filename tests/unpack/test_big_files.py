@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.models import FileBlob, Manifest
 from j2c_server.unpack.errors import ExitCode
+from j2c_server.wire.manifest import FileBlob, Manifest
 from tests.support.projects import backdate, write
 from tests.unpack.helpers import publish_project, run_unpack
 

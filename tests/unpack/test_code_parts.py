@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.models import FileBlob, Manifest
 from j2c_server.unpack.errors import ExitCode
+from j2c_server.wire.manifest import FileBlob, Manifest
 from tests.support.projects import SEEN_FILES_PY, backdate, write
 from tests.unpack.helpers import publish_project, run_unpack
 
@@ -99,7 +99,8 @@ def test_an_older_reader_refuses_format_version_3(project: Path, tmp_path: Path)
     store = tmp_path / "store"
     uri = publish_project(project, store, "job.py", code_part_bytes=PART)
     older = (
-        "import sys; import j2c_server.models as models; models.MANIFEST_FORMAT_VERSION = 2; "
+        "import sys; import j2c_server.wire.manifest as models; "
+        "models.MANIFEST_FORMAT_VERSION = 2; "
         "from j2c_server.unpack.__main__ import main; sys.exit(main(sys.argv[1:]))"
     )
     workdir = tmp_path / "job"
@@ -150,7 +151,7 @@ def test_a_big_file_over_a_later_parts_file_is_refused(project: Path, tmp_path: 
 def test_a_part_is_never_written_through_an_earlier_parts_symlink(
     tmp_path: Path, cached: bool
 ) -> None:
-    from j2c_server.models import LayerRole
+    from j2c_server.wire.manifest import LayerRole
     from tests.unpack.helpers import Entry, blob_path, layer_of, write_layer
 
     root = tmp_path / "lab" / "project"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.models import EntryPoint, LayerRole, Manifest
 from j2c_server.unpack.errors import ExitCode
+from j2c_server.wire.manifest import EntryPoint, LayerRole, Manifest
 from tests.unpack.conftest import SmallJob
 from tests.unpack.helpers import UNPACK, Entry, publish_layers, run_unpack
 

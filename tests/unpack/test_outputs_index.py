@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from j2c_server.jobs.results import collect_outputs
-from j2c_server.models import JobRecord, JobRequest, JobResults, JobStatus
 from j2c_server.storage import open_store
 from j2c_server.unpack.errors import ExitCode
+from j2c_server.wire.api import JobRecord, JobRequest, JobResults, JobStatus
 from tests.unpack.conftest import SmallJob
 from tests.unpack.helpers import run_unpack
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from j2c_server.manifest_plan import (
+from j2c_server.core.manifest_plan import (
     EntryPlan,
     FilePlan,
     LayerPlan,
@@ -28,7 +28,7 @@ from j2c_server.manifest_plan import (
     PlanError,
     VenvPlan,
 )
-from j2c_server.models import EntryPoint, FileBlob, Layer, Manifest, VenvInfo
+from j2c_server.wire.manifest import EntryPoint, FileBlob, Layer, Manifest, VenvInfo
 from tests.unpack.conftest import SmallJob
 
 # j2c-unpack's main, then whether pydantic was ever imported by it (on stderr, last line).

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from j2c_server.models import EntryPoint, LayerRole
+from j2c_server.wire.manifest import EntryPoint, LayerRole
 from tests.unpack.helpers import UNPACK, Entry, publish_layers
 
 TRAINING = """\

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from j2c_server.models import EntryPoint, LayerRole, Manifest
 from j2c_server.unpack.errors import ExitCode
+from j2c_server.wire.manifest import EntryPoint, LayerRole, Manifest
 from tests.unpack.conftest import SmallJob
 from tests.unpack.helpers import PYTHON_VERSION, Entry, blob_path, publish_layers, run_unpack
 

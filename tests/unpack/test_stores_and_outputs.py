@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.models import Manifest
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
 from j2c_server.storage import open_store
 from j2c_server.unpack.errors import ExitCode
+from j2c_server.wire.manifest import Manifest
 from tests.support.s3 import S3Target
 from tests.unpack.conftest import SmallJob
 from tests.unpack.helpers import run_unpack

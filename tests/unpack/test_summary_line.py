@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .conftest import SmallJob
-from .helpers import run_unpack
+from tests.unpack.conftest import SmallJob
+from tests.unpack.helpers import run_unpack
 
 
 def _summary(stderr: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from jupyter_server.auth.identity import IdentityProvider, User
 
-from j2c_server.audit import AUDIT_PREFIX
+from j2c_server.jobs.audit import AUDIT_PREFIX
 from tests.support.s3 import S3Target
 from tests.support.slurm import SlurmCluster
 

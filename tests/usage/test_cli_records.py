@@ -7,7 +7,7 @@ import getpass
 import json
 from pathlib import Path
 
-from j2c_server.audit import AUDIT_PREFIX
+from j2c_server.jobs.audit import AUDIT_PREFIX
 from tests.support.frontends import RunJ2C
 
 

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from j2c_server.models import JobRecord, JobStatus
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import follow, log_lines, submit
-
-from .conftest import HUB_USER, AuditLines, jupyter_user
+from tests.usage.conftest import HUB_USER, AuditLines, jupyter_user
 
 Samples = list[tuple[str, dict[str, str], float]]
 

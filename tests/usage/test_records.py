@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 
 import j2c_server
-from j2c_server.models import JobRecord, JobStatus
 from j2c_server.usage.records import usage_key
+from j2c_server.wire.api import JobRecord, JobStatus
 from tests.support.jobs import follow, log_lines, submit
 from tests.support.s3 import S3Target
-
-from .conftest import REQUEST_SECRET, SERVER_SECRET, jupyter_user, wait_for_end_record
+from tests.usage.conftest import REQUEST_SECRET, SERVER_SECRET, jupyter_user, wait_for_end_record
 
 SECRET_ENV = {"HF_TOKEN": "", "DATA_MODE": REQUEST_SECRET}
 ALL_STAGES = {"scan", "pack", "upload", "configure", "submit", "watch", "results"}

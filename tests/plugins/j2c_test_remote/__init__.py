@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel, ConfigDict
 
 from j2c_server.config import J2CSettings
-from j2c_server.models import Capabilities, JobHandle, JobResults, JobStatus
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
 
 
 class RemoteSettings(BaseModel):

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .cli import commands
-from .cli import jobs as cli_jobs
-from .cli.commands import LogPrinter, Streams
-from .cli.options import (
+from j2c_server.cli import commands
+from j2c_server.cli import jobs as cli_jobs
+from j2c_server.cli.commands import LogPrinter, Streams
+from j2c_server.cli.options import (
     VENV_REASON,
     build_request,
     default_venv_note,
@@ -30,12 +30,12 @@ from .cli.options import (
     load_cli_config,
     script_args,
 )
-from .cli.session import resolve_job
-from .cli.submit import submit as submit_command
-from .defaults import choose_venv, project_root
-from .errors import InvalidInput, J2CError
-from .image.text import report_lines
-from .magic_runtime import BackgroundService, Job, background_service, watch
+from j2c_server.cli.session import resolve_job
+from j2c_server.cli.submit import submit as submit_command
+from j2c_server.core.errors import InvalidInput, J2CError
+from j2c_server.image.text import report_lines
+from j2c_server.jobs.send_proposal import choose_venv, project_root
+from j2c_server.magic.runtime import BackgroundService, Job, background_service, watch
 
 if TYPE_CHECKING:
     pass
@@ -58,7 +58,7 @@ def notebook_defaults(
     kernel_prefix: Path | None = None,
 ) -> dict[str, Any]:
     """The project around the notebook, the venv the common rule picks for this kernel
-    (``j2c_server.defaults``, the UI form's rule too), and the notebook as entry point."""
+    (``j2c_server.jobs.send_proposal``, the UI form's rule too), and the notebook as entry point."""
     if kernel_prefix is None and sys.prefix != sys.base_prefix:
         kernel_prefix = Path(sys.prefix)
     root = server_root(environ)
@@ -268,7 +268,7 @@ def _list(args: list[str]) -> None:
 
 
 def _results(args: list[str]) -> None:
-    from .cli import results_cmd
+    from j2c_server.cli import results_cmd
 
     ctx = parse(results_cmd.results, "%j2c results", args)
     if ctx is not None:

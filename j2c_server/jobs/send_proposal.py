@@ -31,10 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidInput
-from .models import SendDefaults
-from .pack.ignore import CodeRules, IgnoreLevel
-from .paths import confine
+from j2c_server.core.errors import InvalidInput
+from j2c_server.jobs.request_paths import confine
+from j2c_server.pack.ignore import CodeRules, IgnoreLevel
+from j2c_server.wire.api import SendDefaults
 
 PROJECT_MARKERS = (".git", "pyproject.toml")
 VENV_NAMES = (".venv", "venv")

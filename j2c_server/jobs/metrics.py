@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
-from .models import JobRecord
+from j2c_server.wire.api import JobRecord
 
 log = logging.getLogger("j2c")
 

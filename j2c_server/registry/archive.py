@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import zstandard
 
-from .errors import J2CError, NotFound
-from .models import TERMINAL_STATUSES, Event
-from .private import FILE_MODE, private_dir
+from j2c_server.core.errors import J2CError, NotFound
+from j2c_server.core.file_modes import FILE_MODE, private_dir
+from j2c_server.wire.api import TERMINAL_STATUSES, Event
 
 if TYPE_CHECKING:
-    from .config import RegistrySettings
-    from .registry import Registry
+    from j2c_server.config import RegistrySettings
+    from j2c_server.registry.job_registry import Registry
 
 ARCHIVE_DIR = "event-archive"
 SUFFIX = ".jsonl.zst"
@@ -299,7 +299,7 @@ def write_archive(conn: sqlite3.Connection, data_dir: Path, job_id: str) -> Writ
 def commit_archive(conn: sqlite3.Connection, data_dir: Path, written: Written) -> bool:
     """In one transaction, delete the archived rows and record ``archived_seq``; False when the
     job changed meanwhile (removed: its archive goes too; compacted by another process)."""
-    from .registry import _write
+    from j2c_server.registry.job_registry import _write
 
     with _write(conn):
         row = conn.execute(
@@ -369,7 +369,7 @@ def compact_round(
     stop: threading.Event | None = None,
 ) -> RoundReport:
     """One bounded round (blocking: run it in a thread): at most ``max_jobs`` jobs."""
-    from .registry import _connect
+    from j2c_server.registry.job_registry import _connect
 
     data_dir = registry_path.parent
     report = RoundReport()

@@ -14,9 +14,9 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler, WebSocketProtocol13
 
-from .errors import J2CError
-from .handler_base import AUTH_RESOURCE, MAX_SEQ, READ, J2CErrors, ws_requires
-from .wire_event import WireEvent
+from j2c_server.core.errors import J2CError
+from j2c_server.server.handler_base import AUTH_RESOURCE, MAX_SEQ, READ, J2CErrors, ws_requires
+from j2c_server.wire.event_frames import WireEvent
 
 CLOSE_FLUSH_S = 60.0  # how long a client may take to confirm that it has the last events
 

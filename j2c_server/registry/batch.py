@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .wire_event import WireEvent
+from j2c_server.wire.event_frames import WireEvent
 
 MAX_APPENDS = 256  # per transaction: a long queue is drained in several, not one long lock
 

@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Collection, Mapping
 
-from .errors import InvalidInput
+from j2c_server.core.errors import InvalidInput
 
 # Anywhere in the name: rarely part of an innocent word.
 _CREDENTIAL_WORDS = ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY", "APIKEY")

@@ -18,10 +18,11 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from . import registry_paging
-from .defaults import defaults_for_browser
-from .errors import InvalidInput
-from .handler_base import (
+from j2c_server.core.errors import InvalidInput
+from j2c_server.jobs.send_proposal import defaults_for_browser
+from j2c_server.registry import paging as registry_paging
+from j2c_server.schedulers import capabilities, known_backends, skipped_backends
+from j2c_server.server.handler_base import (
     DEFAULT_EVENTS_LIMIT,
     EXECUTE,
     MAX_EVENTS_LIMIT,
@@ -32,9 +33,8 @@ from .handler_base import (
     declared_actions,
     requires,
 )
-from .models import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
-from .schedulers import capabilities, known_backends, skipped_backends
-from .stream_handler import EventStreamHandler
+from j2c_server.server.stream_handler import EventStreamHandler
+from j2c_server.wire.api import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 
 
 class ConfigHandler(J2CHandler):

@@ -22,10 +22,10 @@ from jupyter_server.log import _scrub_uri
 from pydantic import BaseModel, ValidationError
 from tornado import web
 
-from .audit import Actor
-from .config import J2CSettings
-from .errors import InvalidInput, J2CError, validation_error_to_j2c
-from .jobs.service import JobService
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import InvalidInput, J2CError, validation_error_to_j2c
+from j2c_server.jobs.audit import Actor
+from j2c_server.jobs.service import JobService
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MethodT = TypeVar("MethodT", bound=Callable[..., Any])

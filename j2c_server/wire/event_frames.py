@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models import TERMINAL_STATUSES, Event, EventKind
+from j2c_server.wire.api import TERMINAL_STATUSES, Event, EventKind
 
 _TERMINAL_VALUES = frozenset(status.value for status in TERMINAL_STATUSES)
 _LOG_KEYS = frozenset({"kind", "stream", "text", "data"})

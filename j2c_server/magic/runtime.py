@@ -20,14 +20,14 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .cli.commands import detached_message
-from .cli.render import StageBoard, exit_code_of, is_stderr_line, rank_prefix, scan_notes
-from .cli.session import log
-from .config import J2CSettings
-from .models import Event, EventKind, JobRecord, JobResults, JobStatus
+from j2c_server.cli.commands import detached_message
+from j2c_server.cli.render import StageBoard, exit_code_of, is_stderr_line, rank_prefix, scan_notes
+from j2c_server.cli.session import log
+from j2c_server.config import J2CSettings
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobResults, JobStatus
 
 if TYPE_CHECKING:
-    from .jobs.service import JobService
+    from j2c_server.jobs.service import JobService
 
 T = TypeVar("T")
 UPDATE_INTERVAL_S = 0.1
@@ -54,7 +54,7 @@ class BackgroundService:
     async def _open(settings: J2CSettings) -> JobService:
         # Made on the service's own loop. Not start()-ed: the kernel drives the jobs it submits
         # or follows; adopting everyone's orphaned jobs is the server's and watchers' work.
-        from .jobs.service import JobService
+        from j2c_server.jobs.service import JobService
 
         return JobService(settings, log=log, frontend="magic")
 

@@ -2,7 +2,7 @@
 
 These are the wire shapes shared by the REST API, the websocket stream, the CLI's ``--json``
 output, the registry and ``j2c-unpack``. The TypeScript types in ``src/models.ts`` are generated
-from their JSON schema (``python -m j2c_server.schema_export``) and a test checks they agree.
+from their JSON schema (``python -m j2c_server.wire.schema_export``) and a test checks they agree.
 
 This module imports only pydantic, the standard library and ``manifest_plan`` (the manifest's
 pydantic-free copy ``j2c-unpack`` runs on, which holds ``LayerRole``). It stays one module, over
@@ -13,31 +13,14 @@ diff.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-# Re-exported: defined beside the manifest plan, which j2c-unpack imports without pydantic.
-from .manifest_plan import LayerRole as LayerRole
+from j2c_server.wire.manifest import LayerRole, Strict
 
-MANIFEST_FORMAT_VERSION = 3  # the newest written and read; 3: the code layer in several parts
-MANIFEST_FORMAT_VERSION_PARTS = 3  # several ``code`` layers: an older reader would miss files
-MANIFEST_FORMAT_VERSION_FILES = 2  # 2: big files as their own blobs (``Manifest.files``)
-MANIFEST_FORMAT_VERSION_BASE = 1  # written when a manifest has no ``files``: older readers work
-LAYER_MEDIA_TYPE = "application/vnd.j2c.layer.v1.tar+zstd"
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-def _check_digest(value: str) -> str:
-    if not DIGEST_RE.match(value):
-        raise ValueError("digest must be 'sha256:' followed by 64 lowercase hex digits")
-    return value
-
-
-Digest = Annotated[str, AfterValidator(_check_digest)]
 _MEMORY_RE = re.compile(r"^\d+(\.\d+)?([KMGT]i?|[kmgt])?[Bb]?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Caps on what a request puts on the job's command line and in its environment, well inside the
@@ -63,12 +46,6 @@ def _capped(limit: int, what: str) -> AfterValidator:
 
 def _total_bytes(parts: list[str]) -> int:
     return sum(len(part.encode()) for part in parts)
-
-
-class _Strict(BaseModel):
-    """Unknown fields are errors: a typo in a request must not be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 # --------------------------------------------------------------------------- statuses
@@ -127,7 +104,7 @@ _LEGACY_STAGE_STATES = {"running": StageState.started, "done": StageState.finish
 # --------------------------------------------------------------------------- requests
 
 
-class Resources(_Strict):
+class Resources(Strict):
     """What the job asks the scheduler for."""
 
     gpus: int = Field(0, ge=0, le=64, description="Number of GPUs.")
@@ -152,7 +129,7 @@ class Resources(_Strict):
         return value.strip() if value is not None else None
 
 
-class JobRequest(_Strict):
+class JobRequest(Strict):
     """What a user asks for: the same fields from the UI, the magic, the CLI and REST.
 
     Paths are relative to the server's root directory when they come from the browser; the CLI
@@ -221,94 +198,10 @@ class JobRequest(_Strict):
 # --------------------------------------------------------------------------- manifest
 
 
-class Layer(_Strict):
-    """One content-addressed tar.zst layer."""
-
-    role: LayerRole
-    digest: Digest = Field(..., description="'sha256:<hex>' of the compressed blob.")
-    size: int = Field(..., ge=0, description="Compressed bytes.")
-    files: int = Field(0, ge=0, description="Entries in the archive.")
-    unpacked_size: int = Field(0, ge=0, description="Bytes of regular files before compression.")
-    source_path: str = Field(..., description="Absolute path the layer was packed from.")
-    media_type: str = LAYER_MEDIA_TYPE
-    url: str | None = Field(
-        None,
-        description="Where to fetch the blob (e.g. a presigned URL); when absent it is resolved "
-        "next to the manifest in the same store.",
-    )
-
-
-class FileBlob(_Strict):
-    """One big file of the code layer, shipped as its own content-addressed blob (the file's
-    bytes, uncompressed), so an edit elsewhere in the project does not send it again."""
-
-    path: str = Field(..., description="'/'-separated path relative to the code layer's root.")
-    digest: Digest = Field(..., description="'sha256:<hex>' of the file's bytes.")
-    size: int = Field(..., ge=0)
-    mode: int = Field(0o644, ge=0, le=0o777, description="Permission bits.")
-    url: str | None = Field(
-        None, description="Where to fetch it; when absent, next to the manifest in its store."
-    )
-
-
-class EntryPoint(_Strict):
-    """What to run, relative to the code layer's root."""
-
-    kind: Literal["script", "module", "notebook"]
-    target: str = Field(..., description="Relative path (script, notebook) or module name.")
-
-    def describe(self) -> str:
-        return f"-m {self.target}" if self.kind == "module" else self.target
-
-
-class VenvInfo(_Strict):
-    """Facts about the shipped venv that ``j2c-unpack`` needs before it runs anything."""
-
-    python_version: str = Field(..., description="major.minor of the venv's interpreter.")
-    home: str = Field(..., description="pyvenv.cfg 'home': the base interpreter's bin folder.")
-    include_system_site_packages: bool = True
-    prompt: str | None = None
-
-
-class Manifest(_Strict):
-    """manifest.json: everything ``j2c-unpack`` needs, content-addressed itself."""
-
-    format_version: int = MANIFEST_FORMAT_VERSION_BASE
-    created_by: str
-    created_at: float = Field(..., description="Unix time.")
-    layers: list[Layer]
-    entry: EntryPoint
-    args: list[str] = Field(default_factory=list)
-    workdir: str = Field(".", description="Working directory relative to the code layer.")
-    env: dict[str, str] = Field(default_factory=dict)
-    venv: VenvInfo | None = None
-    source_image: str | None = None
-    files: list[FileBlob] | None = Field(
-        None,
-        description="Big files of the code layer, each its own blob, placed into the code "
-        "folder after extraction (format_version 2).",
-    )
-
-    def layer(self, role: LayerRole) -> Layer | None:
-        """The first layer of ``role``: the venv, or the code layer's first part."""
-        return next((layer for layer in self.layers if layer.role == role), None)
-
-    def code_layers(self) -> list[Layer]:
-        """The code layer's parts, in extraction order (several from format_version 3)."""
-        return [layer for layer in self.layers if layer.role == LayerRole.code]
-
-    def canonical_json(self) -> bytes:
-        """Stable bytes: the same manifest always hashes to the same digest."""
-        return self.model_dump_json(exclude_none=True).encode() + b"\n"
-
-    def digest(self) -> str:
-        return "sha256:" + hashlib.sha256(self.canonical_json()).hexdigest()
-
-
 # --------------------------------------------------------------------------- jobs and events
 
 
-class StageRecord(_Strict):
+class StageRecord(Strict):
     """What one stage did last time, so the next run can reuse it or explain why it cannot."""
 
     stage: Stage
@@ -326,21 +219,21 @@ class StageRecord(_Strict):
         return _LEGACY_STAGE_STATES.get(value, value) if isinstance(value, str) else value
 
 
-class Artifact(_Strict):
+class Artifact(Strict):
     name: str
     size: int | None = None
     url: str | None = None
     sha256: str | None = Field(None, description="Hex digest, from the job's outputs index.")
 
 
-class OutputFailure(_Strict):
+class OutputFailure(Strict):
     """One output the job wrote but could not upload, and why."""
 
     name: str
     error: str
 
 
-class TrackingRun(_Strict):
+class TrackingRun(Strict):
     """The MLflow run j2c created for the job, as the results show it."""
 
     run_id: str
@@ -354,13 +247,13 @@ class TrackingRun(_Strict):
     error: str | None = Field(None, description="Why the run could not be read or closed.")
 
 
-class ArtifactCopy(_Strict):
+class ArtifactCopy(Strict):
     """POST /jobs/{id}/artifacts/{name}/copy: where the copy is, relative to the server's root."""
 
     path: str
 
 
-class JobResults(_Strict):
+class JobResults(Strict):
     exit_code: int | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
     executed_notebook: str | None = None
@@ -376,7 +269,7 @@ class JobResults(_Strict):
     tracking: TrackingRun | None = None
 
 
-class JobHandle(_Strict):
+class JobHandle(Strict):
     """A scheduler's own reference to a submitted job; opaque outside its backend."""
 
     scheduler: str
@@ -384,7 +277,7 @@ class JobHandle(_Strict):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
-class FileChange(_Strict):
+class FileChange(Strict):
     """One path that differs between a send and the job it was compared with."""
 
     layer: LayerRole
@@ -392,7 +285,7 @@ class FileChange(_Strict):
     change: Literal["added", "removed", "changed"]
 
 
-class SendDecision(_Strict):
+class SendDecision(Strict):
     """Why a send attached to an existing job or made a new one, in words and in data."""
 
     attached: bool = Field(..., description="The send showed an existing job instead of a new.")
@@ -407,7 +300,7 @@ class SendDecision(_Strict):
     message: str = Field(..., description="E.g. 'nothing changed since job X: showing it'.")
 
 
-class JobRecord(_Strict):
+class JobRecord(Strict):
     """One job as the registry and every front end see it."""
 
     id: str
@@ -456,7 +349,7 @@ class EventKind(str, Enum):
     error = "error"
 
 
-class Event(_Strict):
+class Event(Strict):
     """One entry of a job's ordered event stream; ``seq`` is per job, starting at 1."""
 
     job_id: str
@@ -475,13 +368,13 @@ class Event(_Strict):
         return self.kind == EventKind.status and self.status is not None and self.status.terminal
 
 
-class ImageChoice(_Strict):
+class ImageChoice(Strict):
     name: str
     image: str
     description: str | None = None
 
 
-class Capabilities(_Strict):
+class Capabilities(Strict):
     """What a scheduler backend can do with a request (requests asking more are refused)."""
 
     gpus: bool = Field(False, description="Hands out GPUs.")
@@ -491,7 +384,7 @@ class Capabilities(_Strict):
     artifacts: bool = Field(True, description="Returns the job's outputs as artifacts.")
 
 
-class ServerConfig(_Strict):
+class ServerConfig(Strict):
     """GET /j2c/api/config: what the UI may know about the server's set-up; never credentials."""
 
     version: str
@@ -512,8 +405,9 @@ class ServerConfig(_Strict):
     root_dir_name: str | None = None
 
 
-class SendDefaults(_Strict):
-    """GET /j2c/api/defaults: what the Send form proposes for a file (``j2c_server.defaults``,
+class SendDefaults(Strict):
+    """GET /j2c/api/defaults: what the Send form proposes for a file
+    (``j2c_server.jobs.send_proposal``,
     the rule ``%j2c submit`` follows too). Paths are relative to the server's root ('' is the
     root itself)."""
 

@@ -27,13 +27,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import StorageSettings
-from .errors import Conflict, Forbidden, IntegrityError, InvalidInput, NotFound
-from .models import Artifact, JobRecord
-from .paths import confine, root_folder
-from .storage import ObjectNotFound, open_store
-from .storage.base import is_plain_relative_path
-from .storage.urls import file_url_path, url_scheme
+from j2c_server.config import StorageSettings
+from j2c_server.core.errors import Conflict, Forbidden, IntegrityError, InvalidInput, NotFound
+from j2c_server.jobs.request_paths import confine, root_folder
+from j2c_server.storage import ObjectNotFound, open_store
+from j2c_server.storage.base import is_plain_relative_path
+from j2c_server.storage.urls import file_url_path, url_scheme
+from j2c_server.wire.api import Artifact, JobRecord
 
 CHUNK_BYTES = 1 << 20
 COPY_FOLDER = "j2c-outputs"

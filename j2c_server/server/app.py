@@ -9,11 +9,11 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Unicode
 
-from . import __version__
-from .config import J2CSettings, load_settings
-from .event_archive import Compactor
-from .handlers import routes
-from .jobs.service import JobService
+from j2c_server import __version__
+from j2c_server.config import J2CSettings, load_settings
+from j2c_server.jobs.service import JobService
+from j2c_server.registry.archive import Compactor
+from j2c_server.server.handlers import routes
 
 
 class J2CApp(ExtensionApp):

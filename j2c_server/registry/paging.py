@@ -18,8 +18,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
 
-from .errors import InvalidInput
-from .models import JobRecord
+from j2c_server.core.errors import InvalidInput
+from j2c_server.wire.api import JobRecord
 
 DEFAULT_JOBS_LIMIT: Final = 200
 MAX_JOBS_LIMIT: Final = 1000

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import Forbidden, InvalidInput
-from .models import JobRequest
+from j2c_server.core.errors import Forbidden, InvalidInput
+from j2c_server.wire.api import JobRequest
 
 MODULE_PREFIX = "-m "
 

@@ -1,6 +1,7 @@
 """The job registry: jobs, each job's ordered event log and watcher leases, in one SQLite file.
 
-One file (``<data dir>/registry.sqlite3``, 0600 in a 0700 folder: see :mod:`j2c_server.private`)
+One file (``<data dir>/registry.sqlite3``, 0600 in a 0700 folder:
+see :mod:`j2c_server.core.file_modes`)
 is shared by every process that touches jobs on this machine: the Jupyter server, kernels running
 the magic, the CLI and detached watchers. WAL mode lets readers work while one writer writes;
 every write is one short ``BEGIN IMMEDIATE`` transaction and ``busy_timeout`` makes a second
@@ -30,12 +31,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from . import event_archive, registry_paging
-from .errors import ConfigError, Conflict, J2CError, NotFound
-from .models import TERMINAL_STATUSES, Event, JobRecord, JobStatus
-from .private import private_dir, private_file, tighten_file
-from .registry_batch import Append, GroupCommit, JobRow, Outcome, write_batch
-from .wire_event import WireEvent, log_line_json, wire_json
+from j2c_server.core.errors import ConfigError, Conflict, J2CError, NotFound
+from j2c_server.core.file_modes import private_dir, private_file, tighten_file
+from j2c_server.registry import archive as event_archive
+from j2c_server.registry import paging as registry_paging
+from j2c_server.registry.batch import Append, GroupCommit, JobRow, Outcome, write_batch
+from j2c_server.wire.api import TERMINAL_STATUSES, Event, JobRecord, JobStatus
+from j2c_server.wire.event_frames import WireEvent, log_line_json, wire_json
 
 T = TypeVar("T")
 

@@ -28,9 +28,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import NotFound
-from .registry import Registry
-from .wire_event import WireEvent
+from j2c_server.core.errors import NotFound
+from j2c_server.registry.job_registry import Registry
+from j2c_server.wire.event_frames import WireEvent
 
 POLL_S = 0.05  # other processes' events reach a follower within this (plus one read)
 FOLLOWER_BUFFER = 256  # events queued per follower; beyond, it catches up from the registry
