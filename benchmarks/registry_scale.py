@@ -48,7 +48,8 @@ from pipeline import Server
 from tornado.websocket import websocket_connect
 
 from j2c_server.registry import archive as event_archive
-from j2c_server.registry.job_registry import REGISTRY_FILE, Registry, _connect
+from j2c_server.registry.db import connect as _connect
+from j2c_server.registry.job_registry import REGISTRY_FILE, Registry
 from j2c_server.wire.api import JobRecord
 
 T0 = 1_790_000_000.0

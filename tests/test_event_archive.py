@@ -26,7 +26,8 @@ from j2c_server.config import load_settings, validate_settings
 from j2c_server.core.errors import ConfigError, NotFound
 from j2c_server.registry import archive as event_archive
 from j2c_server.registry.archive import Compactor, compact_round, write_archive
-from j2c_server.registry.job_registry import REGISTRY_FILE, Registry, _connect
+from j2c_server.registry.db import connect as _connect
+from j2c_server.registry.job_registry import REGISTRY_FILE, Registry
 from j2c_server.wire.api import Event
 from tests.support.event_logs import make_job
 
@@ -121,7 +122,7 @@ CRASH_AFTER_ARCHIVE = """
 import os, sys
 from pathlib import Path
 from j2c_server.registry.archive import write_archive
-from j2c_server.registry.job_registry import _connect
+from j2c_server.registry.db import connect as _connect
 data = Path(sys.argv[1])
 write_archive(_connect(data / "registry.sqlite3"), data, "done-1")
 os._exit(9)  # dies between the archive's rename and the rows' delete

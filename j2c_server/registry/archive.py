@@ -47,6 +47,7 @@ import zstandard
 
 from j2c_server.core.errors import J2CError, NotFound
 from j2c_server.core.file_modes import FILE_MODE, private_dir
+from j2c_server.registry.db import connect, write
 from j2c_server.wire.api import TERMINAL_STATUSES, Event
 
 if TYPE_CHECKING:
@@ -64,11 +65,6 @@ TMP_STALE_S = 3600  # a temporary archive this old was left by a crashed compact
 BACKLOG_PAUSE_S = 1.0  # between rounds while more jobs wait: the server stays responsive
 
 # Schema: how far each job's archive goes, and the index a round's query walks.
-MIGRATION: tuple[str, ...] = (
-    "ALTER TABLE jobs ADD COLUMN archived_seq INTEGER NOT NULL DEFAULT 0",
-    "CREATE INDEX jobs_to_compact ON jobs (archived_seq, updated_at)",
-)
-
 _TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 log = logging.getLogger("j2c")
@@ -299,9 +295,8 @@ def write_archive(conn: sqlite3.Connection, data_dir: Path, job_id: str) -> Writ
 def commit_archive(conn: sqlite3.Connection, data_dir: Path, written: Written) -> bool:
     """In one transaction, delete the archived rows and record ``archived_seq``; False when the
     job changed meanwhile (removed: its archive goes too; compacted by another process)."""
-    from j2c_server.registry.job_registry import _write
 
-    with _write(conn):
+    with write(conn):
         row = conn.execute(
             "SELECT last_seq, archived_seq FROM jobs WHERE id = ?", (written.job_id,)
         ).fetchone()
@@ -369,11 +364,10 @@ def compact_round(
     stop: threading.Event | None = None,
 ) -> RoundReport:
     """One bounded round (blocking: run it in a thread): at most ``max_jobs`` jobs."""
-    from j2c_server.registry.job_registry import _connect
 
     data_dir = registry_path.parent
     report = RoundReport()
-    conn = _connect(registry_path)
+    conn = connect(registry_path)
     try:
         sweep(conn, data_dir)
         due = due_jobs(conn, older_than_s, max_jobs + 1, skip)

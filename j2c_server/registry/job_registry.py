@@ -10,11 +10,10 @@ inserts it, so numbers never collide between processes. sqlite calls block, so t
 them on a small thread pool, one connection per thread: the server's event loop never waits on
 the disk.
 
-The schema is versioned in one place: :data:`MIGRATIONS`, applied in order up to
-``PRAGMA user_version``. The module is over 400 lines on purpose: the schema, its migrations and
-every statement that reads or writes those tables live together, so a change of a table and of
-all its queries is one diff (except the group commit's three batched statements, which are
-:mod:`.registry_batch`'s).
+The file, its connections, write transactions and the versioned schema are
+:mod:`j2c_server.registry.db`'s; this module holds every statement that reads or writes the jobs,
+events and leases tables (except the group commit's three batched statements, which are
+:mod:`j2c_server.registry.batch`'s).
 """
 
 from __future__ import annotations
@@ -24,18 +23,18 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from j2c_server.core.errors import ConfigError, Conflict, J2CError, NotFound
+from j2c_server.core.errors import Conflict, J2CError, NotFound
 from j2c_server.core.file_modes import private_dir, private_file, tighten_file
 from j2c_server.registry import archive as event_archive
 from j2c_server.registry import paging as registry_paging
 from j2c_server.registry.batch import Append, GroupCommit, JobRow, Outcome, write_batch
+from j2c_server.registry.db import REGISTRY_FILE, connect, migrate, write
 from j2c_server.wire.api import TERMINAL_STATUSES, Event, JobRecord, JobStatus
 from j2c_server.wire.event_frames import WireEvent, log_line_json, wire_json
 
@@ -45,45 +44,11 @@ T = TypeVar("T")
 EventDraft = dict[str, Any]
 RecordChange = Callable[[JobRecord], None]
 
-REGISTRY_FILE = "registry.sqlite3"
-BUSY_TIMEOUT_MS = 10_000
 _TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
 # Jobs an identical request attaches to: still going, or done successfully.
 _ATTACHABLE = tuple(
     sorted(s.value for s in JobStatus if s not in TERMINAL_STATUSES or s == JobStatus.succeeded)
 )
-
-# Each entry moves the schema one version up; never edit an entry once released, append one.
-MIGRATIONS: list[tuple[str, ...]] = [
-    (
-        """CREATE TABLE jobs (
-            id TEXT PRIMARY KEY,
-            key TEXT NOT NULL,
-            status TEXT NOT NULL,
-            record TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL,
-            last_seq INTEGER NOT NULL DEFAULT 0,
-            log_cursor TEXT
-        )""",
-        "CREATE INDEX jobs_by_key ON jobs (key, created_at)",
-        "CREATE INDEX jobs_by_status ON jobs (status)",
-        """CREATE TABLE events (
-            job_id TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            event TEXT NOT NULL,
-            PRIMARY KEY (job_id, seq)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE leases (
-            job_id TEXT PRIMARY KEY,
-            owner TEXT NOT NULL,
-            expires REAL NOT NULL
-        )""",
-    ),
-    (registry_paging.INDEX_SQL,),  # pages of GET /jobs, newest first
-    event_archive.MIGRATION,  # finished jobs' events compacted into files
-]
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class JobState(NamedTuple):
@@ -98,48 +63,6 @@ class LeaseLost(J2CError):
 
     status_code = 409
     code = "lease_lost"
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE), never implicit.
-    conn = sqlite3.connect(
-        path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-    )
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    return conn
-
-
-@contextmanager
-def _write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One short write transaction: taken at once (no lock upgrade deadlocks), always ended."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring the schema to :data:`SCHEMA_VERSION`; safe when several processes start at once."""
-    (version,) = conn.execute("PRAGMA user_version").fetchone()
-    if version == SCHEMA_VERSION:
-        return
-    with _write(conn):
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version > SCHEMA_VERSION:
-            raise ConfigError(
-                f"the job registry has schema version {version}, newer than this j2c "
-                f"understands ({SCHEMA_VERSION}); upgrade j2c",
-                field="data_dir",
-            )
-        for statements in MIGRATIONS[version:]:
-            for statement in statements:
-                conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 # What an append is checked against (last seq, status, lease owner), and the record it changes.
@@ -193,7 +116,7 @@ class Registry:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = _connect(self.path)
+            conn = connect(self.path)
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -222,7 +145,7 @@ class Registry:
 
     def _create_or_attach(self, record: JobRecord, first: EventDraft) -> tuple[JobRecord, bool]:
         conn = self._conn()
-        with _write(conn):
+        with write(conn):
             if not record.request.new:
                 marks = ",".join("?" * len(_ATTACHABLE))
                 row = conn.execute(
@@ -341,7 +264,7 @@ class Registry:
 
     def _remove(self, job_id: str) -> None:
         conn = self._conn()
-        with _write(conn):
+        with write(conn):
             row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no job {job_id!r}", field="job_id")
@@ -408,7 +331,7 @@ class Registry:
             return _check_append(append.job_id, job, append.owner)
 
         conn = self._conn()
-        with _write(conn):
+        with write(conn):
             return write_batch(conn, appends, check, self._make_events)
 
     def _append(
@@ -420,7 +343,7 @@ class Registry:
         owner: str | None,
     ) -> tuple[JobRecord, list[WireEvent]]:
         conn = self._conn()
-        with _write(conn):
+        with write(conn):
             row = conn.execute(_APPEND_READ, (job_id,)).fetchone()
             last_seq = _check_append(job_id, None if row is None else row[:3], owner)
             events = self._insert_events(conn, job_id, last_seq, drafts)
@@ -605,7 +528,7 @@ class Registry:
     def _acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
         conn = self._conn()
         now = time.time()
-        with _write(conn):
+        with write(conn):
             row = conn.execute(
                 "SELECT owner, expires FROM leases WHERE job_id = ?", (job_id,)
             ).fetchone()
@@ -623,7 +546,7 @@ class Registry:
 
     def _renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
         conn = self._conn()
-        with _write(conn):
+        with write(conn):
             cursor = conn.execute(
                 "UPDATE leases SET expires = ? WHERE job_id = ? AND owner = ?",
                 (time.time() + ttl_s, job_id, owner),
@@ -635,7 +558,7 @@ class Registry:
 
     def _release_lease(self, job_id: str, owner: str) -> None:
         conn = self._conn()
-        with _write(conn):
+        with write(conn):
             conn.execute("DELETE FROM leases WHERE job_id = ? AND owner = ?", (job_id, owner))
 
     async def lease_owner(self, job_id: str) -> str | None:

@@ -25,7 +25,6 @@ DEFAULT_JOBS_LIMIT: Final = 200
 MAX_JOBS_LIMIT: Final = 1000
 # ``<created_at as Python's repr of the float>~<job id>``: repr round-trips a float exactly.
 _CURSOR = re.compile(r"(?P<at>\d{1,12}(?:\.\d{1,20})?(?:e[+-]?\d{1,3})?)~(?P<id>[\w.-]{1,128})")
-INDEX_SQL: Final = "CREATE INDEX jobs_by_created ON jobs (created_at, id)"
 
 
 @dataclass(frozen=True)
