@@ -239,6 +239,11 @@ export interface LayerPlan {
 
 export type LayerRole = 'code' | 'venv';
 
+export interface MetricPoint {
+  step: number;
+  value: number;
+}
+
 export interface MissingDist {
   name: string;
   lab_version: string;
@@ -381,6 +386,32 @@ export interface StageRecord {
 
 /** Where a stage stands: the one vocabulary of stage events, stage records, the CLI and UI. */
 export type StageState = 'started' | 'finished' | 'reused' | 'failed';
+
+export interface SweepVariant {
+  /** The variant's row in the sweep's variant table. */
+  index: number;
+  /** Each swept name with this variant's value. */
+  params?: { [key: string]: string };
+  /** The variant's own job (status, times, exit code). */
+  job: JobRecord;
+  /** Each metric's latest value. */
+  metrics?: { [key: string]: number };
+  /** Where the metrics come from; null: the variant has none (yet). */
+  metrics_source?: 'mlflow' | 'metrics.json' | null;
+  /** A metric's values by step, where more than one step was logged. */
+  history?: { [key: string]: MetricPoint[] };
+}
+
+export interface SweepView {
+  parent: JobRecord;
+  /** The swept names, in grid order. */
+  keys?: string[];
+  /** How many variants are in each status. */
+  counts?: { [key: string]: number };
+  /** E.g. '3/6 succeeded, 1 running, 2 queued'. */
+  summary: string;
+  variants?: SweepVariant[];
+}
 
 /** The MLflow run j2c created for the job, as the results show it. */
 export interface TrackingRun {

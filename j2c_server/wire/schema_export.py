@@ -26,6 +26,7 @@ from j2c_server.wire.api import (
     SendDefaults,
     ServerConfig,
 )
+from j2c_server.wire.sweep_view import SweepView
 
 WIRE_MODELS: list[type[BaseModel]] = [
     JobRequest,
@@ -35,6 +36,7 @@ WIRE_MODELS: list[type[BaseModel]] = [
     PackPlan,
     ArtifactCopy,
     SendDefaults,
+    SweepView,
 ]
 TS_FILE = Path(__file__).resolve().parents[2] / "src" / "models.ts"
 WIDTH = 80
