@@ -1,0 +1,377 @@
+"""A chaos soak: many jobs through a real Jupyter server while a seeded fault driver breaks things.
+
+Jobs (local backend; a file:// store) of five kinds, chosen by the seed: ``ok`` (prints lines at
+a varied rate, exits 0), ``fail`` (exits 3), ``cancel`` (runs long; cancelled once running),
+``resend`` (sent again unchanged once submitted: must attach to the same job) and ``edit`` (its
+project edited, then sent again: a new job, both succeed). Every job has viewers on its
+websocket that reconnect from the last seq they saw whenever their connection ends early.
+
+The fault driver, seeded and logged (``--seed`` replays a run), picks at random among:
+``server`` (``kill -9`` of the Jupyter server, restarted at once on the same port and data dir:
+the restarted server adopts the jobs by their leases), ``unpack`` (``kill -9`` of a running
+job's ``j2c-unpack``: that job must end failed, never succeeded), ``viewer`` (a viewer's socket
+dropped; it reconnects from its last seq). Left out and why: S3 resets (this soak runs on the
+file:// store; the S3 retry loop has its own tests against moto), a full disk (needs a tmpfs
+mount), the container and Slurm legs (the same driver; they need their engines' process
+names) — each is a fault of its own for a next step.
+
+At the end it checks and prints the invariants: every job ended in the state its history calls
+for; one job per send (an unchanged re-send or a POST retried across a server kill attaches);
+every viewer saw every event from seq 1 to the terminal status exactly once, in order, across
+its reconnects; one usage record per job; no process left that carries a soak job's id.
+
+Run: ``python benchmarks/soak.py [--jobs 200 --seed 7]``; the test suite runs a short form
+(``tests/soak/test_soak_short.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wsreader
+from pipeline import Server
+from tornado.httpclient import HTTPClientError
+
+TERMINAL = {"succeeded", "failed", "cancelled", "lost"}
+JOB_PY = """\
+import sys, time
+kind, lines, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+for i in range(lines):
+    print(f"line {i}", flush=True)
+    time.sleep(1 / rate)
+if kind == "long":
+    time.sleep(120)
+sys.exit(3 if kind == "fail" else 0)
+"""
+KINDS = ("ok", "ok", "ok", "fail", "cancel", "resend", "edit")
+FAULTS = ("server", "unpack", "viewer", "viewer")
+
+
+class SoakServer(Server):
+    """The benchmark server, killable with SIGKILL and restartable on its port and data dir."""
+
+    async def kill9_and_restart(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+        await self.__aenter__()
+
+
+@dataclass
+class Send:
+    """One logical send and what happened to it."""
+
+    index: int
+    kind: str
+    body: dict[str, Any]
+    ids: set[str] = field(default_factory=set)
+    resend_ids: set[str] = field(default_factory=set)
+    killed: set[str] = field(default_factory=set)  # jobs whose j2c-unpack got SIGKILL
+    cancel_asked: bool = False
+
+
+class Viewer:
+    """A job's websocket follower that reconnects from its last seq until the terminal event."""
+
+    def __init__(self, server: SoakServer, job_id: str) -> None:
+        self.server = server
+        self.job_id = job_id
+        self.seqs: list[int] = []
+        self.status = ""
+        self.reconnects = 0
+        self.drop = asyncio.Event()
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while self.status not in TERMINAL:
+            after = self.seqs[-1] if self.seqs else 0
+            path = f"j2c/api/jobs/{self.job_id}/stream?after={after}"
+            reading = asyncio.ensure_future(self._read(path))
+            dropping = asyncio.ensure_future(self.drop.wait())
+            await asyncio.wait({reading, dropping}, return_when=asyncio.FIRST_COMPLETED)
+            if dropping.done():  # a fault: this connection goes away mid-read
+                self.drop.clear()
+                reading.cancel()
+            dropping.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
+                await reading
+            if self.status not in TERMINAL:
+                self.reconnects += 1
+                await asyncio.sleep(0.2)
+
+    async def _read(self, path: str) -> None:
+        async for batch in wsreader.messages(self.server.port, path, self.server.token):
+            for event in map(json.loads, batch):
+                self.seqs.append(event["seq"])
+                if event["kind"] == "status":
+                    self.status = event.get("status", "")
+
+
+async def retrying(call: Any, *args: Any) -> Any:
+    """A request retried while the server is down (what a client does across a restart)."""
+    for _ in range(600):
+        try:
+            return await call(*args)
+        except (OSError, ConnectionError):
+            await asyncio.sleep(0.1)
+        except HTTPClientError as exc:
+            if exc.code != 599:
+                raise
+            await asyncio.sleep(0.1)
+    raise RuntimeError("the server did not come back")
+
+
+def job_processes(job_ids: set[str]) -> dict[int, tuple[str, str]]:
+    """PID → (job id, command line) of every process that carries one of ``job_ids``."""
+    found: dict[int, tuple[str, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"J2C_JOB_ID="):
+                job_id = item.split(b"=", 1)[1].decode()
+                if job_id in job_ids:
+                    found[int(entry.name)] = (job_id, cmdline)
+    return found
+
+
+class Soak:
+    def __init__(self, server: SoakServer, args: argparse.Namespace) -> None:
+        self.server = server
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.sends: list[Send] = []
+        self.viewers: list[Viewer] = []
+        self.faults: list[tuple[float, str, str]] = []
+        self.started = time.monotonic()
+        self.ending = False
+
+    def log_fault(self, kind: str, target: str) -> None:
+        moment = time.monotonic() - self.started
+        self.faults.append((moment, kind, target))
+        if self.args.verbose:
+            print(f"  {moment:7.2f} s  fault {kind} {target}", flush=True)
+
+    async def send(self, send: Send) -> str:
+        job = await retrying(self.server.post, "j2c/api/jobs", send.body)
+        send.ids.add(job["id"])
+        return str(job["id"])
+
+    async def run_one(self, send: Send) -> None:
+        job_id = await self.send(send)
+        self.viewers.extend(Viewer(self.server, job_id) for _ in range(self.args.viewers))
+        if send.kind == "resend":
+            await asyncio.sleep(self.rng.uniform(0, 1))
+            send.resend_ids.add(await self.send(send))
+        elif send.kind == "edit":
+            await asyncio.sleep(self.rng.uniform(0, 1))
+            project = self.server.root / send.body["code_path"]
+            with (project / "notes.txt").open("a") as notes:
+                notes.write(f"edited {time.time()}\n")
+            send.body = {**send.body}
+            edited = await self.send(send)
+            if edited != job_id:
+                self.viewers.extend(Viewer(self.server, edited) for _ in range(self.args.viewers))
+        elif send.kind == "cancel":
+            await self.wait_running(job_id)
+            send.cancel_asked = True
+            await retrying(self.server.post, f"j2c/api/jobs/{job_id}/cancel", {})
+
+    async def wait_running(self, job_id: str) -> None:
+        for _ in range(1200):
+            job = await retrying(self.server.get, f"j2c/api/jobs/{job_id}")
+            if job["status"] in {"running", *TERMINAL}:
+                return
+            await asyncio.sleep(0.25)
+
+    async def fault_driver(self) -> None:
+        while not self.ending:
+            await asyncio.sleep(self.rng.expovariate(self.args.faults_per_min / 60))
+            if self.ending:
+                return
+            kind = self.rng.choice(FAULTS)
+            if kind == "server":
+                self.log_fault(
+                    "server", f"pid {self.server.process.pid if self.server.process else '-'}"
+                )
+                await self.server.kill9_and_restart()
+            elif kind == "viewer":
+                live = [v for v in self.viewers if v.status not in TERMINAL]
+                if live:
+                    viewer = self.rng.choice(live)
+                    self.log_fault("viewer", viewer.job_id)
+                    viewer.drop.set()
+            elif kind == "unpack":
+                self.kill_an_unpack()
+
+    def kill_an_unpack(self) -> None:
+        by_id = {job_id: send for send in self.sends for job_id in send.ids}
+        unpacks = [
+            (pid, job_id)
+            for pid, (job_id, cmdline) in job_processes(set(by_id)).items()
+            if "j2c-unpack" in cmdline or "j2c_server.unpack" in cmdline
+        ]
+        if not unpacks:
+            return
+        pid, job_id = self.rng.choice(sorted(unpacks))
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        by_id[job_id].killed.add(job_id)
+        self.log_fault("unpack", job_id)
+
+    async def run(self) -> dict[str, Any]:
+        driver = asyncio.ensure_future(self.fault_driver())
+        tasks = []
+        for index in range(self.args.jobs):
+            kind = self.rng.choice(KINDS)
+            self.sends.append(self.make_send(index, kind))
+            tasks.append(asyncio.ensure_future(self.run_one(self.sends[-1])))
+            await asyncio.sleep(self.rng.uniform(0, self.args.spread))
+        await asyncio.gather(*tasks)
+        await asyncio.wait_for(asyncio.gather(*(v.task for v in self.viewers)), self.args.timeout)
+        self.ending = True
+        driver.cancel()
+        return await self.invariants()
+
+    def make_send(self, index: int, kind: str) -> Send:
+        lines = self.rng.randint(5, 60)
+        rate = self.rng.choice([5.0, 20.0, 100.0])
+        project = "soak" if kind != "edit" else f"soak-edit-{index}"
+        folder = self.server.root / project
+        if not folder.exists():
+            folder.mkdir()
+            (folder / "job.py").write_text(JOB_PY)
+            (folder / "notes.txt").write_text("notes\n")
+            old = time.time() - 3600  # settled files: the packer trusts their fingerprints
+            for path in folder.iterdir():
+                os.utime(path, (old, old))
+        script_kind = {"fail": "fail", "cancel": "long"}.get(kind, "ok")
+        body = {
+            "code_path": project,
+            "call_path": f"{project}/job.py",
+            "args": [script_kind, str(lines), str(rate), f"send-{index}"],
+        }
+        return Send(index, kind, body)
+
+    async def invariants(self) -> dict[str, Any]:
+        problems: list[str] = []
+        records: dict[str, dict[str, Any]] = {}
+        for send in self.sends:
+            for job_id in send.ids:
+                records[job_id] = await retrying(self.server.get, f"j2c/api/jobs/{job_id}")
+        for send in self.sends:
+            problems += self.check_send(send, records)
+        for viewer in self.viewers:
+            last = records[viewer.job_id]["last_seq"]
+            if viewer.seqs != list(range(1, last + 1)):
+                problems.append(
+                    f"viewer of {viewer.job_id}: {len(viewer.seqs)} events, not 1..{last} once"
+                )
+        usage = [p.name for p in self.server.data.rglob("usage/**/*.json")]
+        ended = sum(1 for r in records.values() if r["status"] in TERMINAL)
+        usage_ids = {name.removesuffix(".json") for name in usage}
+        missing_usage = sorted(set(records) - usage_ids)
+        if missing_usage:
+            problems.append(f"no usage record for {len(missing_usage)} jobs: {missing_usage[:3]}")
+        await asyncio.sleep(1)  # a killed job's children are reaped by its supervisor
+        left = job_processes(set(records))
+        if left:
+            problems.append(f"{len(left)} processes left: {list(left.values())[:3]}")
+        return {"records": records, "problems": problems, "ended": ended}
+
+    @staticmethod
+    def check_send(send: Send, records: dict[str, dict[str, Any]]) -> list[str]:
+        problems = []
+        wanted = {"fail": "failed", "cancel": "cancelled"}.get(send.kind, "succeeded")
+        for job_id in send.ids:
+            status = records[job_id]["status"]
+            allowed = {"failed", "lost"} if job_id in send.killed else {wanted}
+            if job_id in send.killed and send.kind == "cancel":
+                allowed.add("cancelled")
+            if status not in allowed:
+                problems.append(
+                    f"send {send.index} ({send.kind}): {job_id} {status}, not {allowed}"
+                )
+            exit_code = records[job_id].get("exit_code")
+            if send.kind == "fail" and job_id not in send.killed and exit_code != 3:
+                problems.append(f"send {send.index} (fail): {job_id} exit code {exit_code}")
+        wanted_ids = 2 if send.kind == "edit" else 1
+        if len(send.ids) != wanted_ids:
+            problems.append(
+                f"send {send.index} ({send.kind}): {len(send.ids)} jobs, not {wanted_ids}"
+            )
+        if send.kind == "resend" and send.resend_ids - send.ids:
+            problems.append(f"send {send.index}: the unchanged re-send did not attach")
+        return problems
+
+
+async def main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="j2c-soak-") as tmp:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        data = Path(tmp) / "data"
+        data.mkdir()
+        server = SoakServer(root, data)
+        async with server:
+            soak = Soak(server, args)
+            result = await soak.run()
+        wall = time.monotonic() - soak.started
+        kinds = {kind: sum(1 for f in soak.faults if f[1] == kind) for kind in FAULTS}
+        reconnects = sum(v.reconnects for v in soak.viewers)
+        print(f"{'what':44} {'value':>8}  goal")
+        rows = [
+            ("sends", len(soak.sends), "-"),
+            ("jobs", len(result["records"]), "-"),
+            ("jobs ended", result["ended"], str(len(result["records"]))),
+            ("viewers", len(soak.viewers), "-"),
+            ("viewer reconnect attempts", reconnects, "-"),
+            *((f"faults: {kind}", count, "-") for kind, count in kinds.items()),
+            ("invariant violations", len(result["problems"]), "0"),
+            ("seed", args.seed, "-"),
+            ("wall time s", round(wall), "-"),
+        ]
+        for what, value, goal in rows:
+            print(f"{what:44} {value:>8}  {goal}")
+        for problem in result["problems"][:20]:
+            print(f"  violation: {problem}")
+        (Path(args.report) if args.report else Path(os.devnull)).write_text(
+            json.dumps({"problems": result["problems"], "faults": soak.faults})
+        )
+        return 1 if result["problems"] else 0
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=200, help="sends")
+    parser.add_argument("--viewers", type=int, default=2, help="viewers per job")
+    parser.add_argument("--faults-per-min", type=float, default=12.0)
+    parser.add_argument("--spread", type=float, default=0.5, help="most seconds between sends")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the viewers")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--report", help="write the violations and faults as JSON here")
+    parser.add_argument("--verbose", action="store_true", help="a line per fault")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse())))

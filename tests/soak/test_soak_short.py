@@ -1,0 +1,45 @@
+"""The chaos soak's short form: 30 sends through a real Jupyter server while the seeded fault
+driver kills the server, jobs' ``j2c-unpack`` and viewers' sockets (benchmarks/soak.py).
+
+Whatever the timing, every invariant must hold: each job ends as its history calls for, one job
+per send, every viewer sees every event once and in order across reconnects, a usage record
+per job, no job's process left behind. A failure prints the violations and the seed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
+
+
+def test_thirty_sends_under_faults_keep_every_invariant(tmp_path: Path):
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SOAK),
+            "--jobs",
+            "30",
+            "--seed",
+            "11",
+            "--faults-per-min",
+            "20",
+            *[
+                "--report",
+                str(report),
+            ],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["problems"] == []
+    kinds = {fault[1] for fault in result["faults"]}
+    assert "server" in kinds, f"the seed drove no server kill: {result['faults']}"
+    assert "invariant violations                                0  0" in done.stdout
