@@ -133,6 +133,7 @@ def test_the_table_says_what_each_route_needs() -> None:
         (f"jobs/{handlers._JOB_ID}", "DELETE"): "write",
         (f"jobs/{handlers._JOB_ID}/cancel", "POST"): "write",
         (f"jobs/{handlers._JOB_ID}/events", "GET"): "read",
+        (f"jobs/{handlers._JOB_ID}/sweep", "GET"): "read",
         (f"jobs/{handlers._JOB_ID}/stream", "GET"): "read",
         (f"jobs/{handlers._JOB_ID}/artifacts/{handlers._ARTIFACT}/copy", "GET"): "read",
         (f"jobs/{handlers._JOB_ID}/artifacts/{handlers._ARTIFACT}/copy", "POST"): "write",

