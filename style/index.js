@@ -1,2 +1,3 @@
 import '@xterm/xterm/css/xterm.css';
 import './base.css';
+import './sweep.css';

@@ -56,6 +56,7 @@ export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
       settings: j2c.settings,
       translator: translator ?? nullTranslator,
       onSend: () => void app.commands.execute(CommandIDs.submitForm),
+      openLog: (jobId: string) => void panels.open(jobId),
       actions: {
         open: (record: JobRecord) => void panels.open(record.id),
         cancel: (record: JobRecord) =>

@@ -27,6 +27,8 @@ export interface IJobActions {
   cancel(record: JobRecord): void;
   rerun(record: JobRecord): void;
   remove(record: JobRecord): void;
+  /** Show a sweep's view (the sidebar provides it). */
+  openSweep?(record: JobRecord): void;
 }
 
 function Action(props: {

@@ -5,12 +5,15 @@
  */
 import { ITranslator, TranslationBundle } from '@jupyterlab/translation';
 import { ReactWidget, SidePanel } from '@jupyterlab/ui-components';
+import { AccordionPanel } from '@lumino/widgets';
 import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { JobsModel } from '../jobs';
 import { ServerConfig } from '../models';
 import { J2CSettings } from '../settings';
+import { SweepModel } from '../sweep/model';
+import { SweepViewWidget } from '../sweep/view';
 import { EndedBadge } from './badge';
 import { ComputeFormWidget } from './form';
 import { IJobActions, JobsListWidget } from './jobslist';
@@ -70,6 +73,8 @@ export class ComputeSidebar extends SidePanel {
   constructor(options: ComputeSidebar.IOptions) {
     super({ translator: options.translator });
     const trans = options.translator.load('j2c');
+    this._j2cTrans = trans;
+    this._options = options;
     this.id = SIDEBAR_ID;
     this.addClass('j2c-Sidebar');
     this.title.caption = trans.__('Compute');
@@ -82,7 +87,12 @@ export class ComputeSidebar extends SidePanel {
       })
     );
     this.addWidget(
-      new JobsListWidget(options.jobs, options.actions, trans, options.settings)
+      new JobsListWidget(
+        options.jobs,
+        { ...options.actions, openSweep: record => this.openSweep(record.id) },
+        trans,
+        options.settings
+      )
     );
     this.badge = new EndedBadge(
       options.jobs,
@@ -95,6 +105,46 @@ export class ComputeSidebar extends SidePanel {
 
   /** The count on the tab of jobs that ended since the user last looked. */
   readonly badge: EndedBadge;
+
+  /** The sweep view shown, if any. */
+  get sweep(): SweepViewWidget | null {
+    return this._sweep;
+  }
+
+  /**
+   * Show the sweep view of `parentId` as a section of this panel, expanded (one sweep at a
+   * time: another sweep's view is replaced).
+   */
+  openSweep(parentId: string): SweepViewWidget {
+    let view = this._sweep;
+    if (!view || view.isDisposed || view.model.parentId !== parentId) {
+      view?.dispose();
+      const options = this._options;
+      const model = new SweepModel({
+        parentId,
+        preferredMetric: options.settings?.current.listMetric ?? ''
+      });
+      view = new SweepViewWidget(
+        model,
+        {
+          openVariant: jobId => options.openLog(jobId),
+          close: () => this._sweep?.dispose()
+        },
+        this._j2cTrans
+      );
+      view.disposed.connect(() => {
+        if (this._sweep === view) {
+          this._sweep = null;
+        }
+      });
+      this._sweep = view;
+      this.addWidget(view);
+    }
+    const index = this.widgets.indexOf(view);
+    (this.content as AccordionPanel).expand(index);
+    void view.model.refresh();
+    return view;
+  }
 
   dispose(): void {
     document.removeEventListener('visibilitychange', this._onVisibility);
@@ -112,6 +162,9 @@ export class ComputeSidebar extends SidePanel {
   }
 
   private readonly _onVisibility = (): void => this.badge.update();
+  private readonly _j2cTrans: TranslationBundle;
+  private readonly _options: ComputeSidebar.IOptions;
+  private _sweep: SweepViewWidget | null = null;
 }
 
 export namespace ComputeSidebar {
@@ -120,6 +173,8 @@ export namespace ComputeSidebar {
     form: ComputeForm;
     jobs: JobsModel;
     actions: IJobActions;
+    /** Open the log panel of a job by id (a sweep variant's row). */
+    openLog: (jobId: string) => void;
     onSend: () => void;
     /** The user's settings: which metric the jobs list shows. */
     settings?: J2CSettings;
