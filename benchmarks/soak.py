@@ -106,7 +106,7 @@ class Viewer:
                 self.drop.clear()
                 reading.cancel()
             dropping.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
+            with contextlib.suppress(asyncio.CancelledError, OSError, EOFError):
                 await reading
             if self.status not in TERMINAL:
                 self.reconnects += 1
@@ -163,6 +163,7 @@ class Soak:
         self.faults: list[tuple[float, str, str]] = []
         self.started = time.monotonic()
         self.ending = False
+        self.evidence: dict[str, Any] = {}  # the non-log events of jobs that broke an invariant
 
     def log_fault(self, kind: str, target: str) -> None:
         moment = time.monotonic() - self.started
@@ -297,6 +298,13 @@ class Soak:
         left = job_processes(set(records))
         if left:
             problems.append(f"{len(left)} processes left: {list(left.values())[:3]}")
+            for job_id in {job_id for job_id, _ in left.values()}:
+                events = await retrying(self.server.get, f"j2c/api/jobs/{job_id}/events")
+                self.evidence[job_id] = [
+                    {k: e.get(k) for k in ("seq", "kind", "status", "stage", "text", "message")}
+                    for e in events
+                    if e["kind"] != "log"
+                ]
         return {"records": records, "problems": problems, "ended": ended}
 
     @staticmethod
@@ -355,7 +363,9 @@ async def main(args: argparse.Namespace) -> int:
         for problem in result["problems"][:20]:
             print(f"  violation: {problem}")
         (Path(args.report) if args.report else Path(os.devnull)).write_text(
-            json.dumps({"problems": result["problems"], "faults": soak.faults})
+            json.dumps(
+                {"problems": result["problems"], "faults": soak.faults, "evidence": soak.evidence}
+            )
         )
         return 1 if result["problems"] else 0
 
