@@ -14,8 +14,7 @@ import pytest
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import InvalidInput
-from j2c_server.schedulers import check_resources, known_backends, scheduler_class
-from j2c_server.wire.api import Resources
+from j2c_server.schedulers import known_backends, scheduler_class
 
 PLUGIN = """
 from pydantic import BaseModel
@@ -101,13 +100,6 @@ def test_only_the_local_backend_runs_unpack_with_this_interpreter() -> None:
     assert scheduler_class("local").unpack_command(settings)[0] == sys.executable
     for name in ("slurm", "kubernetes", "container"):
         assert scheduler_class(name).unpack_command(settings) == ["j2c-unpack"]
-
-
-def test_a_request_the_backend_cannot_serve_is_refused_before_packing() -> None:
-    with pytest.raises(InvalidInput) as info:
-        check_resources("local", Resources(gpus=1, gpu_type="H200"))
-    assert info.value.field == "resources.gpu_type"
-    check_resources("slurm", Resources(gpus=1, gpu_type="H200"))  # Slurm picks GPU types
 
 
 def test_reserved_names_are_the_scheduler_sections_own_keys() -> None:

@@ -24,7 +24,7 @@ from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler
 from j2c_server.schedulers.kube_spec import job_name, render_job
 from j2c_server.schedulers.kubernetes import KubernetesScheduler
-from j2c_server.wire.api import JobHandle, JobStatus, Resources
+from j2c_server.wire.api import JobStatus, Resources
 from tests.support.fake_kube import FakeKube, write_kubeconfig
 
 IMAGE = "registry.example/ml/pytorch:2.4"
@@ -324,18 +324,6 @@ async def test_running_container_reports_running(fake_kube: FakeKube, tmp_path: 
     assert (state.status, state.message) == (JobStatus.running, None)
 
 
-async def test_complete_job_succeeds_with_exit_code_zero(
-    fake_kube: FakeKube, tmp_path: Path
-) -> None:
-    async with connect(fake_kube, tmp_path) as kube:
-        handle = await kube.submit(make_spec())
-        fake_kube.start(handle.id)
-        fake_kube.finish(handle.id, 0)
-        state = await kube.status(handle)
-        results = await kube.results(handle)
-    assert (state.status, state.exit_code, results.exit_code) == (JobStatus.succeeded, 0, 0)
-
-
 async def test_failed_job_reports_the_containers_exit_code(
     fake_kube: FakeKube, tmp_path: Path
 ) -> None:
@@ -500,17 +488,6 @@ async def test_cancel_deletes_the_job_in_the_background_and_reads_cancelled(
     assert deleted["options"]["propagationPolicy"] == "Background"
     assert json.loads(deleted["job"])["metadata"]["annotations"]["j2c.io/cancelled"] == "true"
     assert fake_kube.jobs == {} and fake_kube.pods == {}
-
-
-async def test_cancel_is_remembered_by_a_new_scheduler_holding_the_handle(
-    fake_kube: FakeKube, tmp_path: Path
-) -> None:
-    async with connect(fake_kube, tmp_path) as kube:
-        handle = await kube.submit(make_spec())
-        await kube.cancel(handle)
-    stored = JobHandle.model_validate_json(handle.model_dump_json())
-    async with connect(fake_kube, tmp_path) as restarted:
-        assert (await restarted.status(stored)).status == JobStatus.cancelled
 
 
 async def test_cancel_after_the_job_finished_keeps_its_outcome(

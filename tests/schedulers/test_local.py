@@ -189,31 +189,6 @@ async def test_lines_arrive_in_order_exactly_once(scheduler: LocalScheduler) -> 
     assert cursors[-1] == (run_dir(handle) / "output.log").stat().st_size
 
 
-async def test_resuming_from_a_cursor_mid_stream_loses_and_repeats_nothing(
-    scheduler: LocalScheduler, gates: Path
-) -> None:
-    handle = await scheduler.submit(
-        job_spec(
-            "resume",
-            f"""
-            for i in range(100):
-                print(f"line {{i}}")
-            wait_for({str(gates / "more")!r})
-            for i in range(100, 200):
-                print(f"line {{i}}")
-            """,
-        )
-    )
-    first: list[LogLine] = []
-    async for line in scheduler.follow_logs(handle):
-        first.append(line)
-        if len(first) == 60:
-            break  # the follower goes away while the job is still running
-    (gates / "more").touch()
-    rest = await collect(scheduler, handle, cursor=first[-1].cursor)
-    assert [line.text for line in first + rest] == [f"line {i}" for i in range(200)]
-
-
 async def test_a_partial_line_waits_for_its_newline(scheduler: LocalScheduler, gates: Path) -> None:
     handle = await scheduler.submit(
         job_spec(
@@ -629,29 +604,6 @@ print(asyncio.run(scheduler.submit(spec)).model_dump_json())
     (gates / "go").touch()
     assert await texts(fresh, handle) == ["started", "finished after its submitter had gone"]
     assert (await fresh.status(handle)).status == JobStatus.succeeded
-
-
-async def test_a_fresh_scheduler_resumes_the_logs_where_the_old_one_stopped(
-    make_scheduler_with: MakeScheduler, gates: Path
-) -> None:
-    old = make_scheduler_with()
-    handle = await old.submit(
-        job_spec(
-            "restart",
-            f"""
-            print("one", flush=True)
-            wait_for({str(gates / "go")!r})
-            print("two")
-            """,
-        )
-    )
-    async for line in old.follow_logs(handle):
-        cursor = line.cursor
-        break
-    await old.close()
-    (gates / "go").touch()
-    resumed = await collect(make_scheduler_with(), handle, cursor)
-    assert [line.text for line in resumed] == ["two"]
 
 
 # --------------------------------------------------------------------------- environment

@@ -116,16 +116,6 @@ async def read_lines(
 # ---------------------------------------------------------------------- running jobs
 
 
-async def test_job_runs_to_success_with_exit_code_zero(
-    slurm_cluster: SlurmCluster, submitted: list[str]
-) -> None:
-    async with open_scheduler(slurm_cluster) as scheduler:
-        handle = await submit(scheduler, job_spec("print('hello')"), submitted)
-        state = await wait_for_status(scheduler, handle, JobStatus.succeeded, JobStatus.failed)
-        assert (state.status, state.exit_code) == (JobStatus.succeeded, 0)
-        assert (await scheduler.results(handle)).exit_code == 0
-
-
 async def test_the_jobs_folder_in_the_shared_job_dir_is_private(
     slurm_cluster: SlurmCluster, submitted: list[str]
 ) -> None:
@@ -142,37 +132,6 @@ async def test_the_jobs_folder_in_the_shared_job_dir_is_private(
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert folder.stat().st_uid == os.getuid()  # the job's user: the token's, this server's
     assert (state.status, lines) == (JobStatus.succeeded, ["private"])  # the job wrote into it
-
-
-async def test_output_streams_while_the_job_runs(
-    slurm_cluster: SlurmCluster, submitted: list[str], gates: Path
-) -> None:
-    gate = gates / "go"
-    code = """
-        print("first")
-        wait_for(sys.argv[1])
-        print("second")
-    """
-    async with open_scheduler(slurm_cluster) as scheduler:
-        handle = await submit(scheduler, job_spec(code, str(gate)), submitted)
-        lines = []
-        async with asyncio.timeout(TIMEOUT_S):
-            async for line in scheduler.follow_logs(handle):
-                lines.append(line.text)
-                if line.text == "first":
-                    assert (await scheduler.status(handle)).status == JobStatus.running
-                    gate.touch()
-        assert lines == ["first", "second"]
-
-
-async def test_following_from_a_cursor_skips_the_lines_already_read(
-    slurm_cluster: SlurmCluster, submitted: list[str]
-) -> None:
-    async with open_scheduler(slurm_cluster) as scheduler:
-        handle = await submit(scheduler, job_spec("print('one'); print('two')"), submitted)
-        first, *_ = await read_lines(scheduler, handle)
-        rest = await read_lines(scheduler, handle, first.cursor)
-        assert [line.text for line in rest] == ["two"]
 
 
 async def test_carriage_returns_stay_inside_a_line(
@@ -236,17 +195,6 @@ async def test_job_killed_by_a_signal_reports_128_plus_the_signal(
         state = await wait_for_status(scheduler, handle, JobStatus.failed, JobStatus.succeeded)
         assert (state.status, state.exit_code) == (JobStatus.failed, 137)
         assert "killed by SIGKILL" in (state.message or "")
-
-
-async def test_duplicate_submit_adopts_the_existing_job(
-    slurm_cluster: SlurmCluster, submitted: list[str], gates: Path
-) -> None:
-    spec = job_spec("wait_for(sys.argv[1])", str(gates / "go"))
-    async with open_scheduler(slurm_cluster) as scheduler:
-        first = await submit(scheduler, spec, submitted)
-        again = await submit(scheduler, spec, submitted)
-        (gates / "go").touch()
-        assert again == first
 
 
 async def test_output_missing_after_the_job_ran_warns_about_the_shared_folder(
