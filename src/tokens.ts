@@ -40,5 +40,6 @@ export const CommandIDs = {
   sendSelected: 'j2c:send-selected',
   submitForm: 'j2c:submit-form',
   showPanel: 'j2c:show-panel',
-  openLog: 'j2c:open-log'
+  openLog: 'j2c:open-log',
+  openSweep: 'j2c:open-sweep'
 } as const;

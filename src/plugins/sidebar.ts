@@ -74,6 +74,17 @@ export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
     });
     sidebar.title.icon = computeIcon;
     labShell.add(sidebar, 'left', { rank: 600 });
+    app.commands.addCommand(CommandIDs.openSweep, {
+      label: trans.__('Open Sweep View'),
+      execute: args => {
+        const id = args.id;
+        if (typeof id !== 'string') {
+          throw new Error('j2c:open-sweep needs the sweep job id');
+        }
+        labShell.activateById(sidebar.id);
+        sidebar.openSweep(id);
+      }
+    });
     restorer?.add(sidebar, 'j2c-sidebar');
 
     let followed = '';

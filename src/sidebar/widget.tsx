@@ -138,10 +138,19 @@ export class ComputeSidebar extends SidePanel {
         }
       });
       this._sweep = view;
-      this.addWidget(view);
+      // Above the jobs list, which stays in reach below it.
+      this.insertWidget(this.widgets.length - 1, view);
     }
+    const accordion = this.content as AccordionPanel;
     const index = this.widgets.indexOf(view);
-    (this.content as AccordionPanel).expand(index);
+    accordion.expand(index);
+    // The form folds away (one click brings it back): the table and plot need the height.
+    if (this.widgets.length > 2) {
+      accordion.collapse(0);
+    }
+    accordion.setRelativeSizes(
+      this.widgets.map((widget, i) => (i === index ? 3 : 1))
+    );
     void view.model.refresh();
     return view;
   }

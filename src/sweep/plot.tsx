@@ -17,40 +17,45 @@ export const PALETTE_SIZE = 6;
 
 type XScale = (value: number | string) => number;
 
+/** At most this many distinct swept values are ticked each by its own label. */
+const MAX_VALUE_TICKS = 8;
+
 function xScale(data: IPlotData): { scale: XScale; ticks: [string, number][] } {
-  const xs = allPoints(data.series).map(p => p.x);
+  const points = allPoints(data.series);
   const range: [number, number] = [MARGIN.left, WIDTH - MARGIN.right];
   if (!data.numericX) {
-    const names = [...new Set(xs.map(String))];
+    const names = [...new Set(points.map(p => String(p.x)))];
     const scale = scalePoint<string>().domain(names).range(range).padding(0.4);
     return {
       scale: x => scale(String(x)) ?? range[0],
       ticks: names.map(name => [name, scale(name) ?? range[0]])
     };
   }
-  const numbers = xs as number[];
+  const numbers = points.map(p => Number(p.x));
   let low = Math.min(...numbers);
   let high = Math.max(...numbers);
-  if (data.logX) {
-    const scale = scaleLog().domain([low, high]).range(range).nice();
-    const format = scale.tickFormat(5, '~g');
-    return {
-      scale: x => scale(Number(x)),
-      ticks: scale
-        .ticks(5)
-        .filter(tick => format(tick) !== '')
-        .map(tick => [format(tick), scale(tick)])
-    };
-  }
   if (low === high) {
     low -= 1;
     high += 1;
   }
-  const scale = scaleLinear().domain([low, high]).range(range).nice();
-  const format = scale.tickFormat(5);
+  const scale = data.logX
+    ? scaleLog().domain([low, high]).range(range)
+    : scaleLinear().domain([low, high]).range(range).nice();
+  // A swept parameter's few values are its ticks, read as the grid wrote them ("3e-4").
+  const labels = new Map(points.map(p => [Number(p.x), p.xLabel]));
+  if (data.axis.kind === 'param' && labels.size <= MAX_VALUE_TICKS) {
+    return {
+      scale: x => scale(Number(x)),
+      ticks: [...labels].map(([value, label]) => [label, scale(value)])
+    };
+  }
+  const format = data.logX ? scale.tickFormat(5, '~g') : scale.tickFormat(5);
   return {
     scale: x => scale(Number(x)),
-    ticks: scale.ticks(5).map(tick => [format(tick), scale(tick)])
+    ticks: scale
+      .ticks(5)
+      .filter(tick => format(tick) !== '')
+      .map(tick => [format(tick), scale(tick)])
   };
 }
 
@@ -174,7 +179,7 @@ export function SweepPlot(props: {
                     onClick={() => onPick(point.index)}
                   >
                     <title>
-                      {`#${point.index} ${xName} ${String(point.x)}: ${formatMetric(point.y)}`}
+                      {`#${point.index} ${xName} ${point.xLabel}: ${formatMetric(point.y)}`}
                     </title>
                   </circle>
                 ))}

@@ -27,6 +27,8 @@ export type PlotAxis = { kind: 'param'; name: string } | { kind: 'step' };
 
 export interface IPlotPoint {
   x: number | string;
+  /** How x reads (a swept value as written in the grid: "3e-4"). */
+  xLabel: string;
   y: number;
   /** The variant it belongs to (its row opens that variant's log). */
   index: number;
@@ -178,6 +180,7 @@ export function plotData(
           index: variant.index,
           points: history.map(point => ({
             x: point.step,
+            xLabel: String(point.step),
             y: point.value,
             index: variant.index
           }))
@@ -200,7 +203,12 @@ export function plotData(
           .join(' ') || metric;
       const group = groups.get(label) ?? { label, index: null, points: [] };
       groups.set(label, group);
-      group.points.push({ x: paramValue(raw) ?? raw, y, index: variant.index });
+      group.points.push({
+        x: paramValue(raw) ?? raw,
+        xLabel: raw,
+        y,
+        index: variant.index
+      });
     }
     for (const group of groups.values()) {
       group.points.sort((a, b) => compare(a.x, b.x));
@@ -215,7 +223,8 @@ export function plotData(
     numericX &&
     numbers.length > 1 &&
     numbers.every(x => x > 0) &&
-    Math.max(...numbers) / Math.min(...numbers) >= 10;
+    // A decade or more (1e-4 to 1e-3 is 9.99… in floating point).
+    Math.max(...numbers) / Math.min(...numbers) >= 10 * (1 - 1e-9);
   return { axis, metric, numericX, logX, series };
 }
 
@@ -235,7 +244,7 @@ export function describePlot(data: IPlotData): string {
   }
   const parts = data.series.map(series => {
     const points = series.points
-      .map(point => `${x} ${String(point.x)}: ${formatMetric(point.y)}`)
+      .map(point => `${x} ${point.xLabel}: ${formatMetric(point.y)}`)
       .join(', ');
     return `${series.label}: ${points}`;
   });
