@@ -72,7 +72,8 @@ class Driver:
     env: dict[str, str] = field(default_factory=dict)  # what every job's env adds
     image: str | None = None
     alive: Callable[[JobSpec, JobHandle], Awaitable[bool]] | None = None  # else: by the pids
-    manifest: str = ""
+    manifest: str = ""  # the published project's, set by _project
+    project: Path = Path()
     handles: list[JobHandle] = field(default_factory=list)
 
     def make(self) -> Scheduler:
@@ -127,7 +128,7 @@ def _kill_started(driver: Driver, folder: Path) -> None:
                     os.kill(pid, signal.SIGKILL)
 
 
-def _project(tmp: Path, settings: J2CSettings) -> str:
+def _publish(driver: Driver, tmp: Path) -> None:
     """The tiny project packed and published to the driver's store, as the pipeline does
     (through the store the settings open: a ``storage.shared`` one writes readable files)."""
     project = tmp / "contract-project"
@@ -135,13 +136,14 @@ def _project(tmp: Path, settings: J2CSettings) -> str:
     result = pack(PackSpec(code_path=project, call_path="job.py"), tmp / "layer-cache")
 
     async def send() -> str:
-        store = open_store(settings.storage_url(), settings.storage)
+        store = open_store(driver.settings.storage_url(), driver.settings.storage)
         try:
             return (await publish(store, result, make_manifest(result))).manifest_uri
         finally:
             await store.close()
 
-    return asyncio.run(send())
+    driver.project = project
+    driver.manifest = asyncio.run(send())
 
 
 def _in_folder(folder: Path) -> Callable[[JobSpec], tuple[Path, str]]:
@@ -170,7 +172,7 @@ def local_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driver]:
         }
     )
     driver = Driver("local", settings, store, _in_folder(tmp / "shared"))
-    driver.manifest = _project(tmp, settings)
+    _publish(driver, tmp)
     yield driver
     _kill_started(driver, tmp / "shared")
 
@@ -199,7 +201,7 @@ def slurm_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driver]:
         }
     )
     driver = Driver("slurm", settings, store, _in_folder(shared))
-    driver.manifest = _project(tmp, settings)
+    _publish(driver, tmp)
     yield driver
     cluster.scancel([handle.id for handle in driver.handles])
     _kill_started(driver, shared)
@@ -235,7 +237,7 @@ def container_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driv
         return found.status_code == 200 and bool(found.json()["State"]["Running"])
 
     driver = Driver("container", settings, store, shared, image=podman.image, alive=alive)
-    driver.manifest = _project(tmp, settings)
+    _publish(driver, tmp)
     yield driver
 
     async def remove() -> None:
@@ -267,7 +269,7 @@ def kubernetes_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Dri
     driver = Driver(
         "kubernetes", settings, store, _in_folder(tmp / "shared"), image="registry.example/j2c:1"
     )
-    driver.manifest = _project(tmp, settings)
+    _publish(driver, tmp)
     with running_kubelet(fake):
         yield driver
     _kill_started(driver, tmp / "shared")
@@ -309,7 +311,7 @@ def plugin_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driver]
         )
         env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "PYTHONPATH": str(REPO)}
         driver = Driver("remote", settings, store, _in_folder(tmp / "shared"), env=env)
-        driver.manifest = _project(tmp, settings)
+        _publish(driver, tmp)
         yield driver
         for runner in (tmp / "data" / "remote").glob("*/runner.pid"):
             pid = int(runner.read_text())

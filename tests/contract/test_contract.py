@@ -16,12 +16,12 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from j2c_server.core.errors import InvalidInput
 from j2c_server.jobs.results import collect_outputs
+from j2c_server.jobs.service import JobService
 from j2c_server.schedulers import check_resources, scheduler_class
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler, SchedulerState
 from j2c_server.storage import open_store
@@ -208,15 +208,28 @@ ASKING = {
 }
 
 
-def test_what_the_backend_cannot_do_is_refused_before_anything_is_sent(
-    driver: Driver, tmp_path: Path
+async def test_what_the_backend_cannot_do_is_refused_before_anything_is_sent(
+    driver: Driver,
 ) -> None:
     can = scheduler_class(driver.name).capabilities
-    for capability, (resources, field) in ASKING.items():
-        if getattr(can, capability):
-            check_resources(driver.name, resources)  # what it declares, it takes
-            continue
-        with pytest.raises(InvalidInput) as caught:
-            check_resources(driver.name, resources)
-        assert caught.value.field == (field if can.gpus else "resources.gpus")
-        assert f"the {driver.name} scheduler" in caught.value.message
+    service = JobService(driver.settings)
+    manifests = sorted((driver.store / "manifests").rglob("*.json"))
+    try:
+        for capability, (resources, field) in ASKING.items():
+            if getattr(can, capability):
+                check_resources(driver.name, resources)  # what it declares, it takes
+                continue
+            request = JobRequest(
+                code_path=str(driver.project),
+                call_path=str(driver.project / "job.py"),
+                scheduler=driver.name,
+                resources=resources,
+            )
+            with pytest.raises(InvalidInput) as caught:
+                await service.submit(request)
+            assert caught.value.field == (field if can.gpus else "resources.gpus")
+            assert f"the {driver.name} scheduler" in caught.value.message
+        assert await service.list_jobs() == []  # no job recorded, packed or submitted
+    finally:
+        await service.stop()
+    assert sorted((driver.store / "manifests").rglob("*.json")) == manifests
