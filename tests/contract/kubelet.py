@@ -52,7 +52,10 @@ class Kubelet:
         if argv[0] == "j2c-unpack":
             argv = [*UNPACK, *argv[1:]]
         env = {item["name"]: item["value"] for item in container.get("env", []) if "value" in item}
-        self._fake.start(job)
+        try:
+            self._fake.start(job)
+        except (StopIteration, KeyError):
+            return  # deleted before it started
         process = subprocess.Popen(
             argv,
             env={**os.environ, **env, "PYTHONPATH": str(REPO)},
