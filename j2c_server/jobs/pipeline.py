@@ -92,6 +92,13 @@ class Pipeline:
             await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
             return
         resumed = handle is not None  # submitted before this process took the job over
+        if resumed:
+            # A cancel now goes to the scheduler, never "before it was submitted".
+            self.submitting = True
+            if record.status == JobStatus.cancelling:
+                # The process that recorded the cancel may have died before it reached the
+                # scheduler: ask again (a cancel is idempotent), then watch the job end.
+                await self.clients.scheduler(handle.scheduler).cancel(handle)
         if handle is None:
             handle = await self._prepare_and_submit(record)
             if handle is None:

@@ -9,6 +9,7 @@ In every case each line the job printed is in the event log exactly once, in ord
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 from pathlib import Path
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from j2c_server.config import load_settings
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import Event, EventKind, JobRequest, JobStatus
 from tests.support.jobs import TRAIN_PY, final_status, follow, log_lines, submit
@@ -151,3 +153,31 @@ def _exits(pid: int) -> bool:
     with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(pid).wait(timeout=20)
     return True
+
+
+async def test_a_cancel_whose_process_died_before_the_scheduler_is_carried_out_by_the_next(
+    j2c_data_dir: Path, cli_project: Path
+) -> None:
+    """Found by the chaos soak: the server recorded ``cancelling`` and was killed before it
+    asked the scheduler; the server that took the job over marked it "cancelled before it was
+    submitted" while the job ran on, orphaned. Now the next driver asks the scheduler again and
+    records the end the scheduler reports."""
+    settings = load_settings()
+    first = JobService(settings)
+    record = await first.submit(_request(cli_project, "--lines", "600", "--sleep", "0.05"))
+    await _until_lines(first, record.id, 3)
+    await first.stop()  # leaves the job running, its lease released
+    second = JobService(settings)
+    await Journal(second.registry, second.bus, record.id).status(
+        JobStatus.cancelling, "cancel requested"
+    )  # ... and nothing told the scheduler: that process is gone
+    second.start()  # adopts the job nobody drives
+    try:
+        events = [e async for e in second.stream(record.id)]
+    finally:
+        await second.stop()
+    assert final_status(events) == JobStatus.cancelled
+    assert not any("before it was submitted" in e.model_dump_json() for e in events)
+    assert len(log_lines(events)) < 600  # stopped, not run to its end
+    run = j2c_data_dir / "runs" / record.id / "exit.json"
+    assert json.loads(run.read_text())["cancelled"] is True
