@@ -13,7 +13,7 @@ import logging
 import os
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -90,6 +90,17 @@ class PackSettings(_Section):
         description="Target uncompressed size of one part of the code layer: the small files "
         "travel as several content-addressed parts, so an edit re-packs and uploads only the "
         "part holding the edited file (0: one code layer).",
+    )
+    ship_base_packages: bool = Field(
+        True,
+        description="Lab-base distributions (what --system-site-packages let pip skip) that "
+        "the job's image lacks travel with the job as their own layer (docs/images.md).",
+    )
+    base_conflicts: Literal["auto", "ship", "image"] = Field(
+        "auto",
+        description="A needed lab-base distribution the image has at another version: ship "
+        "the lab's, use the image's, or auto (the lab's only where the image's fails a "
+        "requirement of the job's packages).",
     )
 
 

@@ -121,6 +121,8 @@ export interface ImageReport {
   versions?: VersionDifference[];
   wheels?: WheelMismatch[];
   shadows?: ShadowRisk[];
+  /** What of the lab's base ships with the job; None when nothing would. */
+  shipping?: ShippedBase | null;
   seconds?: number;
 }
 
@@ -195,6 +197,12 @@ export interface JobRequest {
   name?: string | null;
   /** Force a new run instead of attaching to an identical one. */
   new?: boolean;
+  /** Ship the lab-base distributions the image lacks (default: pack.ship_base_packages). */
+  ship_base?: boolean | null;
+  /** A needed lab-base distribution the image has at another version: ship the lab's, use the image's, or auto (default: pack.base_conflicts). */
+  base_conflicts?: 'auto' | 'ship' | 'image' | null;
+  /** Ship even where a shipped version fails a requirement of the image's own distributions. */
+  force_base?: boolean;
 }
 
 export interface JobResults {
@@ -237,7 +245,7 @@ export interface LayerPlan {
   largest: PathSize[];
 }
 
-export type LayerRole = 'code' | 'venv';
+export type LayerRole = 'code' | 'venv' | 'base';
 
 export interface MetricPoint {
   step: number;
@@ -364,6 +372,34 @@ export interface ShadowRisk {
   required_by: string[];
   /** Their requirements the venv's version fails. */
   broken?: BrokenRequirement[];
+}
+
+/**
+ * Lab-base distributions that travel with the job as their own layer (pack/base_layer.py):
+ * what ships, what does not and why.
+ */
+export interface ShippedBase {
+  /** pack.ship_base_packages and the job's choice. */
+  enabled: boolean;
+  /** Why nothing ships although the image lacks some: the setting, the flag, an image whose j2c-unpack is too old, a job without a venv. */
+  off_reason?: string | null;
+  /** 'scipy 1.17.1', ... */
+  names?: string[];
+  /** Their files' bytes (RECORD, without bytecode). */
+  bytes?: number;
+  files?: number;
+  conflicts?: 'auto' | 'ship' | 'image';
+  /** Version differences shipped at the lab's version. */
+  shipped_conflicts?: string[];
+  /** Version differences left at the image's version. */
+  image_conflicts?: string[];
+  /** The image's own distributions' requirements a shipped version fails: an error unless the job confirms (force_base). */
+  breaks_image?: BrokenRequirement[];
+  forced?: boolean;
+  /** RECORD files left out: outside site-packages (scripts, data, headers). */
+  skipped_files?: string[];
+  /** E.g. the image's j2c-unpack is not known yet. */
+  note?: string | null;
 }
 
 /** The pipeline's stages, in order. */

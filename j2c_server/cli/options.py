@@ -199,6 +199,22 @@ def submit_options(func: F) -> F:
         ),
         click.option("--env", "env_pairs", multiple=True, help="K=V for the job (repeatable)."),
         click.option("--name", help="Display name."),
+        click.option(
+            "--no-ship-base",
+            is_flag=True,
+            help="Ship none of the lab's base packages the image lacks (pack.ship_base_packages).",
+        ),
+        click.option(
+            "--base-conflicts",
+            type=click.Choice(["auto", "ship", "image"]),
+            help="A needed lab-base package the image has at another version: ship the lab's, "
+            "use the image's, or auto (the lab's where the image's fails a requirement).",
+        ),
+        click.option(
+            "--force-base",
+            is_flag=True,
+            help="Ship the lab's versions even where they fail the image's own requirements.",
+        ),
         config_option,
         click.option("--new", is_flag=True, help="Run again even if an identical job exists."),
         click.option("--no-wait", is_flag=True, help="Print the job id and return at once."),
@@ -278,6 +294,12 @@ def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> di
         out["args"] = list(args)
     if params.get("new"):
         out["new"] = True
+    if params.get("no_ship_base"):
+        out["ship_base"] = False
+    if params.get("base_conflicts"):
+        out["base_conflicts"] = params["base_conflicts"]
+    if params.get("force_base"):
+        out["force_base"] = True
     return out
 
 

@@ -21,6 +21,12 @@ from typing import Any
 class LayerRole(str, Enum):
     code = "code"
     venv = "venv"
+    base = "base"  # lab-base distributions the image lacks (format_version 4)
+
+
+# The newest manifest format this j2c-unpack reads (= wire.manifest.MANIFEST_FORMAT_VERSION,
+# checked by a test). Here, without pydantic, so the in-job inventory can say it.
+READS_FORMAT_VERSION = 4
 
 
 class PlanError(ValueError):
@@ -124,3 +130,7 @@ class ManifestPlan:
     def code_layers(self) -> list[LayerPlan]:
         """The code layer's parts, in extraction order (several from format_version 3)."""
         return [layer for layer in self.layers if layer.role == LayerRole.code]
+
+    def base_layers(self) -> list[LayerPlan]:
+        """The shipped lab-base packages, one layer per lab site folder (format_version 4)."""
+        return [layer for layer in self.layers if layer.role == LayerRole.base]

@@ -25,6 +25,7 @@ from j2c_server.image.needs import lab_dists, project_imports
 from j2c_server.image.probe import container_image_key, container_inventory
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.image.target import CONTAINER, Target, target_for
+from j2c_server.pack.base_layer import ShipChoice, select
 from j2c_server.pack.venv import open_venv
 from j2c_server.unpack.inventory import PREFIX, site_dirs
 from j2c_server.wire.api import JobHandle
@@ -53,7 +54,12 @@ def _python_line(lab: str | None, inventory: ImageInventory) -> str | None:
 
 
 def compare_with(
-    stored: Stored, target: Target, venv_path: Path | None, code_path: Path, skip: list[Path]
+    stored: Stored,
+    target: Target,
+    venv_path: Path | None,
+    code_path: Path,
+    skip: list[Path],
+    choice: ShipChoice | None = None,
 ) -> ImageReport:
     """The report of one project against one stored inventory (synchronous: a worker thread)."""
     started = time.monotonic()
@@ -70,6 +76,10 @@ def compare_with(
     base = {k: d for k, d in lab_dists(base_folders).items() if k not in venv_dists}
     imports = project_imports(code_path, [*skip, *([venv.root] if venv else [])])
     found = compare(venv_dists, base, imports, inventory, lab_glibc())
+    has_venv = venv is not None and venv.info.include_system_site_packages
+    shipping = select(
+        found.missing, found.versions, base, inventory, choice or ShipChoice(), has_venv
+    )
     return ImageReport(
         target=target.label,
         key=stored.key,
@@ -81,6 +91,7 @@ def compare_with(
         versions=found.versions,
         wheels=found.wheels,
         shadows=found.shadows,
+        shipping=shipping,
         seconds=round(time.monotonic() - started, 3),
     )
 
@@ -91,8 +102,10 @@ async def image_report(
     image: str | None,
     venv_path: Path | None,
     code_path: Path,
+    choice: ShipChoice | None = None,
 ) -> ImageReport | None:
-    """The job's differences with its target; None when it runs on the lab's own Python."""
+    """The job's differences with its target; None when it runs on the lab's own Python.
+    ``choice``: what ships of the lab's base (pack/base_layer.py)."""
     target = target_for(settings, scheduler, image)
     if target is None:
         return None
@@ -108,7 +121,9 @@ async def image_report(
         if stored is None:
             return _not_known(target, key)
         skip = [settings.data_path()]
-        return await asyncio.to_thread(compare_with, stored, target, venv_path, code_path, skip)
+        return await asyncio.to_thread(
+            compare_with, stored, target, venv_path, code_path, skip, choice
+        )
     except (J2CError, OSError, ValueError) as exc:
         # The check informs a send; it never stops one.
         _log.warning("j2c: image check of %s failed: %s", target.label, exc)

@@ -59,6 +59,11 @@ class ImageInventory(_Read):
     format: int = 1
     created_at: float = 0.0
     j2c_version: str | None = None
+    reads_manifest_format: int | None = Field(
+        None,
+        description="The newest manifest format the image's j2c-unpack reads; absent from a "
+        "j2c-unpack older than shipped base packages (format 4), and from a probe.",
+    )
     python: InventoryPython
     platform: InventoryPlatform
     site_dirs: list[str] = Field(default_factory=list)
@@ -106,6 +111,41 @@ class ShadowRisk(_Wire):
     )
 
 
+BaseConflicts = Literal["auto", "ship", "image"]
+
+
+class ShippedBase(_Wire):
+    """Lab-base distributions that travel with the job as their own layer (pack/base_layer.py):
+    what ships, what does not and why."""
+
+    enabled: bool = Field(..., description="pack.ship_base_packages and the job's choice.")
+    off_reason: str | None = Field(
+        None, description="Why nothing ships although the image lacks some: the setting, the "
+        "flag, an image whose j2c-unpack is too old, a job without a venv.",
+    )
+    names: list[str] = Field(default_factory=list, description="'scipy 1.17.1', ...")
+    bytes: int = Field(0, description="Their files' bytes (RECORD, without bytecode).")
+    files: int = 0
+    conflicts: BaseConflicts = "auto"
+    shipped_conflicts: list[str] = Field(
+        default_factory=list, description="Version differences shipped at the lab's version."
+    )
+    image_conflicts: list[str] = Field(
+        default_factory=list, description="Version differences left at the image's version."
+    )
+    breaks_image: list[BrokenRequirement] = Field(
+        default_factory=list,
+        description="The image's own distributions' requirements a shipped version fails: an "
+        "error unless the job confirms (force_base).",
+    )
+    forced: bool = False
+    skipped_files: list[str] = Field(
+        default_factory=list,
+        description="RECORD files left out: outside site-packages (scripts, data, headers).",
+    )
+    note: str | None = Field(None, description="E.g. the image's j2c-unpack is not known yet.")
+
+
 class ImageReport(_Wire):
     """The job's needs against its target's inventory (or why there is none yet)."""
 
@@ -122,4 +162,7 @@ class ImageReport(_Wire):
     versions: list[VersionDifference] = Field(default_factory=list)
     wheels: list[WheelMismatch] = Field(default_factory=list)
     shadows: list[ShadowRisk] = Field(default_factory=list)
+    shipping: ShippedBase | None = Field(
+        None, description="What of the lab's base ships with the job; None when nothing would."
+    )
     seconds: float = 0.0

@@ -16,6 +16,7 @@ from j2c_server.core.job_env import job_env
 from j2c_server.image.check import image_report
 from j2c_server.image.models import ImageReport
 from j2c_server.pack import PackPlan, PackSpec
+from j2c_server.pack.base_layer import ShipChoice
 from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.multinode import unpack_options
@@ -52,11 +53,34 @@ def job_image(settings: J2CSettings, record: JobRecord) -> str | None:
 
 
 async def record_image_report(settings: J2CSettings, record: JobRecord) -> ImageReport | None:
-    """What the job's target lacks or has otherwise (:mod:`j2c_server.image`), for its image."""
+    """What the job's target lacks or has otherwise (:mod:`j2c_server.image`), for its image,
+    and what of the lab's base ships with it."""
     request = record.request
     venv = Path(request.venv_path) if request.venv_path else None
     return await image_report(
-        settings, record.scheduler, job_image(settings, record), venv, Path(request.code_path)
+        settings,
+        record.scheduler,
+        job_image(settings, record),
+        venv,
+        Path(request.code_path),
+        ship_choice(settings, record),
+    )
+
+
+def ship_choice(settings: J2CSettings, record: JobRecord) -> ShipChoice:
+    """The settings' ``pack.ship_base_packages`` / ``pack.base_conflicts``, unless the job says."""
+    request = record.request
+    enabled = settings.pack.ship_base_packages if request.ship_base is None else request.ship_base
+    off_by = None
+    if not enabled:
+        off_by = (
+            "--no-ship-base" if request.ship_base is False else "pack.ship_base_packages is off"
+        )
+    return ShipChoice(
+        enabled=enabled,
+        off_by=off_by,
+        conflicts=request.base_conflicts or settings.pack.base_conflicts,
+        force=request.force_base,
     )
 
 

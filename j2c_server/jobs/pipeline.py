@@ -13,6 +13,7 @@ Packing, hashing and compressing run in niced worker processes (:mod:`.pack_work
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,7 @@ from j2c_server.jobs.stage_text import describe
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
 from j2c_server.pack import PackProgress, PackResult, PackSpec, make_manifest, publish
+from j2c_server.pack.base_layer import add_base_layers, refuse_if_it_breaks_the_image
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.storage.redact import redact_url
 from j2c_server.usage.writer import job_submitted
@@ -194,6 +196,8 @@ class Pipeline:
         # Before any upload: what the target lacks, said with the scan's notes.
         report = await record_image_report(self.settings, record)
         plan = plan.model_copy(update={"image_report": report})
+        shipping = report.shipping if report is not None else None
+        refuse_if_it_breaks_the_image(shipping)  # before anything is packed or uploaded
         files = sum(layer.files for layer in plan.layers)
         await self._finished(
             Stage.scan,
@@ -218,6 +222,10 @@ class Pipeline:
         ):
             result, packed_at = await self.clients.packers.pack(
                 spec, layer_cache_dir(self.settings), _pack_progress(meter), scan
+            )
+            # The lab-base packages the image lacks: their own layer (pack/base_layer.py).
+            result = await asyncio.to_thread(
+                add_base_layers, result, shipping, spec, layer_cache_dir(self.settings)
             )
         await self._pack_finished(pack_inputs, result, previous)
         return result, packed_at

@@ -130,14 +130,16 @@ class LayerCache:
         data = json.dumps({"digest": digest, "size": size}).encode()
         self._atomic_write(self.file_index / f"{key}.json", data)
 
-    def remember_send(self, project: Path, blobs: list[Path]) -> None:
+    def remember_send(self, project: Path, blobs: list[Path], *, amend: bool = False) -> None:
         """The blobs of this send of ``project``: kept (with the last ``keep_sends`` sends)
-        whatever the cap."""
+        whatever the cap. ``amend``: the same send, with more blobs (its base layers)."""
         record = self.projects / f"{hashlib.sha256(str(project).encode()).hexdigest()}.json"
         sends: list[list[str]] = []
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             sends = [list(map(str, send)) for send in json.loads(record.read_text())["sends"]]
         names = sorted(path.name for path in blobs)
+        if amend and sends and set(sends[0]) <= set(names):
+            sends = sends[1:]
         sends = [names, *(send for send in sends if send != names)][: max(self.keep_sends, 0)]
         data = json.dumps({"project": str(project), "sends": sends}).encode()
         self._atomic_write(record, data)

@@ -11,7 +11,9 @@ from j2c_server.wire.manifest import (
     MANIFEST_FORMAT_VERSION_BASE,
     MANIFEST_FORMAT_VERSION_FILES,
     MANIFEST_FORMAT_VERSION_PARTS,
+    MANIFEST_FORMAT_VERSION_SHIPPED_BASE,
     EntryPoint,
+    LayerRole,
     Manifest,
 )
 
@@ -25,11 +27,14 @@ def make_manifest(
     created_at: float | None = None,
 ) -> Manifest:
     """The manifest for ``result``; pass ``created_at`` to make its digest reproducible.
-    Format version 3 only when the code layer has several parts, 2 when it lists big files:
-    otherwise 1, so that an older j2c-unpack reads what it can (and refuses what it cannot)."""
+    Format version 4 only when lab-base packages ship (``base`` layers), 3 when the code layer
+    has several parts, 2 when it lists big files: otherwise 1, so that an older j2c-unpack reads
+    what it can (and refuses what it cannot)."""
     files = [packed.file for packed in result.files] or None
     version = MANIFEST_FORMAT_VERSION_BASE
-    if len(result.code_parts()) > 1:
+    if any(packed.layer.role == LayerRole.base for packed in result.layers):
+        version = MANIFEST_FORMAT_VERSION_SHIPPED_BASE
+    elif len(result.code_parts()) > 1:
         version = MANIFEST_FORMAT_VERSION_PARTS
     elif files:
         version = MANIFEST_FORMAT_VERSION_FILES

@@ -50,7 +50,7 @@ from j2c_server.wire.manifest import FileBlob, Layer, LayerRole
 _CHUNK = 1024 * 1024
 
 ProgressCallback = Callable[[PackProgress], None]
-_FIELD = {LayerRole.code: "code_path", LayerRole.venv: "venv_path"}
+_FIELD = {LayerRole.code: "code_path", LayerRole.venv: "venv_path", LayerRole.base: "venv_path"}
 
 
 def _layer_model(scanned: ScannedLayer, cached: CachedLayer) -> Layer:

@@ -418,6 +418,8 @@ def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
     total = 0
     parts = sum(item.layer.role == LayerRole.code for item in fetched)
     done = 0
+    base = [(item.layer, item.path) for item in fetched if item.layer.role == LayerRole.base]
+    fetched = [item for item in fetched if item.layer.role != LayerRole.base]
     for item in sorted(fetched, key=lambda f: f.layer.role != LayerRole.code):
         role = item.layer.role
         home = placement.homes[role]
@@ -433,6 +435,10 @@ def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
         done += code
         what = f"{role.value} layer" + (f" part {done} of {parts}" if code and parts > 1 else "")
         say("extracting", f"{what}: {result.entries} entries into {home}")
+    if base and placement.venv is not None:  # lab-base packages, on the venv's path
+        from j2c_server.unpack.base_packages import place_base
+
+        total += place_base(placement.venv, base)
     stage.done(f"{byte_size(total)} written ({placement.mode} paths)")
 
 

@@ -174,6 +174,7 @@ class Cache:
         self._held: list[int] = []
         self._code_old = ""  # the code layer's source path, for the job being prepared
         self._code_parts: list[LayerPlan] = []  # its parts, in the manifest's order
+        self._base: list[LayerPlan] = []  # its shipped lab-base packages (format_version 4)
 
     def close(self) -> None:
         """Release this job's use locks (at exit: its entries may be evicted from now on)."""
@@ -195,6 +196,9 @@ class Cache:
         is written to the job's homes when the cache cannot serve the job."""
         self._code_old = next(x.source_path for x in layers if x.role == LayerRole.code)
         self._code_parts = [x for x in layers if x.role == LayerRole.code]
+        # Shipped lab-base packages are part of the venv's entry (base_packages.py).
+        self._base = [x for x in layers if x.role == LayerRole.base]
+        layers = [x for x in layers if x.role != LayerRole.base]
         items = [self._plan(layer, placement, interpreter) for layer in layers]
         items.sort(key=lambda item: item.key)  # one lock order for every job: no deadlock
         stage = Stage("cache", f"{self.root}")
@@ -234,7 +238,8 @@ class Cache:
         # entry, so an entry's proof that it runs (at build) holds for every later use.
         base = os.stat(interpreter.executable)
         identity = [str(interpreter.executable), base.st_size, base.st_mtime_ns, base.st_ino]
-        facts = json.dumps([LAYOUT, hexdigest, where, identity])
+        bases = [x.digest for x in self._base]  # none: the keys entries had before format 4
+        facts = json.dumps([LAYOUT, hexdigest, where, identity, *([bases] if bases else [])])
         key = f"venv-{hexdigest[:32]}-{hashlib.sha256(facts.encode()).hexdigest()[:16]}"
         built_for = home if placement.mode == "original" else self.entries / key / "tree"
         return _Item(layer, key, home, built_for)
@@ -335,12 +340,14 @@ class Cache:
         from j2c_server.unpack.space import check_free_space
 
         blob_dir = self.tmp / f"download-{os.getpid()}-{secrets.token_hex(4)}"
-        check_free_space([item.layer for item in made], placement, blob_dir)
-        blobs = self._blobs(manifest_uri, [item.layer for item in made], blob_dir)
+        base = self._base if any(item.is_venv for item in made) else []
+        check_free_space([*(item.layer for item in made), *base], placement, blob_dir)
+        blobs = self._blobs(manifest_uri, [*(item.layer for item in made), *base], blob_dir)
+        base_blobs = [(x, blobs[x.digest.removeprefix("sha256:")]) for x in base]
         stage = Stage("extracting")
         total = 0
         for item in sorted(made, key=lambda i: i.is_venv):
-            total += self._build(item, blobs[item.hex], interpreter)
+            total += self._build(item, blobs[item.hex], interpreter, base_blobs)
         stage.done(f"{byte_size(total)} written into the cache")
 
     def _blobs(self, manifest_uri: str, layers: list[LayerPlan], blob_dir: Path) -> dict[str, Path]:
@@ -457,7 +464,13 @@ class Cache:
         building.mkdir(mode=0o700)
         return building
 
-    def _build(self, item: _Item, blob: Path, interpreter: Interpreter) -> int:
+    def _build(
+        self,
+        item: _Item,
+        blob: Path,
+        interpreter: Interpreter,
+        base: list[tuple[LayerPlan, Path]] | None = None,
+    ) -> int:
         from j2c_server.unpack.extract import extract_layer
         from j2c_server.unpack.relocate import fix_venv, mentions, verify_venv
 
@@ -473,6 +486,10 @@ class Cache:
             "digest": item.layer.digest,
             "built_for": str(item.built_for),
         }
+        if item.is_venv and base:
+            from j2c_server.unpack.base_packages import place_base
+
+            result = replace(result, bytes=result.bytes + place_base(tree, base))
         if item.is_venv:
             old = item.layer.source_path
             moves = {} if Path(old) == item.built_for else {old: str(item.built_for)}
@@ -525,6 +542,8 @@ class Cache:
                 and not (code_moved and item.meta.get("mentions_code"))
             ):
                 homes[LayerRole.venv] = tree
+                if LayerRole.base in homes:  # shipped base packages: inside the venv's tree
+                    homes[LayerRole.base] = tree / "j2c-base"
                 moves[item.layer.source_path] = str(tree)
                 # Python would write missing bytecode into the shared tree (root ignores modes).
                 env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 from j2c_server.core.manifest_plan import LayerPlan, LayerRole, ManifestPlan
+from j2c_server.unpack.base_packages import check_base_layers, with_base_home
 from j2c_server.unpack.errors import LocalIOError, ManifestInvalid
 from j2c_server.unpack.log import say
 
@@ -93,14 +94,14 @@ def place_layers(
         if not reasons:
             claimed = _claim(_outermost(originals), workdir, trust)
             if isinstance(claimed, tuple):
-                return Placement("original", originals, {}, *claimed)
+                return Placement("original", with_base_home(manifest, originals), {}, *claimed)
             reasons = [claimed]
         say("placing", f"relocating under {workdir}: {'; '.join(reasons)}")
     homes = _relocated_homes(originals, workdir)
     for home in homes.values():
         _remove_previous(home)
     moves = {str(originals[role]): str(homes[role]) for role in homes}
-    return Placement("relocate", homes, moves)
+    return Placement("relocate", with_base_home(manifest, homes), moves)
 
 
 def release(placement: Placement, workdir: Path, *, output_dir: Path | None = None) -> None:
@@ -123,7 +124,10 @@ def release(placement: Placement, workdir: Path, *, output_dir: Path | None = No
 
 def _layers(manifest: ManifestPlan) -> dict[LayerRole, LayerPlan]:
     by_role: dict[LayerRole, LayerPlan] = {}
+    check_base_layers(manifest)
     for layer in manifest.layers:
+        if layer.role == LayerRole.base:
+            continue  # inside the venv's home (base_packages.py): not a home of its own
         first = by_role.get(layer.role)
         # The code layer may come in parts (format_version 3), all from the same folder.
         part = layer.role == LayerRole.code and manifest.format_version >= 3

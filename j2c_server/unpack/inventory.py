@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from importlib import metadata
 
-FORMAT = 1
+FORMAT = 2  # 2: reads_manifest_format (re-said once on nodes that said format 1)
 PREFIX = "j2c: inventory: "
 _NAME_RE = re.compile(r"[-_.]+")
 _MODULE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[^/]*)?\.(py|pyc|so|pyd)$")
@@ -140,12 +140,15 @@ def collect() -> dict[str, Any]:
         }
     libc, libc_version = _libc()
     j2c_version: str | None = None  # run as a probe script: no j2c in the image's own path
+    reads: int | None = None  # the newest manifest format this j2c-unpack reads
     with contextlib.suppress(ImportError):
         from j2c_server import __version__ as j2c_version
+        from j2c_server.core.manifest_plan import READS_FORMAT_VERSION as reads
     return {
         "format": FORMAT,
         "created_at": time.time(),
         "j2c_version": j2c_version,
+        "reads_manifest_format": reads,
         "python": {
             "version": platform.python_version(),
             "implementation": sys.implementation.name,

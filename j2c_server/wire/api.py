@@ -166,6 +166,21 @@ class JobRequest(Strict):
     new: bool = Field(
         False, description="Force a new run instead of attaching to an identical one."
     )
+    ship_base: bool | None = Field(
+        None,
+        description="Ship the lab-base distributions the image lacks (default: "
+        "pack.ship_base_packages).",
+    )
+    base_conflicts: Literal["auto", "ship", "image"] | None = Field(
+        None,
+        description="A needed lab-base distribution the image has at another version: ship "
+        "the lab's, use the image's, or auto (default: pack.base_conflicts).",
+    )
+    force_base: bool = Field(
+        False,
+        description="Ship even where a shipped version fails a requirement of the image's own "
+        "distributions.",
+    )
 
     @field_validator("env")
     @classmethod

@@ -16,7 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # Re-exported: defined beside the manifest plan, which j2c-unpack imports without pydantic.
 from j2c_server.core.manifest_plan import LayerRole as LayerRole
 
-MANIFEST_FORMAT_VERSION = 3  # the newest written and read; 3: the code layer in several parts
+MANIFEST_FORMAT_VERSION = 4  # the newest written and read; 4: shipped lab-base packages
+MANIFEST_FORMAT_VERSION_SHIPPED_BASE = 4  # ``base`` layers: an older reader would not place them
 MANIFEST_FORMAT_VERSION_PARTS = 3  # several ``code`` layers: an older reader would miss files
 MANIFEST_FORMAT_VERSION_FILES = 2  # 2: big files as their own blobs (``Manifest.files``)
 MANIFEST_FORMAT_VERSION_BASE = 1  # written when a manifest has no ``files``: older readers work
@@ -114,6 +115,10 @@ class Manifest(Strict):
     def code_layers(self) -> list[Layer]:
         """The code layer's parts, in extraction order (several from format_version 3)."""
         return [layer for layer in self.layers if layer.role == LayerRole.code]
+
+    def base_layers(self) -> list[Layer]:
+        """The shipped lab-base packages, one layer per lab site folder (format_version 4)."""
+        return [layer for layer in self.layers if layer.role == LayerRole.base]
 
     def canonical_json(self) -> bytes:
         """Stable bytes: the same manifest always hashes to the same digest."""

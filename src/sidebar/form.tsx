@@ -223,6 +223,61 @@ function AdvancedFields(props: IFormProps): JSX.Element {
   );
 }
 
+/** The ship/skip choice for lab-base packages the image lacks, shown once the preflight
+ * found some; the conflicts' choice when the image has some at other versions. */
+function BaseFields(props: IFormProps): JSX.Element | null {
+  const { form, trans } = props;
+  const report = form.preflight.plan?.image_report;
+  if (!report?.shipping) {
+    return null;
+  }
+  const conflicts = (report.versions ?? []).length > 0;
+  return (
+    <div className="j2c-BaseFields">
+      <Field
+        form={form}
+        field="baseShip"
+        label={trans.__('Lab-base packages the image lacks')}
+      >
+        {control => (
+          <HTMLSelect
+            {...control}
+            options={[
+              { label: trans.__('Server default'), value: '' },
+              { label: trans.__('Ship them with the job'), value: 'ship' },
+              { label: trans.__("Don't ship them"), value: 'skip' }
+            ]}
+          />
+        )}
+      </Field>
+      {conflicts ? (
+        <Field
+          form={form}
+          field="baseConflicts"
+          label={trans.__('Version conflicts')}
+        >
+          {control => (
+            <HTMLSelect
+              {...control}
+              options={[
+                { label: trans.__('Server default'), value: '' },
+                {
+                  label: trans.__(
+                    "Auto: the lab's where a requirement needs it"
+                  ),
+                  value: 'auto'
+                },
+                { label: trans.__("Ship the lab's version"), value: 'ship' },
+                { label: trans.__("Use the image's version"), value: 'image' }
+              ]}
+            />
+          )}
+        </Field>
+      ) : null}
+    </div>
+  );
+}
+
 /** The whole form; Enter runs the preflight check, the button sends. */
 export function ComputeFormView(props: IFormProps): JSX.Element {
   const { form, trans, onSend } = props;
@@ -279,6 +334,7 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       </Field>
       <AdvancedFields {...props} />
       <PreflightSummary preflight={form.preflight} trans={trans} />
+      <BaseFields {...props} />
       {form.formError ? (
         <div className="j2c-Form-error" role="alert">
           {form.formError}

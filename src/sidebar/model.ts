@@ -29,7 +29,9 @@ const PACKED_FIELDS: ReadonlySet<FormField> = new Set<FormField>([
   'entry',
   'venv',
   'excludes',
-  'compression'
+  'compression',
+  'baseShip',
+  'baseConflicts'
 ]);
 
 const PREFLIGHT_DELAY_MS = 600;

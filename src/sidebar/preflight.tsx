@@ -3,7 +3,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { formatBytes } from '../format';
-import { ExcludedGroup, PackPlan } from '../models';
+import { ExcludedGroup, ImageReport, PackPlan } from '../models';
 import { IPreflightState } from './model';
 
 const LARGEST_SHOWN = 5;
@@ -128,6 +128,91 @@ function Excluded(props: {
   );
 }
 
+/** The job's image against the lab: what it lacks, what ships, the version conflicts. */
+export function ImageDifferences(props: {
+  report: ImageReport | null | undefined;
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { report, trans } = props;
+  if (!report) {
+    return null;
+  }
+  if (!report.known) {
+    return <div className="j2c-Preflight-image">{report.message}</div>;
+  }
+  const missing = report.missing ?? [];
+  const versions = report.versions ?? [];
+  const shipping = report.shipping;
+  if (!missing.length && !versions.length) {
+    return null;
+  }
+  const shipped = shipping?.enabled && (shipping.names ?? []).length > 0;
+  return (
+    <details className="j2c-Preflight-image" open>
+      <summary>{trans.__('%1 differs from the lab', report.target)}</summary>
+      {missing.length ? (
+        <ul className="j2c-Preflight-missing">
+          {missing.map(item => (
+            <li key={item.name} data-package={item.name}>
+              {trans.__(
+                '%1 %2 (%3): not in the image',
+                item.name,
+                item.lab_version,
+                formatBytes(item.bytes)
+              )}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      {shipped && shipping ? (
+        <div className="j2c-Preflight-shipping">
+          {trans.__(
+            "Shipping %1 from the lab's base Python: %2 — %3",
+            trans._n(
+              '%1 package',
+              '%1 packages',
+              (shipping.names ?? []).length
+            ),
+            (shipping.names ?? []).join(', '),
+            formatBytes(shipping.bytes ?? 0)
+          )}
+        </div>
+      ) : shipping?.off_reason ? (
+        <div className="j2c-Preflight-warning j2c-Preflight-notShipped">
+          {trans.__(
+            'Not shipped (%1): the job cannot import them',
+            shipping.off_reason
+          )}
+        </div>
+      ) : null}
+      {versions.map(item => (
+        <div key={item.name} className="j2c-Preflight-conflict">
+          {trans.__(
+            '%1: %2 in the lab, %3 in the image',
+            item.name,
+            item.lab_version,
+            item.image_version
+          )}
+          {(item.broken ?? []).map(broken => (
+            <div key={broken.by} className="j2c-Preflight-requirement">
+              {trans.__('%1 needs %2', broken.by, broken.requirement)}
+            </div>
+          ))}
+        </div>
+      ))}
+      {(shipping?.breaks_image ?? []).map(broken => (
+        <div key={broken.by} className="j2c-Preflight-refused" role="alert">
+          {trans.__(
+            "The lab's version breaks the image's own packages: %1 needs %2",
+            broken.by,
+            broken.requirement
+          )}
+        </div>
+      ))}
+    </details>
+  );
+}
+
 export function PreflightSummary(props: {
   preflight: IPreflightState;
   trans: TranslationBundle;
@@ -160,6 +245,7 @@ export function PreflightSummary(props: {
               {warning.message}
             </div>
           ))}
+          <ImageDifferences report={plan.image_report} trans={trans} />
           <Excluded plan={plan} trans={trans} />
           <Largest plan={plan} trans={trans} />
         </>

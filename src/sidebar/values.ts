@@ -18,6 +18,10 @@ export interface IFormValues {
   compression: string;
   excludes: string;
   scheduler: string;
+  /** Lab-base packages the image lacks: '' (the server's setting), 'ship' or 'skip'. */
+  baseShip: string;
+  /** A needed lab-base package the image has at another version: '', auto, ship, image. */
+  baseConflicts: string;
   noWait: boolean;
 }
 
@@ -39,6 +43,8 @@ export const EMPTY_VALUES: IFormValues = {
   compression: '',
   excludes: '',
   scheduler: '',
+  baseShip: '',
+  baseConflicts: '',
   noWait: false
 };
 
@@ -57,7 +63,10 @@ const SERVER_FIELDS: [string, FormField][] = [
   ['compression_level', 'compression'],
   ['excludes', 'excludes'],
   ['includes', 'excludes'],
-  ['scheduler', 'scheduler']
+  ['scheduler', 'scheduler'],
+  ['ship_base', 'baseShip'],
+  ['base_conflicts', 'baseConflicts'],
+  ['force_base', 'baseConflicts']
 ];
 
 /** The form field a server error names, or null when it names none we show. */
@@ -230,7 +239,19 @@ export function buildRequest(
     },
     scheduler: values.scheduler || null,
     compression_level: level ?? null,
-    excludes: lines(values.excludes)
+    excludes: lines(values.excludes),
+    ship_base:
+      values.baseShip === 'ship'
+        ? true
+        : values.baseShip === 'skip'
+          ? false
+          : null,
+    base_conflicts:
+      values.baseConflicts === 'auto' ||
+      values.baseConflicts === 'ship' ||
+      values.baseConflicts === 'image'
+        ? values.baseConflicts
+        : null
   };
   return { request, errors };
 }
