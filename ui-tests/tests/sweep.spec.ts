@@ -10,6 +10,7 @@
  * everything but the server's sweep route is real there. The first test, the real sweep, is
  * marked fixme until `POST /jobs` takes a sweep.
  */
+import AxeBuilder from '@axe-core/playwright';
 import { IJupyterLabPageFixture, expect, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
@@ -249,6 +250,15 @@ async function checkSweepView(
   await view.locator('[data-j2c="sweep-axis"]').selectOption('param:lr');
 
   await page.screenshot({ path: '../docs/images/sweep-view.png' });
+
+  // axe finds nothing serious or critical in the view (table, controls, plot).
+  const scan = await new AxeBuilder({ page })
+    .include('[data-j2c="sweep-view"]')
+    .analyze();
+  const serious = scan.violations
+    .filter(v => v.impact === 'serious' || v.impact === 'critical')
+    .map(v => `${v.id}: ${v.nodes.map(n => n.target.join(' ')).join(', ')}`);
+  expect(serious).toEqual([]);
 
   // A row opens that variant's log: its own args are in it.
   const row = rows.filter({
