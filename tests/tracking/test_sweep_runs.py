@@ -23,6 +23,7 @@ from j2c_server.jobs.sweep_tracking import (
     metric_history,
     start_sweep_runs,
 )
+from j2c_server.jobs.sweep_view import VariantRef, build_view
 from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 from tests.tracking.mlflow_server import MlflowServer
@@ -188,3 +189,59 @@ def test_the_parents_params_are_each_swept_name_with_its_values_in_grid_order() 
     assert grid_params(bus_less) == {"lr": "1e-3,3e-4,1e-4", "seed": "0,1"}
     long = [VariantRun(None, None, 0, {"args": "x" * 7000})]  # type: ignore[arg-type]
     assert len(grid_params(long)["args"]) == 6000
+
+
+async def test_the_sweep_view_reads_each_variants_run_live_then_from_its_results(
+    registry: Registry, mlflow_server: MlflowServer
+) -> None:
+    """The route's MLflow path on real runs: a running variant's metrics are read from the
+    tracking server as it logs them, with their history by step; an ended one's come from its
+    results (what finish_run stored), its history still from the server."""
+    settings = _settings(mlflow_server.url)
+    bus = EventBus()
+    parent_journal, parent, variants = await _sweep(registry, bus)
+    envs = await start_sweep_runs(settings, parent_journal, parent, variants[:2])
+    running_run, ended_run = envs[0]["MLFLOW_RUN_ID"], envs[1]["MLFLOW_RUN_ID"]
+    for run_id, values in ((running_run, (0.9, 0.6)), (ended_run, (0.8, 0.3, 0.2))):
+        for step, value in enumerate(values):
+            httpx.post(
+                f"{mlflow_server.url}/api/2.0/mlflow/runs/log-metric",
+                json={
+                    "run_id": run_id,
+                    "key": "val_loss",
+                    "value": value,
+                    "timestamp": int(time.time() * 1000),
+                    "step": step,
+                },
+                timeout=10,
+            ).raise_for_status()
+    running = (await registry.get(variants[0].record.id)).model_copy(
+        update={"status": JobStatus.running}
+    )
+    ended = await registry.get(variants[1].record.id)
+    assert ended.results is not None and ended.results.tracking is not None
+    ended = ended.model_copy(
+        update={
+            "status": JobStatus.succeeded,
+            "results": ended.results.model_copy(
+                update={
+                    "tracking": ended.results.tracking.model_copy(
+                        update={"metrics": {"val_loss": 0.2}, "status": "FINISHED"}
+                    )
+                }
+            ),
+        }
+    )
+    refs = [
+        VariantRef(0, running.id, variants[0].params),
+        VariantRef(1, ended.id, variants[1].params),
+    ]
+    view = await build_view(
+        settings, parent, ["lr", "seed"], refs, {running.id: running, ended.id: ended}
+    )
+    live, done = view.variants
+    assert live.metrics == {"val_loss": 0.6} and live.metrics_source == "mlflow"
+    assert [(p.step, p.value) for p in live.history["val_loss"]] == [(0, 0.9), (1, 0.6)]
+    assert done.metrics == {"val_loss": 0.2} and done.metrics_source == "mlflow"
+    assert [p.value for p in done.history["val_loss"]] == [0.8, 0.3, 0.2]
+    assert view.summary == "1/2 succeeded, 1 running"
