@@ -94,7 +94,7 @@ class Pipeline:
             await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
             return
         resumed = handle is not None  # submitted before this process took the job over
-        if resumed:
+        if handle is not None:
             # A cancel now goes to the scheduler, never "before it was submitted".
             self.submitting = True
             if record.status == JobStatus.cancelling:
