@@ -80,6 +80,17 @@ export class SweepViewWidget extends ReactWidget {
             <closeIcon.react tag="span" elementPosition="center" />
           </Button>
         </div>
+        {view?.parent.results?.tracking ? (
+          <a
+            className="j2c-Sweep-mlflow"
+            data-j2c="sweep-mlflow"
+            href={view.parent.results.tracking.url}
+            target="_blank"
+            rel="noopener noreferrer"
+          >
+            {trans.__('MLflow parent run (child runs nested under it)')}
+          </a>
+        ) : null}
         {model.error ? (
           <div className="j2c-Jobs-error" role="alert">
             {trans.__('Cannot load the sweep: %1', model.error)}
