@@ -105,13 +105,7 @@ class JobDriver:
             await self._account()
 
     async def _account(self) -> None:
-        """The ended job's usage record and metrics (never failing the job)."""
-        try:
-            record = await self.registry.get(self.job_id)
-            if record.status.terminal:
-                await job_ended(self.settings, self.clients.store(), record, self.log)
-        except Exception:  # accounting must not fail the job
-            self.log.exception("j2c: usage of job %s not recorded", self.job_id)
+        await account_ended(self.job_id, self.registry, self.settings, self.clients, self.log)
 
     async def _keep_lease(self) -> None:
         renewed = time.monotonic()
@@ -164,3 +158,18 @@ class JobDriver:
                 await self.journal.write(failed, change=mark_failed)
             await self.journal.error(message, dict(detail))
             await self.journal.status(JobStatus.failed, message)
+
+
+async def account_ended(
+    job_id: str, registry: Registry, settings: J2CSettings, clients: Clients, log: Log
+) -> None:
+    """The ended job's usage record and metrics (never failing the job), then marked in the
+    registry as accounted for: a process killed before this leaves the job to the next
+    service's sweep of unaccounted jobs (``registry/accounting.py``)."""
+    try:
+        record = await registry.get(job_id)
+        if record.status.terminal:
+            await job_ended(settings, clients.store(), record, log)
+            await registry.mark_accounted(job_id)
+    except Exception:  # accounting must not fail the job
+        log.exception("j2c: usage of job %s not recorded", job_id)

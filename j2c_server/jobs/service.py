@@ -39,7 +39,7 @@ from j2c_server.jobs.job_inputs import (
     refuse_if_over_limit,
 )
 from j2c_server.jobs.journal import Journal
-from j2c_server.jobs.lease import LEASE_TTL_S, JobDriver, new_owner
+from j2c_server.jobs.lease import LEASE_TTL_S, JobDriver, account_ended, new_owner
 from j2c_server.jobs.preflight_checks import check_store_for_submit, warn_store_at_preflight
 from j2c_server.jobs.request_paths import resolve_request
 from j2c_server.jobs.send_rule import job_key, request_key
@@ -50,13 +50,15 @@ from j2c_server.registry.job_registry import open_registry
 from j2c_server.registry.paging import Cursor, Page
 from j2c_server.schedulers import check_resources, scheduler_class
 from j2c_server.storage.base import manifest_key
-from j2c_server.usage.writer import job_ended
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.wire.event_frames import WireEvent
 from j2c_server.wire.sweep_view import SweepView
 
 ADOPT_EVERY_S = LEASE_TTL_S / 2
 WATCH_RETRY_S = 1.0
+# A live driver writes an ended job's usage record within seconds (retries included); after
+# this, any service writes it (the driver died first).
+ACCOUNT_GRACE_S = 20.0
 FINISH_WAIT_S = 15.0  # at most, for a driver that is writing an ended job's usage record
 
 
@@ -152,6 +154,10 @@ class JobService:
         while True:
             for job_id in await self.registry.unowned_active_jobs():
                 self._drive(job_id)
+            # Ended jobs whose driver died before writing their usage record.
+            ended_before = time.time() - ACCOUNT_GRACE_S
+            for job_id in await self.registry.unaccounted_ended_jobs(ended_before):
+                await account_ended(job_id, self.registry, self.settings, self.clients, self.log)
             await asyncio.sleep(ADOPT_EVERY_S)
 
     def _drive(self, job_id: str) -> None:
@@ -308,7 +314,9 @@ class JobService:
                 # Nobody drives it: no pipeline to stop, so it is cancelled here and now.
                 with contextlib.suppress(Conflict):
                     record = await journal.status(JobStatus.cancelled, "cancelled")
-                    await job_ended(self.settings, self.clients.store(), record, self.log)
+                    await account_ended(
+                        job_id, self.registry, self.settings, self.clients, self.log
+                    )
             return record
         await self.clients.scheduler(record.handle.scheduler).cancel(record.handle)
         if await self.registry.lease_owner(job_id) is None:

@@ -53,6 +53,14 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE jobs ADD COLUMN archived_seq INTEGER NOT NULL DEFAULT 0",
         "CREATE INDEX jobs_to_compact ON jobs (archived_seq, updated_at)",
     ),
+    # ended jobs whose usage record is written (registry/accounting.py); the jobs that ended
+    # before this version count as accounted (their drivers wrote what they could)
+    (
+        "ALTER TABLE jobs ADD COLUMN accounted_at REAL",
+        "UPDATE jobs SET accounted_at = updated_at "
+        "WHERE status IN ('succeeded', 'failed', 'cancelled', 'lost')",
+        "CREATE INDEX jobs_to_account ON jobs (updated_at) WHERE accounted_at IS NULL",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from j2c_server.core.errors import Conflict, J2CError, NotFound
 from j2c_server.core.file_modes import private_dir, private_file, tighten_file
+from j2c_server.registry import accounting
 from j2c_server.registry import archive as event_archive
 from j2c_server.registry import paging as registry_paging
 from j2c_server.registry.batch import Append, GroupCommit, JobRow, Outcome, write_batch
@@ -277,6 +278,15 @@ class Registry:
             for table, column in (("events", "job_id"), ("leases", "job_id"), ("jobs", "id")):
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))  # noqa: S608
         event_archive.remove_archive(self.path.parent, job_id)
+
+    async def unaccounted_ended_jobs(self, ended_before: float) -> list[str]:
+        """Ended jobs without their usage record (:mod:`.accounting`), oldest first."""
+        return await self._call(
+            lambda: accounting.unaccounted(self._conn(), ended_before, _TERMINAL)
+        )
+
+    async def mark_accounted(self, job_id: str) -> None:
+        await self._call(lambda: accounting.mark_accounted(self._conn(), job_id))
 
     async def unowned_active_jobs(self) -> list[str]:
         """Jobs still going whose watcher lease is free or expired: nobody is driving them."""

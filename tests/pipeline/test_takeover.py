@@ -8,6 +8,7 @@ In every case each line the job printed is in the event log exactly once, in ord
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -19,8 +20,10 @@ import psutil
 import pytest
 
 from j2c_server.config import load_settings
+from j2c_server.jobs import service as service_module
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
+from j2c_server.registry.db import REGISTRY_FILE, connect, write
 from j2c_server.wire.api import Event, EventKind, JobRequest, JobStatus
 from tests.support.jobs import TRAIN_PY, final_status, follow, log_lines, submit
 
@@ -181,3 +184,39 @@ async def test_a_cancel_whose_process_died_before_the_scheduler_is_carried_out_b
     assert len(log_lines(events)) < 600  # stopped, not run to its end
     run = j2c_data_dir / "runs" / record.id / "exit.json"
     assert json.loads(run.read_text())["cancelled"] is True
+
+
+async def test_an_ended_job_whose_driver_died_before_its_usage_record_gets_one(
+    j2c_data_dir: Path, cli_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the chaos soak: a server killed between a job's end and its usage record left
+    the job without one for ever (no process drives an ended job). Now the registry keeps
+    ``accounted_at`` and the next service writes what is missing."""
+    settings = load_settings()
+    first = JobService(settings)
+    record = await first.submit(_request(cli_project, "--lines", "2"))
+    events = [e async for e in first.stream(record.id)]
+    await first.stop()
+    assert final_status(events) == JobStatus.succeeded
+    (written,) = j2c_data_dir.rglob(f"usage/**/{record.id}.json")
+    written.unlink()  # as if the driver had been killed before writing it
+    conn = connect(j2c_data_dir / REGISTRY_FILE)
+    with write(conn):
+        conn.execute("UPDATE jobs SET accounted_at = NULL WHERE id = ?", (record.id,))
+
+    monkeypatch.setattr(service_module, "ACCOUNT_GRACE_S", 0.0)
+    second = JobService(settings)
+    second.start()
+    try:
+        for _ in range(100):
+            if list(j2c_data_dir.rglob(f"usage/**/{record.id}.json")):
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await second.stop()
+    (again,) = j2c_data_dir.rglob(f"usage/**/{record.id}.json")
+    assert json.loads(again.read_text())["status"] == "succeeded"
+    (accounted,) = conn.execute(
+        "SELECT accounted_at FROM jobs WHERE id = ?", (record.id,)
+    ).fetchone()
+    assert accounted is not None
