@@ -288,10 +288,15 @@ class Soak:
                 problems.append(
                     f"viewer of {viewer.job_id}: {len(viewer.seqs)} events, not 1..{last} once"
                 )
-        usage = [p.name for p in self.server.data.rglob("usage/**/*.json")]
         ended = sum(1 for r in records.values() if r["status"] in TERMINAL)
-        usage_ids = {name.removesuffix(".json") for name in usage}
-        missing_usage = sorted(set(records) - usage_ids)
+        # A job whose driver was killed before its usage record gets it from the next
+        # service's sweep, after a grace (jobs/service.py ACCOUNT_GRACE_S): wait for it.
+        for _ in range(60):
+            usage = {p.stem for p in self.server.data.rglob("usage/**/*.json")}
+            missing_usage = sorted(set(records) - usage)
+            if not missing_usage:
+                break
+            await asyncio.sleep(1)
         if missing_usage:
             problems.append(f"no usage record for {len(missing_usage)} jobs: {missing_usage[:3]}")
         await asyncio.sleep(1)  # a killed job's children are reaped by its supervisor
