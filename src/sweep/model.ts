@@ -44,7 +44,9 @@ export class SweepModel implements IDisposable {
         backoff: true,
         max: MAX_BACKOFF_MS
       },
-      standby: () => document.hidden || this._settled
+      // Once every variant has ended nothing changes. Hidden, it still polls a running sweep
+      // (as the jobs list polls active jobs): its end is what the user waits for.
+      standby: () => this._settled
     });
   }
 
