@@ -21,7 +21,7 @@ from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.multinode import unpack_options
 from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key
-from j2c_server.wire.api import JobRecord
+from j2c_server.wire.api import JobRecord, JobRequest
 from j2c_server.wire.manifest import Layer, LayerRole, Manifest
 
 
@@ -63,13 +63,12 @@ async def record_image_report(settings: J2CSettings, record: JobRecord) -> Image
         job_image(settings, record),
         venv,
         Path(request.code_path),
-        ship_choice(settings, record),
+        ship_choice(settings, request),
     )
 
 
-def ship_choice(settings: J2CSettings, record: JobRecord) -> ShipChoice:
+def ship_choice(settings: J2CSettings, request: JobRequest) -> ShipChoice:
     """The settings' ``pack.ship_base_packages`` / ``pack.base_conflicts``, unless the job says."""
-    request = record.request
     enabled = settings.pack.ship_base_packages if request.ship_base is None else request.ship_base
     off_by = None
     if not enabled:

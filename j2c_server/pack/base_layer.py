@@ -294,6 +294,7 @@ def add_base_layers(
         cache_dir, max_bytes=spec.layer_cache_max_bytes, keep_sends=spec.layer_cache_keep_sends
     )
     started_ns = time.time_ns()
+    started = time.perf_counter()
     packed = []
     dists, folders = base if base is not None else lab_base(spec.venv_path)
     for scanned in base_layers_scanned(shipping, dists, folders):
@@ -310,7 +311,8 @@ def add_base_layers(
         with contextlib.suppress(OSError):
             blobs = [p.path for p in [*result.layers, *packed]] + [f.path for f in result.files]
             cache.remember_send(Path(code[0].layer.source_path), blobs, amend=True)
-    return result.model_copy(update={"layers": [*result.layers, *packed]})
+    seconds = result.seconds + time.perf_counter() - started
+    return result.model_copy(update={"layers": [*result.layers, *packed], "seconds": seconds})
 
 
 def shipping_line(shipping: ShippedBase, target: str) -> str:
