@@ -12,7 +12,8 @@ import {
   deleteIcon,
   launchIcon,
   refreshIcon,
-  stopIcon
+  stopIcon,
+  tableRowsIcon
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
@@ -21,6 +22,7 @@ import { formatDuration, formatTime, isTerminal, jobSeconds } from '../format';
 import { JobsModel } from '../jobs';
 import { JobRecord } from '../models';
 import { J2CSettings } from '../settings';
+import { sweepOf } from '../sweep/records';
 
 export interface IJobActions {
   open(record: JobRecord): void;
@@ -77,6 +79,11 @@ function JobRow(props: {
 }): JSX.Element {
   const { record, actions, trans, metric } = props;
   const ended = isTerminal(record.status);
+  const sweep = sweepOf(record);
+  const openSweep =
+    sweep?.role === 'parent' && actions.openSweep
+      ? () => actions.openSweep?.(record)
+      : null;
   return (
     <li className="j2c-Job" data-job-id={record.id} data-status={record.status}>
       <span className={`j2c-Status j2c-Status-${record.status}`}>
@@ -85,8 +92,12 @@ function JobRow(props: {
       <button
         type="button"
         className="j2c-Job-name"
-        title={trans.__('Open the log of %1 (%2)', record.name, record.id)}
-        onClick={() => actions.open(record)}
+        title={
+          openSweep
+            ? trans.__('Open the sweep view of %1 (%2)', record.name, record.id)
+            : trans.__('Open the log of %1 (%2)', record.name, record.id)
+        }
+        onClick={() => (openSweep ? openSweep() : actions.open(record))}
       >
         {record.name}
       </button>
@@ -97,7 +108,20 @@ function JobRow(props: {
         {formatDuration(jobSeconds(record))}
       </span>
       <Metric record={record} name={metric} />
+      {sweep?.role === 'parent' ? (
+        <span className="j2c-Job-sweep" data-j2c="sweep-aggregate">
+          {sweep.summary}
+        </span>
+      ) : null}
       <span className="j2c-Job-actions">
+        {openSweep ? (
+          <Action
+            action="sweep"
+            label={trans.__('Open sweep view')}
+            icon={tableRowsIcon}
+            onClick={openSweep}
+          />
+        ) : null}
         <Action
           action="open"
           label={trans.__('Open log')}
@@ -162,15 +186,17 @@ export class JobsListWidget extends ReactWidget {
         ) : null}
         {jobs.length ? (
           <ul aria-label={trans.__('Jobs')}>
-            {jobs.map(record => (
-              <JobRow
-                key={record.id}
-                record={record}
-                actions={this._actions}
-                trans={trans}
-                metric={this._settings?.current.listMetric ?? ''}
-              />
-            ))}
+            {jobs
+              .filter(record => sweepOf(record)?.role !== 'child')
+              .map(record => (
+                <JobRow
+                  key={record.id}
+                  record={record}
+                  actions={this._actions}
+                  trans={trans}
+                  metric={this._settings?.current.listMetric ?? ''}
+                />
+              ))}
           </ul>
         ) : (
           <div className="j2c-Jobs-empty">
