@@ -222,7 +222,9 @@ class Cache:
         for item in items:
             os.utime(item.use_fd)  # least recently used = oldest mtime
         hits = len(items) - len(made)
-        add_bytes(reused=sum(i.layer.size for i in items if all(i is not m for m in made)))
+        reused = [i for i in items if all(i is not m for m in made)]
+        base = sum(x.size for x in self._base) if any(i.is_venv for i in reused) else 0
+        add_bytes(reused=sum(i.layer.size for i in reused) + base)  # base: in the venv's entry
         stage.done(f"{hits} of {len(items)} layers from the cache, {len(made)} built")
         self.evict()  # also on warm starts: a lowered cap, or entries freed since
         return self._materialise(items, placement, interpreter)

@@ -104,6 +104,10 @@ def test_through_the_node_cache_cold_then_warm_in_place(tmp_path: Path) -> None:
         assert "venv used in place at " in proc.stderr, proc.stderr[-2000:]
         _check_order(said, str(cache / "entries"))
     assert "2 of 2 layers from the cache, 0 built" in proc.stderr  # the base is in the venv's
+    [summary] = [x for x in proc.stderr.splitlines() if x.startswith("j2c: summary: ")]
+    layers = json.loads(Path(uri.removeprefix("file://")).read_text())["layers"]
+    reused = json.loads(summary.removeprefix("j2c: summary: "))["bytes_reused"]
+    assert reused == sum(layer["size"] for layer in layers)  # the base layer's bytes included
     proc = run_unpack(uri, "--workdir", str(tmp_path / "work-orig"), "--cache-dir", str(cache))
     _check_order(_said(proc), str(lab / "venv"))  # original paths: linked into the venv's home
 
