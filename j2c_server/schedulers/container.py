@@ -34,6 +34,14 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from j2c_server.schedulers.container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
+from j2c_server.schedulers.container_engine import (
+    Access,
+    EngineInfo,
+    job_access,
+    read_engine,
+    unsafe_settings,
+)
+from j2c_server.schedulers.container_folders import cache_folder, prepare, prepare_cache
 from j2c_server.schedulers.container_gpus import GpuWaiter
 from j2c_server.schedulers.container_lifecycle import (
     limit_minutes,
@@ -97,6 +105,7 @@ class ContainerScheduler(SchedulerBase):
         self._engine: EngineClient | None = None
         self._gpus = GpuWaiter(settings)
         self._swept = False
+        self._engine_info: EngineInfo | None = None
 
     async def _ready(self) -> EngineClient:
         """The engine, once this server's collected containers left on it were removed (after
@@ -122,12 +131,33 @@ class ContainerScheduler(SchedulerBase):
 
     # ------------------------------------------------------------------ protocol
 
+    async def engine(self) -> EngineInfo:
+        """The engine (rootless or not), read once; settings a rootful engine may not run
+        (:mod:`.container_engine`) are refused here, before any job of this server starts."""
+        if self._engine_info is None:
+            info = await read_engine(self._api())
+            problems = unsafe_settings(self._cfg, info, self._locked)
+            if problems:
+                raise problems[0]
+            self._engine_info = info
+        return self._engine_info
+
+    def _locked(self, key: str) -> bool:
+        # The operator's locked settings (config.py), once that mechanism exists there.
+        check = getattr(self._settings, "is_locked", None)
+        return bool(check(key)) if callable(check) else False
+
     async def submit(self, spec: JobSpec) -> JobHandle:
         files = await asyncio.to_thread(store_files, spec, self._settings)
-        request = render_create(spec, self._settings, gpu_devices=[], files=files)
-        name = request["name"]
+        render_create(spec, self._settings, gpu_devices=[], files=files)  # bad input: say so first
+        engine = await self.engine()
+        access = job_access(parse_user(self._cfg.job_user())[0], engine)
         folder = job_folder(self._settings, spec.key)
-        await asyncio.to_thread(self._prepare_folders, spec, folder)
+        cache = await asyncio.to_thread(self._prepare_folders, spec, folder, access)
+        request = render_create(
+            spec, self._settings, gpu_devices=[], files=files, cache=cache, access=access
+        )
+        name = request["name"]
         handle = JobHandle(scheduler=self.name, id=name, data={"folder": str(folder)})
         existing = await (await self._ready()).inspect(name)
         if existing is not None:
@@ -136,7 +166,7 @@ class ContainerScheduler(SchedulerBase):
             return handle  # it ran and was collected (then removed): nothing to start again
         elif spec.resources.gpus:
             # The GPU waiter creates and starts the container once the ledger grants GPUs.
-            await asyncio.to_thread(self._gpus.start, spec, folder)
+            await asyncio.to_thread(self._gpus.start, spec, folder, request)
             return handle
         else:
             existing = await self._create(spec, request)
@@ -265,21 +295,17 @@ class ContainerScheduler(SchedulerBase):
         folder = handle.data.get("folder")
         return Path(folder) if isinstance(folder, str) else runs_root(self._settings) / handle.id
 
-    def _prepare_folders(self, spec: JobSpec, folder: Path) -> None:
-        """The job's HOME and outputs (and its store upload folder), writable by its uid."""
-        uid, gid = parse_user(self._cfg.job_user())
-        folders = [folder / "home", folder / "outputs"]
+    def _prepare_folders(self, spec: JobSpec, folder: Path, access: Access) -> Path | None:
+        """The job's HOME, outputs, store upload folder and cache, given to its uid
+        (:mod:`.container_folders`); the cache folder, or None when there is none."""
+        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder.mkdir(exist_ok=True, mode=0o700)
+        folder.chmod(0o700)
         upload = output_upload_dir(spec, self._settings)
-        if upload is not None:
-            folders.append(upload)
-        folder.mkdir(parents=True, exist_ok=True)
-        for path in folders:
-            path.mkdir(parents=True, exist_ok=True)
-            if os.geteuid() == 0:
-                os.chown(path, uid, gid)
-            elif os.geteuid() != uid:
-                # A rootless engine maps the job's uid to one of ours we cannot chown to.
-                path.chmod(0o777)
+        readable = [folder / "outputs", *([upload] if upload is not None else [])]
+        prepare([folder / "home"], readable, self._cfg, access)
+        wanted = cache_folder(self._settings)
+        return None if wanted is None else prepare_cache(wanted, self._cfg, access)
 
     async def _create(self, spec: JobSpec, request: dict[str, Any]) -> dict[str, Any]:
         name = request["name"]
@@ -406,7 +432,8 @@ def _collect_results(outputs: Path, code: int | None) -> JobResults:
 
 def render_dry_run(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
     """What ``--dry-run`` prints: the create request, its name and path."""
-    request = render_create(spec, settings, files=store_files(spec, settings))
+    files = store_files(spec, settings)
+    request = render_create(spec, settings, files=files, cache=cache_folder(settings))
     return {
         "method": "POST",
         "path": f"/{settings.scheduler.section('container', ContainerSettings).api_version}"

@@ -53,7 +53,8 @@ class GpuWaiter:
     def __init__(self, settings: J2CSettings) -> None:
         self._settings = settings
 
-    def start(self, spec: JobSpec, folder: Path) -> None:
+    def start(self, spec: JobSpec, folder: Path, request: dict[str, Any] | None = None) -> None:
+        """A waiter that creates ``request`` (default: rendered here) once GPUs are granted."""
         cfg = self._settings.scheduler.section("container", ContainerSettings)
         if is_held(folder / _LOCK) or (folder / _STATE).exists():
             return  # a retried submit: the first one's waiter is on it
@@ -69,8 +70,9 @@ class GpuWaiter:
             )
         local = self._settings.scheduler.section("local", LocalSchedulerSettings)
         ledger = local.gpu_ledger  # the machine-wide pool the local scheduler shares
-        files = store_files(spec, self._settings)
-        request = render_create(spec, self._settings, gpu_devices=[], files=files)
+        if request is None:
+            files = store_files(spec, self._settings)
+            request = render_create(spec, self._settings, gpu_devices=[], files=files)
         write_json_atomic(
             folder / _REQUEST,
             {

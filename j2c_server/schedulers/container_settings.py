@@ -7,6 +7,7 @@ the backend (which imports the config).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Literal
 
@@ -86,6 +87,30 @@ class ContainerSettings(BaseModel):
         description="Keep a finished container on the engine (for debugging); by default it is "
         "removed once its logs, exit code and outputs are collected.",
     )
+    cache: bool = Field(
+        True,
+        description="Keep j2c-unpack's layer cache on this machine between jobs (a warm start "
+        "extracts nothing): one folder per job uid and per user under cache_dir, bind-mounted "
+        "at /j2c/cache.",
+    )
+    cache_dir: str | None = Field(
+        None,
+        description="Host folder of the layer cache (per uid and user below it); default: "
+        "<data dir>/unpack-cache. The engine must see it at the same path.",
+    )
+    cache_max: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+)?\s*[KMGT]?i?B?$",
+        description="Size cap of each cache folder (J2C_UNPACK_CACHE_MAX; default 20G).",
+    )
+    cap_add: list[str] = Field(
+        default_factory=list,
+        description="Capabilities given back to the job (every one is dropped by default), "
+        "e.g. ['SYS_PTRACE'] for a debugger.",
+    )
+    pids_limit: int = Field(
+        4096, ge=0, description="Processes and threads a job may have (0: the engine's default)."
+    )
     time_limit_minutes: float | None = Field(
         None,
         gt=0,
@@ -93,6 +118,17 @@ class ContainerSettings(BaseModel):
         "a request's own resources.time_limit_minutes applies when lower. Past it the job is "
         "stopped (SIGTERM, SIGKILL after cancel_grace_s) and fails: 'timed out after N min'.",
     )
+
+    @field_validator("cap_add")
+    @classmethod
+    def _capability_names(cls, value: list[str]) -> list[str]:
+        names = [name.strip().upper().removeprefix("CAP_") for name in value]
+        bad = [name for name in names if not re.fullmatch(r"[A-Z_]+", name) or name == "ALL"]
+        if bad:
+            raise ValueError(
+                f"{bad!r}: name capabilities one by one (e.g. SYS_PTRACE); ALL is not given back"
+            )
+        return names
 
     @field_validator("socket")
     @classmethod

@@ -32,6 +32,7 @@ from urllib.parse import quote, unquote, urlsplit
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput
 from j2c_server.schedulers.base import JobSpec, not_a_memory_size, required_image
+from j2c_server.schedulers.container_engine import Access
 from j2c_server.schedulers.container_lifecycle import (
     LABEL_RUNS,
     LABEL_TIME_LIMIT,
@@ -39,6 +40,7 @@ from j2c_server.schedulers.container_lifecycle import (
     time_limit_s,
 )
 from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV
 
 LABEL_MANAGED_BY = "j2c.io/managed-by"
 LABEL_KEY = "j2c.io/key"
@@ -47,6 +49,7 @@ LABEL_NAME = "j2c.io/name"
 HOME = "/j2c/home"
 OUTPUTS = "/j2c/outputs"
 STORE = "/j2c/store"
+CACHE = "/j2c/cache"
 RUNS_DIR = "containers"
 
 _SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(i?)B?$", re.IGNORECASE)
@@ -170,7 +173,9 @@ def job_command(spec: JobSpec, settings: J2CSettings) -> list[str]:
     return rewritten + spec.command[len(own) :]
 
 
-def _env(spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings) -> list[str]:
+def _env(
+    spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings, cache: Path | None
+) -> list[str]:
     # Credentials in a request were refused for every backend (jobenv); what reaches here is
     # the operator's own env and pass_env.
     env = {**cfg.env, **spec.env}
@@ -183,6 +188,10 @@ def _env(spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings) -> list[s
         J2C_JOB_ID=spec.job_id,
         PYTHONUNBUFFERED="1",
     )
+    if cache is not None:
+        env[CACHE_ENV] = CACHE
+        if cfg.cache_max:
+            env[CACHE_MAX_ENV] = cfg.cache_max
     return [f"{name}={value}" for name, value in sorted(env.items())]
 
 
@@ -219,16 +228,22 @@ def job_folder(settings: J2CSettings, spec_key: str) -> Path:
     return runs_root(settings) / container_name(spec_key)
 
 
-def _binds(spec: JobSpec, settings: J2CSettings, files: list[Path]) -> list[str]:
+def _binds(
+    spec: JobSpec, settings: J2CSettings, files: list[Path], cache: Path | None, access: Access
+) -> list[str]:
     folder = job_folder(settings, spec.key)
-    binds = [f"{folder / 'home'}:{HOME}:rw", f"{folder / 'outputs'}:{OUTPUTS}:rw"]
+    # U: podman gives the folder to the uid the job has on the host (container_folders.py).
+    rw = "rw,U" if access.chown_binds else "rw"
+    binds = [f"{folder / 'home'}:{HOME}:{rw}", f"{folder / 'outputs'}:{OUTPUTS}:{rw}"]
     # One file at a time, never the store's folder: the store holds every job's code and outputs.
     root = file_store_root(settings)
     if root is not None:
         binds.extend(f"{path}:{in_container(path, root)}:ro" for path in files)
         upload = output_upload_dir(spec, settings)
         if upload is not None:
-            binds.append(f"{upload}:{in_container(upload, root)}:rw")
+            binds.append(f"{upload}:{in_container(upload, root)}:{rw}")
+    if cache is not None:
+        binds.append(f"{cache}:{CACHE}:{rw}")
     credentials = settings.scheduler.section("container", ContainerSettings).credentials_dir
     if credentials:
         binds.append(f"{Path(credentials).expanduser().absolute()}:{HOME}/.aws:ro")
@@ -254,16 +269,33 @@ def _labels(spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings) -> dic
     return labels
 
 
+def _hardening(cfg: ContainerSettings) -> dict[str, Any]:
+    """Every capability dropped (a setting names those given back), no privilege gained by
+    setuid binaries or file capabilities in the image, a bound on processes."""
+    host: dict[str, Any] = {
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"],
+    }
+    if cfg.cap_add:
+        host["CapAdd"] = list(cfg.cap_add)
+    if cfg.pids_limit:
+        host["PidsLimit"] = cfg.pids_limit
+    return host
+
+
 def render_create(
     spec: JobSpec,
     settings: J2CSettings,
     *,
     gpu_devices: list[str] | None = None,
     files: list[Path] | None = None,
+    cache: Path | None = None,
+    access: Access | None = None,
 ) -> dict[str, Any]:
     """``{"name": ..., "body": ...}`` of ``POST /containers/create?name=...``. ``gpu_devices``
     are the GPUs the ledger granted (the dry run shows the first ones); ``files`` are the store
-    files to mount (:func:`store_files`; default: the manifest alone)."""
+    files to mount (:func:`store_files`; default: the manifest alone); ``cache`` the host folder
+    of the job's layer cache (None: none), ``access`` how the job's uid gets its folders."""
     cfg = settings.scheduler.section("container", ContainerSettings)
     if not spec.command:
         raise InvalidInput("the job has no command to run", field="command")
@@ -273,19 +305,23 @@ def render_create(
     if files is None:
         files = _manifest_only(spec, settings)
     command = job_command(spec, settings)
+    access = access or Access()
     host: dict[str, Any] = {
-        "Binds": _binds(spec, settings, files),
+        "Binds": _binds(spec, settings, files, cache, access),
         "Init": True,  # a real PID 1 forwards SIGTERM and reaps what the job leaves behind
         **_resources(spec, cfg, gpus),
+        **_hardening(cfg),
     }
     if cfg.network:
         host["NetworkMode"] = cfg.network
+    if access.userns:
+        host["UsernsMode"] = access.userns
     body: dict[str, Any] = {
         "Image": required_image(spec, settings),
         # The whole command replaces the image's entrypoint, as a Kubernetes `command` does.
         "Entrypoint": command[:1],
         "Cmd": command[1:],
-        "Env": _env(spec, settings, cfg),
+        "Env": _env(spec, settings, cfg, cache),
         "User": cfg.job_user(),
         "WorkingDir": HOME,
         "Tty": False,

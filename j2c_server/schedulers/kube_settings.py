@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class KubernetesSettings(BaseModel):
@@ -26,3 +26,30 @@ class KubernetesSettings(BaseModel):
     poll_interval_s: float = Field(
         2.0, gt=0, description="How often to re-read a Job's pod while waiting for it to start."
     )
+    cache_volume: dict[str, Any] | None = Field(
+        None,
+        description="Volume source of j2c-unpack's layer cache on the node (one key, as in a "
+        "pod's volumes: ephemeral, csi, persistentVolumeClaim, emptyDir...), mounted at "
+        "/j2c/cache; each user's cache is a folder in it. hostPath only with "
+        "cache_allow_host_path (it fails the Pod Security Standards' baseline).",
+    )
+    cache_allow_host_path: bool = Field(
+        False, description="Allow a hostPath cache_volume (the operator's explicit choice)."
+    )
+    cache_max: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+)?\s*[KMGT]?i?B?$",
+        description="Size cap of each user's cache (J2C_UNPACK_CACHE_MAX; default 20G).",
+    )
+
+    @field_validator("cache_volume")
+    @classmethod
+    def _one_volume_source(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and (
+            len(value) != 1 or not isinstance(next(iter(value.values())), dict)
+        ):
+            raise ValueError(
+                "one volume source, as in a pod's volumes without its name, e.g. "
+                "{ephemeral: {volumeClaimTemplate: {...}}} or {csi: {driver: ...}}"
+            )
+        return value

@@ -22,6 +22,7 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput
 from j2c_server.schedulers.base import JobSpec, not_a_memory_size, required_image
 from j2c_server.schedulers.kube_settings import KubernetesSettings
+from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
 
 CONTAINER_NAME = "j2c"
 LABEL_JOB_ID = "j2c.io/job-id"
@@ -31,6 +32,8 @@ ANNOTATION_KEY = "j2c.io/key"
 ANNOTATION_NAME = "j2c.io/name"
 ANNOTATION_CANCELLED = "j2c.io/cancelled"
 MASTER_PORT = 29500
+CACHE_MOUNT = "/j2c/cache"
+CACHE_VOLUME = "j2c-cache"
 
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -199,6 +202,29 @@ def _labels(spec: JobSpec) -> dict[str, str]:
     return labels
 
 
+def _cache_volume(kube: KubernetesSettings, pod: dict[str, Any], container: dict[str, Any]) -> None:
+    """The operator's cache volume at /j2c/cache; this user's folder in it is the job's cache
+    (users who share a uid do not share entries)."""
+    if kube.cache_volume is None:
+        return
+    if "hostPath" in kube.cache_volume and not kube.cache_allow_host_path:
+        raise ConfigError(
+            "scheduler.kubernetes.cache_volume: a hostPath volume fails the Pod Security "
+            "Standards (baseline and restricted) and gives jobs a folder of the node",
+            field="scheduler.kubernetes.cache_volume",
+            hint="use a node-local ephemeral or CSI volume, or set cache_allow_host_path: true",
+        )
+    pod.setdefault("volumes", []).append({"name": CACHE_VOLUME, **kube.cache_volume})
+    container.setdefault("volumeMounts", []).append(
+        {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT}
+    )
+    env = [{"name": CACHE_ENV, "value": f"{CACHE_MOUNT}/{tenant_name()}"}]
+    if kube.cache_max:
+        env.append({"name": CACHE_MAX_ENV, "value": kube.cache_max})
+    names = {item["name"] for item in env}
+    container["env"] = [e for e in container["env"] if e["name"] not in names] + env
+
+
 def render_job(
     spec: JobSpec, settings: J2CSettings, *, namespace: str | None = None
 ) -> dict[str, Any]:
@@ -233,6 +259,7 @@ def render_job(
             )
         pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    _cache_volume(kube, pod, container)
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "template": {"metadata": {"labels": labels}, "spec": pod},

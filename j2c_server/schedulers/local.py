@@ -47,6 +47,7 @@ from j2c_server.schedulers.local_gpus import LedgerError, check_ledger_dir, dete
 from j2c_server.schedulers.local_settings import LocalSchedulerSettings
 from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
 from j2c_server.schedulers.multinode import follow_ranks, parse_rank_cursor
+from j2c_server.schedulers.unpack_cache import CACHE_ENV, tenant_name
 from j2c_server.wire.api import Artifact, Capabilities, JobHandle, JobResults, JobStatus
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -97,6 +98,12 @@ class LocalScheduler(SchedulerBase):
         self._pass_env = settings.scheduler.pass_env
         self._ledger = Path(self._settings.gpu_ledger).expanduser()
         self._runs = (settings.data_path() / RUNS_DIR).absolute()
+        cache_root = self._settings.cache_dir or settings.data_path() / "unpack-cache"
+        self._cache = (
+            Path(cache_root).expanduser().absolute() / str(os.geteuid()) / tenant_name()
+            if self._settings.cache
+            else None
+        )
         self._gpu_devices: list[str] | None = None
         self._detect_lock = threading.Lock()
 
@@ -267,6 +274,8 @@ class LocalScheduler(SchedulerBase):
         env.pop("CUDA_VISIBLE_DEVICES", None)  # the supervisor assigns the GPUs
         env.setdefault("PATH", os.defpath)
         env["PYTHONUNBUFFERED"] = "1"
+        if self._cache is not None:
+            env[CACHE_ENV] = str(self._cache)  # j2c-unpack makes it, private, when missing
         return env
 
     # ------------------------------------------------------------------ reading a run

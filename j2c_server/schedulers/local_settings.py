@@ -21,3 +21,11 @@ class LocalSchedulerSettings(BaseModel):
         description="Folder of the machine-wide GPU ledger, shared by every user's servers: "
         "root-owned with mode 1777 (sticky), or the user's own.",
     )
+    cache: bool = Field(
+        True,
+        description="Keep j2c-unpack's layer cache between jobs (a warm start extracts "
+        "nothing), in cache_dir/<uid>/<user>.",
+    )
+    cache_dir: str | None = Field(
+        None, description="Folder of the layer cache; default: <data dir>/unpack-cache."
+    )

@@ -28,6 +28,7 @@ from typing import Any
 from j2c_server.core.errors import InvalidInput
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.slurm_settings import SlurmSettings
+from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OUTPUT_NAME = "output.log"
@@ -176,10 +177,17 @@ def job_environment(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
     """Jobs submitted through slurmrestd inherit nothing: this is their whole environment. In a
     pyxis container the image's own PATH applies (bash finds ``srun`` without one)."""
     base = {"PATH": DEFAULT_PATH} if settings.container_runtime == "none" else {}
+    cache: dict[str, str] = {}
+    if settings.cache_dir:
+        # One folder per user: users who share a uid do not share entries (unpack_cache.py).
+        cache[CACHE_ENV] = f"{settings.cache_dir.rstrip('/')}/{tenant_name()}"
+        if settings.cache_max:
+            cache[CACHE_MAX_ENV] = settings.cache_max
     return {
         **base,
         **settings.env,
         **spec.env,
+        **cache,
         "J2C_JOB_ID": spec.job_id,
         # Python buffers stdout in a file: without this no line shows until the job ends.
         "PYTHONUNBUFFERED": "1",

@@ -27,3 +27,14 @@ class SlurmSettings(BaseModel):
         description="Environment every job starts with (jobs inherit nothing through "
         "slurmrestd), e.g. a PATH that finds j2c-unpack on the compute nodes.",
     )
+    cache_dir: str | None = Field(
+        None,
+        description="A node-local folder for j2c-unpack's layer cache (not the shared "
+        "filesystem: its locks and hard links are node-local); each user's cache is a folder "
+        "in it, passed as J2C_UNPACK_CACHE. Default: none (every job extracts its layers).",
+    )
+    cache_max: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+)?\s*[KMGT]?i?B?$",
+        description="Size cap of each user's cache (J2C_UNPACK_CACHE_MAX; default 20G).",
+    )
