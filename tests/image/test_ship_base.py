@@ -126,3 +126,36 @@ async def test_a_version_conflict_is_listed_with_its_requirement_and_both_choice
         assert not any(name.startswith("numpy ") for name in kept.shipping.names)
     finally:
         await service.stop()
+
+
+async def test_an_image_whose_j2c_unpack_is_too_old_is_named_before_upload(
+    podman: Podman, regex_project: Path, tmp_path: Path
+) -> None:
+    from j2c_server.image.store import InventoryStore
+
+    settings = _settings(podman, tmp_path / "data")
+    service = JobService(settings)
+    request = _request(regex_project, "uses_regex.py")
+    try:
+        report = (await service.preflight(request)).image_report
+        assert report is not None and report.known
+        store = InventoryStore(settings.data_path())
+        stored = store.get(report.key)
+        assert stored is not None
+        # What an older j2c-unpack says of the image in a job's log: its version, no format.
+        older = stored.inventory.model_copy(
+            update={"j2c_version": "0.0.9", "reads_manifest_format": None}
+        )
+        store.put(report.key, older, "operator")
+        again = (await service.preflight(request)).image_report
+        assert again is not None and again.shipping is not None
+        assert not again.shipping.enabled and again.shipping.names == []
+        lines = report_lines(again)
+        [line] = [x for x in lines if x.startswith("  not shipped (")]
+        assert line.startswith(
+            "  not shipped (the image's j2c-unpack (j2c 0.0.9, reads no manifest format (older "
+            "than 4)) is too old for shipped base packages (format 4): install a newer j2c in "
+            "the image)"
+        )
+    finally:
+        await service.stop()
