@@ -23,7 +23,7 @@ step "import boundaries (import-linter)"
 lint-imports
 
 step "generated TypeScript models are current"
-python -m j2c_server.wire.schema_export --check
+python -m j2c_server.server.schema_export --check
 
 step "prettier + eslint"
 jlpm lint:check

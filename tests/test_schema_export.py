@@ -6,12 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from j2c_server.wire.schema_export import main, typescript, wire_schema
+from j2c_server.server.schema_export import main, typescript, wire_schema
 
 
 def test_models_ts_is_up_to_date() -> None:
     check = subprocess.run(
-        [sys.executable, "-m", "j2c_server.wire.schema_export", "--check"],
+        [sys.executable, "-m", "j2c_server.server.schema_export", "--check"],
         capture_output=True,
         text=True,
     )

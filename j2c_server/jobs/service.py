@@ -25,7 +25,7 @@ from j2c_server.core.errors import Conflict, J2CError
 from j2c_server.core.file_modes import private_dir, private_opener
 from j2c_server.core.job_env import check_request_env, mask_env
 from j2c_server.image.models import ImageReport
-from j2c_server.jobs import metrics, send_rule
+from j2c_server.jobs import send_rule
 from j2c_server.jobs.artifacts import ArtifactFile, copy_into_project, open_artifact
 from j2c_server.jobs.audit import Actor, audit, local_actor
 from j2c_server.jobs.clients import Clients
@@ -50,6 +50,7 @@ from j2c_server.registry.job_registry import open_registry
 from j2c_server.registry.paging import Cursor, Page
 from j2c_server.schedulers import check_resources, scheduler_class
 from j2c_server.storage.base import manifest_key
+from j2c_server.usage import metrics
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.wire.event_frames import WireEvent
 from j2c_server.wire.sweep_view import SweepView
