@@ -110,6 +110,13 @@ class _SchedulerSettingsBase(_Section):
     settings load (:func:`scheduler_settings_model`), typed by that backend's settings model."""
 
     default: str = "local"
+    placement: Literal["original", "relocate"] = Field(
+        "original",
+        description="Where j2c-unpack puts the code and venv: at their original paths when "
+        "free and private (a warm start hard-links the venv from the node cache and copies the "
+        "code), or relocate (under its workdir; a cached venv runs in place). Passed as "
+        "J2C_UNPACK_PATHS; a request's env may set its own.",
+    )
     pass_env: list[str] = Field(
         default_factory=list,
         description="Credential-like variables (tokens, keys, passwords) a request's env may "

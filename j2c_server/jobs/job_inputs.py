@@ -124,12 +124,20 @@ def job_spec(
             *request.args,
         ],
         env={
+            # The operator's placement, unless the request's env asks for its own.
+            **placement_env(settings),
             **job_env(request.env, settings.scheduler.pass_env),
             **store_location_env(settings, store),
             "J2C_JOB_ID": record.id,
         },
         resources=request.resources,
     )
+
+
+def placement_env(settings: J2CSettings) -> dict[str, str]:
+    """``J2C_UNPACK_PATHS`` when ``scheduler.placement`` is not j2c-unpack's own default."""
+    chosen = settings.scheduler.placement
+    return {} if chosen == "original" else {"J2C_UNPACK_PATHS": chosen}
 
 
 def outputs_options(settings: J2CSettings) -> list[str]:

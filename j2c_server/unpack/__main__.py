@@ -64,6 +64,8 @@ DEFAULT_MAX_FILE_MB = 5000.0
 DEFAULT_MAX_TOTAL_MB = 20000.0
 DEFAULT_SYNC_MINUTES = 10.0
 
+PATHS_ENV = "J2C_UNPACK_PATHS"
+PATHS_CHOICES = ("original", "relocate")
 _EXIT_CODES = """exit codes:
   the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
   65 manifest invalid      66 manifest or layer missing   67 layer corrupt (digest)
@@ -102,10 +104,10 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument(
         "--paths",
-        choices=("original", "relocate"),
-        default="original",
+        choices=PATHS_CHOICES,
+        default=None,
         help="restore code and venv at their original paths when free (default), "
-        "or place them under the workdir",
+        f"or place them under the workdir (also {PATHS_ENV})",
     )
     parser.add_argument(
         "--trust-original-paths",
@@ -178,7 +180,14 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         action="store_true",
         help="prepare everything (download, extract, relocate) but do not run the entry point",
     )
-    return parser.parse_args(own), user_args
+    options = parser.parse_args(own)
+    if options.paths is None:
+        # The server's scheduler.placement, or the job's own env, when the option is not given.
+        chosen = os.environ.get(PATHS_ENV, "").strip() or "original"
+        if chosen not in PATHS_CHOICES:
+            parser.error(f"{PATHS_ENV}={chosen!r}: expected one of {', '.join(PATHS_CHOICES)}")
+        options.paths = chosen
+    return options, user_args
 
 
 _HEX = "0123456789abcdef"
