@@ -34,6 +34,8 @@ export interface Capabilities {
   multi_node?: boolean;
   /** Returns the job's outputs as artifacts. */
   artifacts?: boolean;
+  /** Runs a sweep as one native array job. */
+  arrays?: boolean;
 }
 
 /** What to run, relative to the code layer's root. */
@@ -164,6 +166,8 @@ export interface JobRecord {
   user?: string | null;
   /** Where it was sent from: rest, cli, magic. */
   frontend?: string | null;
+  /** Its sweep: a parent or one variant. */
+  sweep?: SweepInfo | null;
 }
 
 /**
@@ -203,6 +207,8 @@ export interface JobRequest {
   base_conflicts?: 'auto' | 'ship' | 'image' | null;
   /** Ship even where a shipped version fails a requirement of the image's own distributions. */
   force_base?: boolean;
+  /** Send N variants of this job at once (docs/sweeps.md). */
+  sweep?: SweepSpec | null;
 }
 
 export interface JobResults {
@@ -423,6 +429,45 @@ export interface StageRecord {
 /** Where a stage stands: the one vocabulary of stage events, stage records, the CLI and UI. */
 export type StageState = 'started' | 'finished' | 'reused' | 'failed';
 
+/** What a job record says about its sweep: a parent has ``children``; a child ``parent``. */
+export interface SweepInfo {
+  /** The sweep's id: its parent job's id. */
+  sweep_id: string;
+  /** On a child: the parent job's id. */
+  parent?: string | null;
+  /** On a child: its row in the variant table. */
+  index?: number | null;
+  /** On a child: each swept name with its value. */
+  params?: { [key: string]: string };
+  /** The swept names, in grid (or first-use) order. */
+  keys?: string[];
+  /** On the parent: the child job ids, in index order. */
+  children?: string[];
+  /** How many variants the sweep has. */
+  size?: number;
+  max_parallel?: number | null;
+  /** On the parent: how many children are in each status (JobStatus values). */
+  counts?: { [key: string]: number };
+  /** On the parent: e.g. '3/6 succeeded, 1 running, 2 queued'. */
+  summary?: string | null;
+  /** The backend runs the sweep as one native array job (Slurm, k8s). */
+  array?: boolean;
+}
+
+/** The parameter grid or list of a sweep (``JobRequest.sweep``). */
+export interface SweepSpec {
+  /** Each name with its values; the variants are the cross product, in key order, the last key varying fastest. */
+  grid?: { [key: string]: string[] };
+  /** An explicit list of variants (instead of a grid). */
+  variants?: SweepVariantSpec[];
+  /** Environment templates for every variant, e.g. {'SEED': '{seed}'}. */
+  env?: { [key: string]: string };
+  /** At most this many variants run at once; default: all. */
+  max_parallel?: number | null;
+  /** Re-runs of a failed variant where the backend retries per index. */
+  retries?: number;
+}
+
 export interface SweepVariant {
   /** The variant's row in the sweep's variant table. */
   index: number;
@@ -436,6 +481,14 @@ export interface SweepVariant {
   metrics_source?: 'mlflow' | 'metrics.json' | null;
   /** A metric's values by step, where more than one step was logged. */
   history?: { [key: string]: MetricPoint[] };
+}
+
+/** One variant of an explicit list: its values, and env of its own (templates allowed). */
+export interface SweepVariantSpec {
+  /** Each parameter's value, substituted for '{name}'. */
+  params?: { [key: string]: string };
+  /** Extra environment of this variant only. */
+  env?: { [key: string]: string };
 }
 
 export interface SweepView {

@@ -26,7 +26,7 @@ class LayerRole(str, Enum):
 
 # The newest manifest format this j2c-unpack reads (= wire.manifest.MANIFEST_FORMAT_VERSION,
 # checked by a test). Here, without pydantic, so the in-job inventory can say it.
-READS_FORMAT_VERSION = 4
+READS_FORMAT_VERSION = 5
 
 
 class PlanError(ValueError):
@@ -89,6 +89,24 @@ class VenvPlan:
 
 
 @dataclass(frozen=True)
+class VariantPlan:
+    index: int
+    args: list[str]
+    env: dict[str, str]
+    params: dict[str, str]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VariantPlan:
+        values = _take(cls, data)
+        return cls(
+            index=int(values["index"]),
+            args=[str(arg) for arg in values["args"]],
+            env=dict(values["env"]),
+            params=dict(values["params"]),
+        )
+
+
+@dataclass(frozen=True)
 class ManifestPlan:
     format_version: int
     created_by: str
@@ -101,6 +119,7 @@ class ManifestPlan:
     venv: VenvPlan | None
     source_image: str | None
     files: list[FilePlan] | None
+    variants: list[VariantPlan] | None
 
     @classmethod
     def from_dict(cls, data: Any) -> ManifestPlan:
@@ -109,6 +128,7 @@ class ManifestPlan:
         try:
             venv = values["venv"]
             files = values["files"]
+            variants = values["variants"]
             return cls(
                 **{
                     **values,
@@ -118,6 +138,9 @@ class ManifestPlan:
                     "env": dict(values["env"]),
                     "venv": None if venv is None else VenvPlan(**_take(VenvPlan, venv)),
                     "files": None if files is None else [FilePlan.from_dict(f) for f in files],
+                    "variants": None
+                    if variants is None
+                    else [VariantPlan.from_dict(v) for v in variants],
                 }
             )
         except (TypeError, ValueError) as exc:  # a role that is no LayerRole, a list that is not
@@ -134,3 +157,22 @@ class ManifestPlan:
     def base_layers(self) -> list[LayerPlan]:
         """The shipped lab-base packages, one layer per lab site folder (format_version 4)."""
         return [layer for layer in self.layers if layer.role == LayerRole.base]
+
+    def variant(self, index: int | None) -> VariantPlan | None:
+        """The sweep row ``index`` names; None for a manifest without a variant table.
+
+        A sweep's manifest run without an index, an index outside the table, or an index for a
+        manifest that has no table is an error: a variant must never run the base args.
+        """
+        if self.variants is None:
+            if index is not None:
+                raise PlanError(f"variant {index} was asked for but the manifest is no sweep's")
+            return None
+        if index is None:
+            raise PlanError(
+                f"this manifest holds a sweep of {len(self.variants)} variants: name one "
+                "(--variant N or --variant-env VAR)"
+            )
+        if not 0 <= index < len(self.variants) or self.variants[index].index != index:
+            raise PlanError(f"variant {index} is not in the table (0..{len(self.variants) - 1})")
+        return self.variants[index]

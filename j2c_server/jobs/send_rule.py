@@ -21,8 +21,13 @@ _NOT_SETTINGS = {"new"}
 
 
 def request_key(request: JobRequest) -> str:
-    """Identical (resolved) requests share a key; ``new`` only decides whether they attach."""
-    body = request.model_dump_json(exclude=_NOT_SETTINGS)
+    """Identical (resolved) requests share a key; ``new`` only decides whether they attach.
+
+    A sweep's spec is part of its key (an unchanged re-send of the sweep attaches to its parent);
+    a request without one hashes as before sweeps existed, so earlier jobs still attach.
+    """
+    exclude = _NOT_SETTINGS if request.sweep is not None else _NOT_SETTINGS | {"sweep"}
+    body = request.model_dump_json(exclude=exclude)
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 

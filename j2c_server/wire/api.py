@@ -2,7 +2,7 @@
 
 These are the wire shapes shared by the REST API, the websocket stream, the CLI's ``--json``
 output, the registry and ``j2c-unpack``. The TypeScript types in ``src/models.ts`` are generated
-from their JSON schema (``python -m j2c_server.wire.schema_export``) and a test checks they agree.
+from their JSON schema (``python -m j2c_server.server.schema_export``) and a test checks they agree.
 
 This module imports only pydantic, the standard library and ``manifest_plan`` (the manifest's
 pydantic-free copy ``j2c-unpack`` runs on, which holds ``LayerRole``). It stays one module, over
@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from j2c_server.wire.manifest import LayerRole, Strict
+from j2c_server.wire.sweep import SweepInfo, SweepSpec
 
 _MEMORY_RE = re.compile(r"^\d+(\.\d+)?([KMGT]i?|[kmgt])?[Bb]?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -180,6 +181,9 @@ class JobRequest(Strict):
         False,
         description="Ship even where a shipped version fails a requirement of the image's own "
         "distributions.",
+    )
+    sweep: SweepSpec | None = Field(
+        None, description="Send N variants of this job at once (docs/sweeps.md)."
     )
 
     @field_validator("env")
@@ -353,6 +357,7 @@ class JobRecord(Strict):
         "OS user for the CLI and %j2c.",
     )
     frontend: str | None = Field(None, description="Where it was sent from: rest, cli, magic.")
+    sweep: SweepInfo | None = Field(None, description="Its sweep: a parent or one variant.")
 
 
 class EventKind(str, Enum):
@@ -397,6 +402,7 @@ class Capabilities(Strict):
     queues: bool = Field(False, description="Has queues/partitions to choose from.")
     multi_node: bool = Field(False, description="Runs one job on several nodes.")
     artifacts: bool = Field(True, description="Returns the job's outputs as artifacts.")
+    arrays: bool = Field(False, description="Runs a sweep as one native array job.")
 
 
 class ServerConfig(Strict):

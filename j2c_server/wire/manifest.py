@@ -16,7 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # Re-exported: defined beside the manifest plan, which j2c-unpack imports without pydantic.
 from j2c_server.core.manifest_plan import LayerRole as LayerRole
 
-MANIFEST_FORMAT_VERSION = 4  # the newest written and read; 4: shipped lab-base packages
+MANIFEST_FORMAT_VERSION = 5  # the newest written and read; 5: a sweep's variant table
+MANIFEST_FORMAT_VERSION_VARIANTS = 5  # ``variants``: an older reader would run the base args
 MANIFEST_FORMAT_VERSION_SHIPPED_BASE = 4  # ``base`` layers: an older reader would not place them
 MANIFEST_FORMAT_VERSION_PARTS = 3  # several ``code`` layers: an older reader would miss files
 MANIFEST_FORMAT_VERSION_FILES = 2  # 2: big files as their own blobs (``Manifest.files``)
@@ -89,6 +90,19 @@ class VenvInfo(Strict):
     prompt: str | None = None
 
 
+class Variant(Strict):
+    """One row of a sweep's variant table: the job picks its row by index (format_version 5)."""
+
+    index: int = Field(..., ge=0)
+    args: list[str] = Field(..., description="The variant's arguments (replace the base args).")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Set over the manifest's env for this variant."
+    )
+    params: dict[str, str] = Field(
+        default_factory=dict, description="Each swept name with its value (for the log)."
+    )
+
+
 class Manifest(Strict):
     """manifest.json: everything ``j2c-unpack`` needs, content-addressed itself."""
 
@@ -106,6 +120,11 @@ class Manifest(Strict):
         None,
         description="Big files of the code layer, each its own blob, placed into the code "
         "folder after extraction (format_version 2).",
+    )
+    variants: list[Variant] | None = Field(
+        None,
+        description="A sweep's variant table, row i at index i; the job runs the row its "
+        "command line names (format_version 5).",
     )
 
     def layer(self, role: LayerRole) -> Layer | None:
