@@ -197,7 +197,8 @@ class Pipeline:
         report = await record_image_report(self.settings, record)
         plan = plan.model_copy(update={"image_report": report})
         shipping = report.shipping if report is not None else None
-        refuse_if_it_breaks_the_image(shipping)  # before anything is packed or uploaded
+        # Before anything is packed or uploaded.
+        refuse_if_it_breaks_the_image(shipping, plan.total_bytes, spec.hard_limit_bytes)
         files = sum(layer.files for layer in plan.layers)
         await self._finished(
             Stage.scan,

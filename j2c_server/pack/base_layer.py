@@ -206,9 +206,25 @@ def select(
     )
 
 
-def refuse_if_it_breaks_the_image(shipping: ShippedBase | None) -> None:
-    """The send stops here, before anything is uploaded, unless the job confirmed."""
-    if shipping is None or not shipping.enabled or not shipping.breaks_image or shipping.forced:
+def refuse_if_it_breaks_the_image(
+    shipping: ShippedBase | None, packed_bytes: int = 0, hard_limit_bytes: int = 0
+) -> None:
+    """The send stops here, before anything is uploaded, unless the job confirmed; also when
+    the shipped base takes the send past the hard limit (``pack.hard_limit_mb``)."""
+    if shipping is None or not shipping.enabled:
+        return
+    total = packed_bytes + shipping.bytes
+    if hard_limit_bytes and shipping.names and total > hard_limit_bytes:
+        raise PackError(
+            f"the lab's base packages the image lacks ({byte_size(shipping.bytes)}: "
+            f"{', '.join(shipping.names[:5])}{' …' if len(shipping.names) > 5 else ''}) take "
+            f"this send to {byte_size(total)}, past the hard limit of "
+            f"{byte_size(hard_limit_bytes)}",
+            field="ship_base",
+            hint="install them in the image (or the venv), send without them (--no-ship-base), "
+            "or raise pack.hard_limit_mb",
+        )
+    if not shipping.breaks_image or shipping.forced:
         return
     first = shipping.breaks_image[0]
     more = len(shipping.breaks_image) - 1

@@ -37,7 +37,11 @@ from j2c_server.pack.base_layer import (
     select,
 )
 from j2c_server.storage import open_store
-from j2c_server.wire.manifest import MANIFEST_FORMAT_VERSION, LayerRole
+from j2c_server.wire.manifest import (
+    MANIFEST_FORMAT_VERSION,
+    MANIFEST_FORMAT_VERSION_SHIPPED_BASE,
+    LayerRole,
+)
 from tests.support.projects import backdate, write
 
 
@@ -192,6 +196,11 @@ def test_conflicts_follow_the_choice_and_one_that_breaks_the_image_is_refused(
     assert refused.value.field == "base_conflicts"
     assert "would break the image's own packages: imgtool 3.0 needs fakenum<2" in str(refused.value)
     refuse_if_it_breaks_the_image(chosen("auto", force=True))  # confirmed: no error
+    with pytest.raises(PackError) as too_big:  # past pack.hard_limit_mb with the base
+        refuse_if_it_breaks_the_image(chosen("auto", force=True), 1000, 1000)
+    assert too_big.value.field == "ship_base"
+    assert "the lab's base packages the image lacks (" in str(too_big.value)
+    assert "past the hard limit of 1.0 kB" in str(too_big.value)
     lines = shipping_lines(_report(auto, [diff]))
     assert (
         "  fakenum: ship the lab's 2.0 (--base-conflicts ship) or use the image's 1.0 "
@@ -224,7 +233,7 @@ def test_the_base_layer_is_reused_across_sends_and_uploaded_once(
         result = pack(spec, tmp_path / "cache")
         result = add_base_layers(result, shipping, spec, tmp_path / "cache", (base, [lab_site]))
         manifest = make_manifest(result)
-        assert manifest.format_version == MANIFEST_FORMAT_VERSION == 4
+        assert manifest.format_version == MANIFEST_FORMAT_VERSION_SHIPPED_BASE == 4
         [layer] = manifest.base_layers()
         assert layer.source_path == str(lab_site) and layer.files == 7
         sent.append((result, asyncio.run(publish(store, result, manifest))))
