@@ -238,23 +238,39 @@ async def build_view(
     )
 
 
-def sweep_rows(parent: JobRecord) -> tuple[list[str], list[VariantRef]] | None:
-    """The swept names and the variants of ``parent``; None when it is no sweep's parent."""
-    return None  # filled in from the sweep's record fields (the core's wire model)
+def sweep_children(parent: JobRecord) -> tuple[list[str], list[str]] | None:
+    """The swept names and the child job ids of ``parent`` (index order); None when it is no
+    sweep's parent."""
+    info = parent.sweep
+    if info is None or info.parent is not None:
+        return None
+    return list(info.keys), list(info.children)
+
+
+def variant_ref(child: JobRecord, position: int) -> VariantRef:
+    """A child's row: its index and values as its record says (else its place in the list)."""
+    info = child.sweep
+    if info is None:
+        return VariantRef(position, child.id, {})
+    index = info.index if info.index is not None else position
+    return VariantRef(index, child.id, dict(info.params))
 
 
 async def sweep_view(settings: J2CSettings, registry: Registry, parent_id: str) -> SweepView:
     """``GET /jobs/{id}/sweep``: the sweep whose parent job is ``parent_id``; a job that is no
-    sweep's parent is refused (404, naming it)."""
+    sweep's parent (a plain job, or one variant) is refused (404, naming it)."""
     parent = await registry.get(parent_id)
-    rows = sweep_rows(parent)
+    rows = sweep_children(parent)
     if rows is None:
         raise NotFound(f"job {parent_id} is not a sweep")
-    keys, refs = rows
+    keys, child_ids = rows
     children: dict[str, JobRecord] = {}
-    for ref in refs:
+    refs: list[VariantRef] = []
+    for position, child_id in enumerate(child_ids):
         try:
-            children[ref.job_id] = await registry.get(ref.job_id)
+            child = await registry.get(child_id)
         except NotFound:
             continue  # a removed variant: no row
+        children[child_id] = child
+        refs.append(variant_ref(child, position))
     return await build_view(settings, parent, keys, refs, children)

@@ -8,11 +8,14 @@ import { JobRecord } from '../models';
 export type SweepRole =
   { role: 'parent'; summary: string } | { role: 'child'; parent: string };
 
-/**
- * The record's part in a sweep, or null. The record does not carry its sweep yet (the sweep's
- * parent and children come with #30 sections 1-2): every job reads as no sweep's until then.
- */
+/** The record's part in a sweep (its `sweep` field), or null for a plain job. */
 export function sweepOf(record: JobRecord): SweepRole | null {
-  void record;
-  return null;
+  const info = record.sweep;
+  if (!info) {
+    return null;
+  }
+  if (info.parent) {
+    return { role: 'child', parent: info.parent };
+  }
+  return { role: 'parent', summary: info.summary ?? '' };
 }

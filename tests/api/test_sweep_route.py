@@ -11,7 +11,6 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from j2c_server.jobs import sweep_view
-from j2c_server.jobs.sweep_view import VariantRef
 from j2c_server.wire.sweep_view import SweepView
 from tests.support.jobs import follow, settle, submit
 
@@ -57,17 +56,16 @@ async def test_the_route_answers_each_variants_job_and_metrics_json(
         record = await submit(jp_fetch, call_path="proj/metrics.py", args=["--lr", lr])
         await follow(jp_ws_fetch, record.id)
         jobs.append(record)
-    pairs = enumerate(zip(jobs, lrs, strict=True))
-    refs = [VariantRef(i, job.id, {"lr": lr}) for i, (job, lr) in pairs]
+    ids = [job.id for job in jobs]
     parent_id = jobs[0].id
     monkeypatch.setattr(
-        sweep_view, "sweep_rows", lambda r: (["lr"], refs) if r.id == parent_id else None
+        sweep_view, "sweep_children", lambda r: (["lr"], ids) if r.id == parent_id else None
     )
     body = json.loads((await jp_fetch("j2c", "api", "jobs", parent_id, "sweep")).body)
     view = SweepView.model_validate(body)
     assert view.summary == "2/2 succeeded"
     assert [v.job.id for v in view.variants] == [job.id for job in jobs]
-    assert [v.params for v in view.variants] == [{"lr": "0.1"}, {"lr": "0.01"}]
+    assert [v.index for v in view.variants] == [0, 1]
     first, second = view.variants
     assert first.metrics_source == "metrics.json"
     assert first.metrics == {"loss": pytest.approx(1 / 3)}
