@@ -19,6 +19,7 @@ from j2c_server.pack.models import PackPlan, PackWarning
 from j2c_server.schedulers import scheduler_class
 
 STORE_NOT_SHARED = "store_not_shared"
+REFUSED_SETTING = "refused_setting"
 
 
 def store_problem(settings: J2CSettings, scheduler: str) -> str | None:
@@ -43,3 +44,18 @@ def warn_store_at_preflight(plan: PackPlan, settings: J2CSettings, scheduler: st
         return plan
     warning = PackWarning(code=STORE_NOT_SHARED, message=problem, path="storage.url")
     return plan.model_copy(update={"warnings": [*plan.warnings, warning]})
+
+
+async def warn_backend_at_preflight(
+    plan: PackPlan, settings: J2CSettings, scheduler: str
+) -> PackPlan:
+    """``plan`` with a warning for each setting the backend's submit would refuse (a rootful
+    container engine and ``user: 0:0``, ...), so the user reads it before sending."""
+    problems = await scheduler_class(scheduler).preflight_problems(settings)
+    if not problems:
+        return plan
+    warnings = [
+        PackWarning(code=REFUSED_SETTING, message=f"{why} (submit refuses it)", path=field)
+        for field, why in problems
+    ]
+    return plan.model_copy(update={"warnings": [*plan.warnings, *warnings]})

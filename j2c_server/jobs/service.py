@@ -40,7 +40,11 @@ from j2c_server.jobs.job_inputs import (
 )
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.lease import LEASE_TTL_S, JobDriver, account_ended, new_owner
-from j2c_server.jobs.preflight_checks import check_store_for_submit, warn_store_at_preflight
+from j2c_server.jobs.preflight_checks import (
+    check_store_for_submit,
+    warn_backend_at_preflight,
+    warn_store_at_preflight,
+)
 from j2c_server.jobs.request_paths import resolve_request
 from j2c_server.jobs.send_rule import job_key, request_key
 from j2c_server.jobs.sweep_view import sweep_view
@@ -251,6 +255,7 @@ class JobService:
             record_image_report(self.settings, record),
         )
         plan = plan.model_copy(update={"image_report": report})
+        plan = await warn_backend_at_preflight(plan, self.settings, record.scheduler)
         return warn_store_at_preflight(plan, self.settings, record.scheduler)
 
     async def image_report(self, request: JobRequest) -> ImageReport | None:

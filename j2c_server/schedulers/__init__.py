@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "j2c.schedulers"
 # Keys of ``scheduler.*`` that are not backends (config.py's own; a test checks the list).
-RESERVED_NAMES = frozenset({"default", "pass_env", "section"})
+RESERVED_NAMES = frozenset({"default", "pass_env", "placement", "section"})
 # A backend's name is its settings key (``scheduler.<name>``, ``J2C_SCHEDULER__<NAME>__*``).
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 

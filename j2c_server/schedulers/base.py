@@ -129,6 +129,12 @@ class SchedulerBase:
         return None
 
     @classmethod
+    async def preflight_problems(cls, settings: J2CSettings) -> list[tuple[str, str]]:
+        """``(setting, why)`` for each setting this backend's submit would refuse, found by
+        asking the backend itself (e.g. the container engine's ``/info``); by default none."""
+        return []
+
+    @classmethod
     def store_problem(cls, settings: J2CSettings, url: str) -> str | None:
         """Why this backend's jobs cannot read the ``file://`` store at ``url``, which is not
         ``storage.shared`` (None: they can). By default: they cannot when ``remote``."""

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError
+from j2c_server.core.errors import ConfigError, Conflict, InvalidInput, SchedulerError
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from j2c_server.schedulers.container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
 from j2c_server.schedulers.container_engine import (
@@ -143,9 +143,25 @@ class ContainerScheduler(SchedulerBase):
         return self._engine_info
 
     def _locked(self, key: str) -> bool:
-        # The operator's locked settings (config.py), once that mechanism exists there.
-        check = getattr(self._settings, "is_locked", None)
-        return bool(check(key)) if callable(check) else False
+        return _locked(self._settings, key)
+
+    @classmethod
+    async def preflight_problems(cls, settings: J2CSettings) -> list[tuple[str, str]]:
+        """What :meth:`engine` would refuse; nothing when the engine cannot be reached (the
+        submit says so)."""
+        cfg = settings.scheduler.section("container", ContainerSettings)
+        try:
+            api = EngineClient(cfg.socket_path(), cfg.api_version)
+        except ConfigError:
+            return []
+        try:
+            info = await read_engine(api)
+        except (SchedulerError, ValueError):
+            return []
+        finally:
+            await api.aclose()
+        problems = unsafe_settings(cfg, info, lambda key: _locked(settings, key))
+        return [(problem.field or "scheduler.container", str(problem)) for problem in problems]
 
     async def submit(self, spec: JobSpec) -> JobHandle:
         files = await asyncio.to_thread(store_files, spec, self._settings)
@@ -370,6 +386,12 @@ class ContainerScheduler(SchedulerBase):
             raise
         except httpx.TransportError:
             return  # dropped mid-stream: the caller re-opens from the cursor
+
+
+def _locked(settings: J2CSettings, key: str) -> bool:
+    # The operator's locked settings (config.py), once that mechanism exists there.
+    check = getattr(settings, "is_locked", None)
+    return bool(check(key)) if callable(check) else False
 
 
 def _state(info: dict[str, Any]) -> str:

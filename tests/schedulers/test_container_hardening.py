@@ -342,3 +342,34 @@ def test_job_access_follows_who_the_server_and_the_engine_are() -> None:
     else:
         assert job_access(me, EngineInfo(podman=True, rootless=True)) == Access(userns="keep-id")
         assert job_access(me + 1, ROOTFUL) == Access(chown_binds=True)
+
+
+def test_the_preflight_says_what_a_rootful_engine_refuses(podman: Podman, tmp_path: Path) -> None:
+    from j2c_server.jobs.service import JobService
+    from j2c_server.wire.api import JobRequest
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('hi')\n")
+    settings = podman.settings(tmp_path / "data", user="0:0", network="host")
+    request = JobRequest(
+        code_path=str(project),
+        call_path=str(project / "train.py"),
+        scheduler="container",
+        image=podman.image,
+    )
+
+    async def go() -> list[Any]:
+        service = JobService(settings)
+        service.start()
+        try:
+            return (await service.preflight(request)).warnings
+        finally:
+            await service.stop()
+
+    refused = {w.path: w.message for w in asyncio.run(go()) if w.code == "refused_setting"}
+    assert set(refused) == {"scheduler.container.user", "scheduler.container.network"}
+    assert all("runs as root" in m and "submit refuses it" in m for m in refused.values())
+    # A default user on the same engine: nothing to say.
+    fine = ContainerScheduler.preflight_problems(podman.settings(tmp_path / "data"))
+    assert asyncio.run(fine) == []
