@@ -74,11 +74,31 @@ def shadowed(venv: Path, base_dirs: list[Path]) -> list[tuple[str, str, str]]:
     ]
 
 
+def shadowed_shipped(venv: Path, base_dirs: list[Path]) -> list[tuple[str, str, str]]:
+    """(name, shipped version, image version) for each shipped lab-base dist (base_packages.py,
+    ``<venv>/j2c-base``) that the image has too."""
+    shipped = distributions(venv / "j2c-base")
+    if not shipped:
+        return []
+    base: dict[str, str] = {}
+    for folder in base_dirs:
+        for name, version in distributions(folder).items():
+            base.setdefault(name, version)
+    return [(n, v, base[n]) for n, v in sorted(shipped.items()) if n in base]
+
+
 def report_shadowed(venv: Path) -> None:
     """One log line per shadowed package (the job still runs: shadowing may be on purpose)."""
-    for name, ours, theirs in shadowed(venv, base_site_dirs()):
+    base_dirs = base_site_dirs()
+    for name, ours, theirs in shadowed(venv, base_dirs):
         say(
             "python",
             f"the venv's {name} {ours} shadows the image's {name} {theirs}: the job imports "
             "the venv's copy",
+        )
+    for name, ours, theirs in shadowed_shipped(venv, base_dirs):
+        say(
+            "python",
+            f"the shipped {name} {ours} (from the lab's base) shadows the image's {name} "
+            f"{theirs}: the job imports the shipped copy",
         )

@@ -43,13 +43,18 @@ def _published(tmp_path: Path) -> tuple[str, Path]:
     venv = make_venv(lab / "venv")
     site = tmp_path / "base" / "lib" / "python3.11" / "site-packages"
     _dist(site, "fakepkg", "2.0", {"fakepkg/__init__.py": "VALUE = 2\n"}, [])
+    # A name this interpreter has too (its base holds packaging): the shipped copy shadows it.
+    _dist(site, "packaging", "99.0", {"packaging/__init__.py": ""}, [])
     backdate(tmp_path / "base")
     backdate(project)
     base = lab_dists([site])
     inventory = ImageInventory(
         python=InventoryPython(version="3.11.2"), platform=InventoryPlatform(machine="x86_64")
     )
-    missing = [MissingDist(name="fakepkg", lab_version="2.0", bytes=10, needed_by=["show.py"])]
+    missing = [
+        MissingDist(name=name, lab_version=version, bytes=10, needed_by=["show.py"])
+        for name, version in (("fakepkg", "2.0"), ("packaging", "99.0"))
+    ]
     shipping = select(missing, [], base, inventory, ShipChoice(), has_venv=True)
     spec = PackSpec(code_path=project, call_path="show.py", venv_path=venv)
     result = pack(spec, tmp_path / "cache")
@@ -87,6 +92,9 @@ def test_the_job_imports_the_shipped_package_after_the_venvs_own(tmp_path: Path,
     proc = run_unpack(uri, "--paths", mode, "--workdir", str(workdir))
     said = _said(proc)
     assert "base layer: " in proc.stderr and "after the venv's own" in proc.stderr
+    assert "j2c: python: the shipped packaging 99.0 (from the lab's base) shadows the image's " in (
+        proc.stderr
+    )
     venv = str(lab / "venv") if mode == "original" else str(workdir / "venv")
     _check_order(said, venv)
     assert moved.exists()
