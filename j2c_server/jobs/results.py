@@ -15,6 +15,11 @@ scheduler that keeps the job's outputs folder on this machine (local, container)
 folder's listing, which stays the record's (no digests); Slurm and Kubernetes then list none.
 ``outputs_note`` also says when there are no outputs, what was left out or not uploaded, when
 the job was stopped before its last sync, and when a presigned job could upload nothing.
+
+A multi-node job's rank ``k > 0`` uploads under ``rank-<k>/`` with its own index, trusted by
+its own logged digest the same way (``index of rank <k> sha256:``). Its files are listed as
+``rank-<k>/<name>`` except those identical to rank 0's (same name, same sha256): listed once,
+as rank 0's. ``outputs_note`` says which ranks returned what (docs/results.md).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from j2c_server.storage.errors import ObjectNotFound
 from j2c_server.unpack.outputs import (
     INDEX_DIGEST_MARK as INDEX_DIGEST_MARK,  # the pipeline's search
 )
-from j2c_server.unpack.outputs import INDEX_NAME
+from j2c_server.unpack.outputs import INDEX_NAME, rank_folder
+from j2c_server.unpack.outputs import digest_mark as digest_mark  # the pipeline's search
 from j2c_server.wire.api import Artifact, JobRecord, JobResults, OutputFailure
 
 log = logging.getLogger(__name__)
@@ -81,21 +87,27 @@ def outputs_prefix(job_id: str) -> str:
     return f"jobs/{job_id}/outputs"
 
 
-def logged_digest(lines: list[str]) -> str | None:
-    """The last outputs index sha256 the job printed among ``lines``."""
+def logged_digest(lines: list[str], rank: int = 0) -> str | None:
+    """The last outputs index sha256 the job (its rank ``rank``) printed among ``lines``."""
+    pattern = (
+        _LOGGED_DIGEST
+        if rank == 0
+        else re.compile(re.escape(digest_mark(rank)) + r"([0-9a-f]{64})\b")
+    )
     for line in reversed(lines):
-        found = _LOGGED_DIGEST.search(line)
+        found = pattern.search(line)
         if found:
             return found.group(1)
     return None
 
 
 async def read_index(
-    store: ObjectStore, job_id: str, digest: str | None
+    store: ObjectStore, job_id: str, digest: str | None, rank: int = 0
 ) -> tuple[OutputsIndex | None, str | None]:
-    """The job's outputs index when its sha256 is ``digest`` (the one its log holds), or None
-    and why not (None, None: there is none)."""
-    key = f"{outputs_prefix(job_id)}/{INDEX_NAME}"
+    """The job's outputs index (rank ``rank``'s) when its sha256 is ``digest`` (the one its log
+    holds), or None and why not (None, None: there is none)."""
+    folder = f"{rank_folder(rank)}/" if rank else ""
+    key = f"{outputs_prefix(job_id)}/{folder}{INDEX_NAME}"
     try:
         raw = await store.get_bytes(key)
     except ObjectNotFound:
@@ -105,7 +117,7 @@ async def read_index(
     if digest is None:
         return None, (
             f"the outputs index {store.uri(key)} is not listed: the job's log does not hold its "
-            f"sha256 ('{INDEX_DIGEST_MARK}'), so it cannot be told from one written by someone else"
+            f"sha256 ('{digest_mark(rank)}'), so it cannot be told from one written by someone else"
         )
     actual = hashlib.sha256(raw).hexdigest()
     if actual != digest:
@@ -129,11 +141,13 @@ async def collect_outputs(
     uploaded: bool,
     last_lines: list[str],
     index_line: str | None = None,
+    rank_lines: dict[int, str | None] | None = None,
 ) -> JobResults:
     """``results`` (the scheduler's) with the outputs the store's index lists. ``uploaded``:
     whether the job was told to upload its outputs (not with presigned URLs); ``last_lines``:
     the job's last log lines, where ``j2c-unpack`` says why an upload failed; ``index_line``:
-    the job's last log line with the index's sha256 (anywhere in its log)."""
+    the job's last log line with the index's sha256 (anywhere in its log); ``rank_lines``: of a
+    multi-node job, each rank k > 0's last line with its own index's sha256."""
     digest = logged_digest([*([index_line] if index_line else []), *last_lines])
     index, problem = await read_index(store, record.id, digest) if uploaded else (None, None)
     artifacts = list(results.artifacts)
@@ -155,16 +169,22 @@ async def collect_outputs(
             notebook = None
     if notebook is None:
         notebook = _executed_notebook(artifacts, record.request.call_path)
-    failed = index.failed if index is not None else []
+    failed = list(index.failed) if index is not None else []
     left_out = [
         OutputFailure(name=item.name, error=item.reason)
         for item in (index.left_out if index is not None else [])
     ]
+    ranks_note = None
+    if uploaded and rank_lines:
+        ranks_note = await _merge_ranks(
+            store, record.id, index, rank_lines, last_lines, artifacts, failed, left_out
+        )
     notes = [
         _note(artifacts, failed, index, problem, uploaded=uploaded, last_lines=last_lines),
         _left_out_note(left_out),
         None if index is None or index.final else _STOPPED_NOTE,
         None if uploaded else PRESIGNED_NOTE,
+        ranks_note,
     ]
     return results.model_copy(
         update={
@@ -176,6 +196,55 @@ async def collect_outputs(
             "outputs_note": "; ".join(note for note in notes if note) or None,
         }
     )
+
+
+async def _merge_ranks(
+    store: ObjectStore,
+    job_id: str,
+    index: OutputsIndex | None,
+    rank_lines: dict[int, str | None],
+    last_lines: list[str],
+    artifacts: list[Artifact],
+    failed: list[OutputFailure],
+    left_out: list[OutputFailure],
+) -> str:
+    """Add every rank k > 0's outputs to the lists (in place) under ``rank-<k>/``; the note
+    that says which rank returned what."""
+    if index is None:  # the artifacts are served from the listing's own location then
+        return "the other ranks' outputs are listed only with rank 0's outputs index"
+    prefix = outputs_prefix(job_id)
+    rank0 = {item.name: item.sha256 for item in index.files}
+    said = [f"rank 0: {len(rank0)} files"]
+    for rank, line in sorted(rank_lines.items()):
+        digest = logged_digest([*([line] if line else []), *last_lines], rank)
+        found, problem = await read_index(store, job_id, digest, rank)
+        folder = rank_folder(rank)
+        if found is None:
+            said.append(f"rank {rank}: {problem or 'no outputs index'}")
+            continue
+        same = 0
+        for item in found.files:
+            if rank0.get(item.name) == item.sha256:
+                same += 1  # identical to rank 0's: listed once, as rank 0's
+            elif len(artifacts) < MAX_ARTIFACTS:
+                artifacts.append(
+                    Artifact(
+                        name=f"{folder}/{item.name}",
+                        size=item.size,
+                        url=store.uri(f"{prefix}/{folder}/{item.name}"),
+                        sha256=item.sha256,
+                    )
+                )
+        failed += [
+            OutputFailure(name=f"{folder}/{item.name}", error=item.error) for item in found.failed
+        ]
+        left_out += [
+            OutputFailure(name=f"{folder}/{item.name}", error=item.reason)
+            for item in found.left_out
+        ]
+        identical = f", {same} identical to rank 0's (listed once)" if same else ""
+        said.append(f"rank {rank}: {len(found.files)} files under {folder}/{identical}")
+    return "; ".join(said)
 
 
 _STOPPED_NOTE = (

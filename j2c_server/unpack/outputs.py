@@ -21,6 +21,13 @@ or changed in its working copy of the project (written.py), with an index next t
   channel nobody else with write access to the store can change, so the results stage checks
   the stored index against it (jobs/results.py) and every artifact against the index.
 
+- **Every rank** of a multi-node job uploads its own outputs: rank 0 to the output URI itself,
+  rank ``k`` to ``<output URI>/rank-<k>/`` (:func:`rank_uri`) with an index of its own there,
+  whose sha256 it prints as ``j2c: outputs: index of rank <k> sha256:<hex>``
+  (:func:`digest_mark`). Rank 0 leaves out a file of its own named ``rank-<k>/...`` for a rank
+  ``k`` of the job, so no rank's files land on another's. The results stage merges the indexes
+  (jobs/results.py).
+
 The storage package is imported only when something is uploaded, so a job without
 ``--output-uri`` never loads it.
 """
@@ -54,8 +61,26 @@ CONCURRENT_UPLOADS = 4
 INDEX_NAME = ".j2c-outputs.json"
 INDEX_FORMAT = 2
 INDEX_DIGEST_MARK = "index sha256:"
+# Rank k's mark; it does not contain INDEX_DIGEST_MARK, so a search for rank 0's never finds it.
+RANK_DIGEST_MARK = "index of rank {rank} sha256:"
+RANK_FOLDER = "rank-{rank}"
 MB = 1_000_000
 _HASH_CHUNK = 1 << 20
+
+
+def rank_folder(rank: int) -> str:
+    """The folder under the job's outputs where rank ``rank`` (> 0) uploads its own."""
+    return RANK_FOLDER.format(rank=rank)
+
+
+def rank_uri(output_uri: str, rank: int) -> str:
+    """Where rank ``rank`` uploads: the output URI itself for rank 0, its folder for others."""
+    return output_uri if rank == 0 else f"{output_uri.rstrip('/')}/{rank_folder(rank)}"
+
+
+def digest_mark(rank: int) -> str:
+    """What precedes the index's sha256 in the log line of rank ``rank``."""
+    return INDEX_DIGEST_MARK if rank == 0 else RANK_DIGEST_MARK.format(rank=rank)
 
 
 @dataclass(frozen=True)
@@ -96,9 +121,10 @@ def select(
     written: list[Written],
     caps: Caps,
     judge: Callable[[Written], str | None] = secret_reason,
+    reserved: tuple[str, ...] = (),
 ) -> tuple[list[Written], list[dict[str, Any]]]:
     """What is uploaded, and what is left out with the reason (largest first). ``judge``: why
-    a file is a secret, or None."""
+    a file is a secret, or None; ``reserved``: top folders other ranks upload to."""
     left_out: list[dict[str, Any]] = []
 
     def leave(item: Written, reason: str) -> None:
@@ -108,12 +134,16 @@ def select(
     pool: list[Written] = []
     for item in outputs:
         reason = judge(item)
-        if reason is not None:
+        if item.name.split("/", 1)[0] in reserved:
+            leave(item, "is in another rank's outputs folder")
+        elif reason is not None:
             leave(item, f"is {reason}")
         else:
             pool.append(item)
     for item in written:
-        if item.name in taken:
+        if item.name.split("/", 1)[0] in reserved:
+            leave(item, "is in another rank's outputs folder")
+        elif item.name in taken:
             leave(item, "has the name of a file in $J2C_OUTPUT_DIR")
         elif item.name == INDEX_NAME:
             leave(item, "has the outputs index's name")
@@ -150,9 +180,15 @@ class OutputsSync:
         output_uri: str,
         caps: Caps,
         working_copy: WorkingCopy | None = None,
+        *,
+        rank: int = 0,
+        nodes: int = 1,
     ) -> None:
+        """``rank`` of a job on ``nodes`` nodes: rank k > 0 uploads to ``rank-<k>/``."""
         self.output_dir = output_dir
-        self.output_uri = output_uri
+        self.output_uri = rank_uri(output_uri, rank)
+        self.rank = rank
+        self._reserved = tuple(rank_folder(k) for k in range(1, nodes)) if rank == 0 else ()
         self.caps = caps
         self.working_copy = working_copy
         self._synced: dict[str, _Synced] = {}
@@ -238,7 +274,7 @@ class OutputsSync:
                 copy = self.working_copy
                 skip = (*copy.skip, self.output_dir)
                 written = written_files(copy.code, copy.snapshot, skip)
-            chosen, left_out = select(outputs, written, self.caps, self._judge)
+            chosen, left_out = select(outputs, written, self.caps, self._judge, self._reserved)
             done = _Round(chosen, left_out)
             asyncio.run(self._sync(done, final=final))
             return done
@@ -302,7 +338,7 @@ class OutputsSync:
             }
             raw = json.dumps(index, indent=1).encode() + b"\n"
             await store.put_bytes(INDEX_NAME, raw)
-            say("outputs", f"{INDEX_DIGEST_MARK}{hashlib.sha256(raw).hexdigest()}")
+            say("outputs", f"{digest_mark(self.rank)}{hashlib.sha256(raw).hexdigest()}")
         finally:
             await store.close()
 
