@@ -3,7 +3,7 @@ the configuration never imports the backend."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -16,6 +16,22 @@ class KubernetesSettings(BaseModel):
     namespace: str | None = None
     service_account: str | None = None
     env_from_secret: str | None = Field(None, description="Secret with storage credentials.")
+    run_as_user: int = Field(
+        1000,
+        ge=1,
+        description="The uid of every job's pod (runAsNonRoot; 0 is refused: the Pod Security "
+        "Standards' restricted profile forbids it). Default: the Jupyter images' jovyan.",
+    )
+    run_as_group: int = Field(100, ge=0, description="The gid of every job's pod.")
+    fs_group: int | None = Field(
+        100, ge=0, description="fsGroup of the pod's volumes (null: none set)."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None,
+        description="imagePullPolicy of the job's container (default: Kubernetes' own). "
+        "'Always' for private images on shared nodes: the registry checks each pull's "
+        "credentials, so a node's cached copy does not reach a user without access.",
+    )
     gpu_resource: str = "nvidia.com/gpu"
     gpu_type_label: str = "nvidia.com/gpu.product"
     tolerations: list[dict[str, Any]] = Field(default_factory=list)

@@ -21,6 +21,7 @@ from typing import Any
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput
 from j2c_server.schedulers.base import JobSpec, not_a_memory_size, required_image
+from j2c_server.schedulers.kube_security import harden
 from j2c_server.schedulers.kube_settings import KubernetesSettings
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
 
@@ -260,6 +261,7 @@ def render_job(
         pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     _cache_volume(kube, pod, container)
+    harden(kube, pod, container)
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "template": {"metadata": {"labels": labels}, "spec": pod},
