@@ -78,7 +78,13 @@ def compare_with(
     found = compare(venv_dists, base, imports, inventory, lab_glibc())
     has_venv = venv is not None and venv.info.include_system_site_packages
     shipping = select(
-        found.missing, found.versions, base, inventory, choice or ShipChoice(), has_venv
+        found.missing,
+        found.versions,
+        base,
+        inventory,
+        choice or ShipChoice(),
+        has_venv,
+        base_folders,
     )
     return ImageReport(
         target=target.label,

@@ -70,26 +70,35 @@ class DistFiles:
 
     site: Path
     files: tuple[str, ...]
-    skipped: tuple[str, ...]  # outside the site folder (or with no file list at all)
+    skipped: tuple[str, ...]  # outside the site folders (or with no file list at all)
     bytes: int
+    elsewhere: tuple[tuple[Path, str], ...] = ()  # in another site folder (purelib/platlib)
 
 
-_files_memo: dict[tuple[str, int], DistFiles] = {}
+_files_memo: dict[tuple[str, int, tuple[Path, ...]], DistFiles] = {}
 
 
 def _bytecode(rel: str) -> bool:
     return rel.endswith((".pyc", ".pyo")) or "__pycache__" in rel.split("/")
 
 
-def dist_files(dist: LabDist) -> DistFiles:
-    """The files of ``dist`` by its RECORD: inside its site folder, without bytecode, that
-    exist (memoised by the RECORD's mtime)."""
+def _other_site(path: str, folders: tuple[Path, ...], site: Path) -> tuple[Path, str] | None:
+    """The other base site folder holding ``path`` (where purelib and platlib are apart)."""
+    for folder in folders:
+        if folder != site and Path(path).is_relative_to(folder):
+            return folder, Path(path).relative_to(folder).as_posix()
+    return None
+
+
+def dist_files(dist: LabDist, folders: tuple[Path, ...] = ()) -> DistFiles:
+    """The files of ``dist`` by its RECORD: inside its site folder (or another of the base's
+    ``folders``), without bytecode, that exist (memoised by the RECORD's mtime)."""
     site = dist.path.parent
     try:
         mtime = os.stat(dist.path / "RECORD").st_mtime_ns
     except OSError:
         mtime = -1
-    memo = (str(dist.path), mtime)
+    memo = (str(dist.path), mtime, folders)
     if memo in _files_memo:
         return _files_memo[memo]
     listed = metadata.PathDistribution(dist.path).files
@@ -101,11 +110,18 @@ def dist_files(dist: LabDist) -> DistFiles:
     skipped: list[str] = []
     total = 0
     seen: set[str] = set()
+    elsewhere: list[tuple[Path, str]] = []
     for item in listed:
         text = str(item).replace(os.sep, "/")
         rel = posixpath.normpath(text)
         if rel.startswith("/") or rel == ".." or rel.startswith("../"):
-            skipped.append(f"{dist.label}: {text}")
+            other = _other_site(posixpath.normpath(posixpath.join(str(site), text)), folders, site)
+            if other is None or _bytecode(other[1]) or not os.path.isfile(other[0] / other[1]):
+                if other is None:
+                    skipped.append(f"{dist.label}: {text}")
+                continue
+            elsewhere.append(other)
+            total += os.lstat(other[0] / other[1]).st_size
             continue
         if _bytecode(rel) or rel in seen:
             continue
@@ -118,7 +134,7 @@ def dist_files(dist: LabDist) -> DistFiles:
         seen.add(rel)
         files.append(rel)
         total += st.st_size
-    found = DistFiles(site, tuple(sorted(files)), tuple(skipped), total)
+    found = DistFiles(site, tuple(sorted(files)), tuple(skipped), total, tuple(elsewhere))
     _files_memo[memo] = found
     return found
 
@@ -148,6 +164,7 @@ def select(
     inventory: ImageInventory,
     choice: ShipChoice,
     has_venv: bool,
+    folders: list[Path] | None = None,
 ) -> ShippedBase | None:
     """What ships for one job, with why not when nothing does; None when nothing would."""
     if choice.conflicts == "ship":
@@ -177,7 +194,7 @@ def select(
         return shipping.model_copy(update={"enabled": False, "off_reason": off})
     names = [*(m.name for m in missing), *(v.name for v in chosen)]
     dists = [base[_key(name)] for name in names if _key(name) in base]
-    found = [dist_files(dist) for dist in dists]
+    found = [dist_files(dist, tuple(folders or ())) for dist in dists]
     skipped = [line for item in found for line in item.skipped]
     lab_versions = {dist.key: dist for dist in dists}
     image_names = {_key(d.name) for d in inventory.distributions}
@@ -195,7 +212,7 @@ def select(
         update={
             "names": [dist.label for dist in dists],
             "bytes": sum(item.bytes for item in found),
-            "files": sum(len(item.files) for item in found),
+            "files": sum(len(item.files) + len(item.elsewhere) for item in found),
             "breaks_image": breaks,
             "skipped_files": skipped,
             "note": None
@@ -284,8 +301,10 @@ def base_layers_scanned(
                 f"{label} was to ship from the lab's base Python but is no longer there",
                 field="venv_path",
             )
-        found = dist_files(dist)
+        found = dist_files(dist, tuple(folders))
         by_site.setdefault(found.site, []).extend(found.files)
+        for other, rel in found.elsewhere:
+            by_site.setdefault(other, []).append(rel)
     order = {folder: index for index, folder in enumerate(folders)}
     return [
         ScannedLayer(role=LayerRole.base, root=site, entries=_entries(site, sorted(set(files))))

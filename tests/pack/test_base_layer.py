@@ -247,3 +247,32 @@ def test_the_base_layer_is_reused_across_sends_and_uploaded_once(
 def test_the_layer_roles_and_format_versions_agree() -> None:
     assert [r.value for r in PlanRole] == [r.value for r in LayerRole] == ["code", "venv", "base"]
     assert READS_FORMAT_VERSION == MANIFEST_FORMAT_VERSION
+
+
+def test_files_in_another_site_folder_of_the_base_ship_in_that_folders_layer(
+    tmp_path: Path,
+) -> None:
+    # purelib and platlib apart (lib and lib64, as some distributions' Pythons have them).
+    purelib = tmp_path / "base" / "lib" / "python3.11" / "site-packages"
+    platlib = tmp_path / "base" / "lib64" / "python3.11" / "site-packages"
+    write(platlib / "splitpkg_ext.so", "binary")
+    _dist(
+        purelib,
+        "splitpkg",
+        "1.0",
+        {"splitpkg/__init__.py": "from splitpkg_ext import *\n"},
+        ["../../../lib64/python3.11/site-packages/splitpkg_ext.so,,"],
+    )
+    backdate(tmp_path / "base")
+    folders = [purelib, platlib]
+    base = lab_dists(folders)
+    missing = [_missing("splitpkg").model_copy(update={"lab_version": "1.0"})]
+    shipping = select(missing, [], base, _inventory([]), ShipChoice(), True, folders)
+    assert shipping is not None and shipping.skipped_files == [] and shipping.files == 5
+    pure, plat = base_layers_scanned(shipping, base, folders)
+    assert (pure.root, plat.root) == (purelib, platlib)
+    assert [e.rel for e in plat.entries] == ["splitpkg_ext.so"]
+    alone = select(missing, [], base, _inventory([]), ShipChoice(), True)  # folders unknown
+    assert alone is not None and alone.skipped_files == [
+        "splitpkg 1.0: ../../../lib64/python3.11/site-packages/splitpkg_ext.so"
+    ]
