@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from j2c_server.config import J2CSettings
+from j2c_server.core.errors import NotFound
+from j2c_server.jobs.fanout import EventBus
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.tracking import (
     MlflowClient,
@@ -39,8 +41,9 @@ from j2c_server.jobs.tracking import (
     project_name,
     run_url,
 )
+from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobResults, JobStatus, TrackingRun
-from j2c_server.wire.manifest import Manifest
+from j2c_server.wire.manifest import Manifest, Variant
 
 # MLflow's own limits (REST API docs): a param value of at most 6000 characters, at most 100
 # params per log-batch call.
@@ -211,6 +214,47 @@ async def start_sweep_runs(
             }
         )
     return envs
+
+
+async def track_variants(
+    settings: J2CSettings,
+    registry: Registry,
+    bus: EventBus,
+    parent: JobRecord,
+    table: Sequence[Variant],
+    manifest: Manifest | None = None,
+) -> list[Variant]:
+    """The sweep's variant table with each row's MLflow variables set over its env, once the
+    parent run and one child run per row exist (recorded on each job); ``table`` as it was when
+    tracking is off or fails. Call it before the table goes into the manifest. The children are
+    ``parent.sweep.children`` by index; a row whose child record is missing gets no run."""
+    if not settings.mlflow.uri() or parent.sweep is None:
+        return list(table)
+    by_index: dict[int, JobRecord] = {}
+    for child_id in parent.sweep.children:
+        try:
+            child = await registry.get(child_id)
+        except NotFound:
+            continue
+        if child.sweep is not None and child.sweep.index is not None:
+            by_index[child.sweep.index] = child
+    rows = [row for row in table if row.index in by_index]
+    runs = [
+        VariantRun(
+            Journal(registry, bus, by_index[row.index].id),
+            by_index[row.index],
+            row.index,
+            row.params,
+        )
+        for row in rows
+    ]
+    envs = await start_sweep_runs(
+        settings, Journal(registry, bus, parent.id), parent, runs, manifest
+    )
+    extra = {row.index: env for row, env in zip(rows, envs, strict=True)}
+    return [
+        row.model_copy(update={"env": {**row.env, **extra.get(row.index, {})}}) for row in table
+    ]
 
 
 async def finish_sweep_run(

@@ -22,10 +22,13 @@ from j2c_server.jobs.sweep_tracking import (
     grid_params,
     metric_history,
     start_sweep_runs,
+    track_variants,
 )
 from j2c_server.jobs.sweep_view import VariantRef, build_view
 from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.wire.manifest import Variant
+from j2c_server.wire.sweep import SweepInfo
 from tests.tracking.mlflow_server import MlflowServer
 
 GRID = [{"lr": lr, "seed": seed} for lr in ("1e-3", "3e-4", "1e-4") for seed in ("0", "1")]
@@ -245,3 +248,46 @@ async def test_the_sweep_view_reads_each_variants_run_live_then_from_its_results
     assert done.metrics == {"val_loss": 0.2} and done.metrics_source == "mlflow"
     assert [p.value for p in done.history["val_loss"]] == [0.8, 0.3, 0.2]
     assert view.summary == "1/2 succeeded, 1 running"
+
+
+async def test_the_variant_table_gets_each_rows_run_and_the_parent_its_own(
+    registry: Registry, mlflow_server: MlflowServer
+) -> None:
+    """What the sweep's upload calls before the table goes into the manifest: each row's env
+    gains its own MLFLOW_RUN_ID (over what the row already sets), the parent's record its run."""
+    settings = _settings(mlflow_server.url)
+    bus = EventBus()
+    _, parent, variants = await _sweep(registry, bus)
+    info = SweepInfo(
+        sweep_id=parent.id, keys=["lr", "seed"], children=[v.record.id for v in variants]
+    )
+    for variant in variants:
+        child_info = SweepInfo(
+            sweep_id=parent.id, parent=parent.id, index=variant.index, params=dict(variant.params)
+        )
+        await Journal(registry, bus, variant.record.id).write(
+            [], change=lambda job, i=child_info: setattr(job, "sweep", i)
+        )
+    parent = parent.model_copy(update={"sweep": info})
+    table = [
+        Variant(
+            index=v.index,
+            args=["--lr", v.params["lr"]],
+            env={"SEED": v.params["seed"]},
+            params=dict(v.params),
+        )
+        for v in variants
+    ]
+    tracked = await track_variants(settings, registry, bus, parent, table)
+    assert [row.index for row in tracked] == [row.index for row in table]
+    for row, variant in zip(tracked, variants, strict=True):
+        child = await registry.get(variant.record.id)
+        assert child.results is not None and child.results.tracking is not None
+        assert row.env["MLFLOW_RUN_ID"] == child.results.tracking.run_id
+        assert row.env["SEED"] == variant.params["seed"]
+        assert row.args == ["--lr", variant.params["lr"]]
+    stored = await registry.get(parent.id)
+    assert stored.results is not None and stored.results.tracking is not None
+    assert {row.env["MLFLOW_PARENT_RUN_ID"] for row in tracked} == {stored.results.tracking.run_id}
+    untracked = await track_variants(load_settings(environ={}), registry, bus, parent, table)
+    assert untracked == table
