@@ -1,0 +1,150 @@
+"""The node layer cache through the container backend: submit -> first line of user code, cold
+vs warm, with the default placement (``original``) and with ``relocate``, on a real engine.
+
+Each round, interleaved: for each placement, a fresh cache folder (cold: download from the
+``file://`` store, verify, extract into the cache, relocate, prove, run) then the same manifest
+again (warm: fingerprint checks, code copied, venv linked or used in place). The time is from
+``ContainerScheduler.submit`` to the job's first stdout line (``FIRST LINE``), through the
+engine's create/start and log stream, as a user waits for it. The project is a small one; the
+venv is made with this interpreter (``--system-site-packages``, pip in it: about 1.5k files) or
+given with ``--venv``. Medians of the rounds, best beside them.
+
+Run: ``J2C_PODMAN_DIR=... python benchmarks/container_cache.py [--rounds 3] [--venv DIR]``
+(``scripts/platform-image.sh DIR`` starts podman and builds the image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _exports(folder: Path) -> dict[str, str]:
+    values = {}
+    for line in (folder / "env").read_text().splitlines():
+        if line.startswith("export ") and "=" in line:
+            name, _, value = line[len("export ") :].partition("=")
+            values[name] = value
+    return values
+
+
+def _publish(work: Path, venv: Path | None, store: Path) -> str:
+    from j2c_server.pack import PackSpec, make_manifest, pack, publish
+    from j2c_server.storage import open_store
+
+    project = work / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "first.py").write_text('print("FIRST LINE", flush=True)\n')
+    for index in range(200):
+        (project / f"module_{index}.py").write_text("X = 1\n" * 50)
+    old = time.time() - 3600
+    for path in [project, *project.iterdir()]:
+        os.utime(path, (old, old))
+    result = pack(PackSpec(code_path=project, call_path="first.py", venv_path=venv), work / "pc")
+    from j2c_server.storage.settings import StorageSettings
+
+    # Shared: the job's uid (1000) reads the store.
+    opened = open_store(store.as_uri(), StorageSettings(shared=True))
+    published = asyncio.run(publish(opened, result, make_manifest(result)))
+    return published.manifest_uri
+
+
+async def _one(settings: object, image: str, manifest: str, placement: str) -> tuple[float, str]:
+    from j2c_server.schedulers.base import JobSpec
+    from j2c_server.schedulers.container import ContainerScheduler
+
+    scheduler = ContainerScheduler(settings)  # type: ignore[arg-type]
+    spec = JobSpec(
+        key=f"bench-{time.monotonic_ns()}",
+        job_id=f"b{time.monotonic_ns()}",
+        name="bench",
+        image=image,
+        command=["j2c-unpack", manifest, "--paths", placement, "--"],
+    )
+    started = time.perf_counter()
+    first = None
+    cache_line = ""
+    seen: list[str] = []
+    try:
+        handle = await scheduler.submit(spec)
+        async for line in scheduler.follow_logs(handle):
+            seen.append(line.text)
+            if first is None and line.text == "FIRST LINE":
+                first = time.perf_counter() - started
+            if "layers from the cache" in line.text:
+                cache_line = line.text
+            if os.environ.get("BENCH_VERBOSE") and line.text.startswith("j2c: "):
+                print(f"    {time.perf_counter() - started:6.2f}  {line.text[:110]}")
+        await scheduler.results(handle)
+    finally:
+        await scheduler.close()
+    if first is None:
+        raise SystemExit(f"the job printed no FIRST LINE ({placement}):\n" + "\n".join(seen[-15:]))
+    return first, cache_line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--venv", type=Path)
+    options = parser.parse_args()
+    podman = Path(os.environ.get("J2C_PODMAN_DIR", "/nonexistent"))
+    if not (podman / "env").is_file():
+        raise SystemExit("set J2C_PODMAN_DIR to a folder scripts/platform-image.sh started")
+    values = _exports(podman)
+    os.environ["CONTAINERS_CONF"] = values["CONTAINERS_CONF"]
+    from j2c_server.config import load_settings
+
+    work = Path(tempfile.mkdtemp(prefix="j2c-bench-container-cache-"))
+    venv = options.venv
+    if venv is None:
+        venv = work / "venv"
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True
+        )
+    data = work / "data"
+    manifest = _publish(work, venv, data / "store")
+    samples: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(options.rounds):
+        for placement in ("original", "relocate"):
+            settings = load_settings(
+                environ={},
+                overrides={
+                    "data_dir": str(data),
+                    "storage": {"url": (data / "store").as_uri(), "shared": True},
+                    "scheduler": {
+                        "container": {
+                            "socket": values["J2C_SCHEDULER__CONTAINER__SOCKET"],
+                            "cache_dir": str(work / f"cache-{placement}-{round_}"),
+                        }
+                    },
+                },
+            )
+            for kind in ("cold", "warm"):
+                seconds, line = asyncio.run(
+                    _one(settings, values["PLATFORM_IMAGE"], manifest, placement)
+                )
+                samples.setdefault((placement, kind), []).append(seconds)
+                print(f"round {round_ + 1} {placement:8} {kind}: {seconds:.2f} s  {line}")
+    print("\nplacement  | cold median (best) | warm median (best) | cold / warm")
+    for placement in ("original", "relocate"):
+        cold, warm = samples[(placement, "cold")], samples[(placement, "warm")]
+        ratio = statistics.median(cold) / statistics.median(warm)
+        print(
+            f"{placement:10} | {statistics.median(cold):.2f} s ({min(cold):.2f}) | "
+            f"{statistics.median(warm):.2f} s ({min(warm):.2f}) | {ratio:.1f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
