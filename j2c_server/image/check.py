@@ -19,16 +19,16 @@ from pydantic import ValidationError
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
+from j2c_server.image.base_layer import ShipChoice, select
 from j2c_server.image.diff import compare, lab_glibc
-from j2c_server.image.models import ImageInventory, ImageReport
 from j2c_server.image.needs import lab_dists, project_imports
 from j2c_server.image.probe import container_image_key, container_inventory
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.image.target import CONTAINER, Target, target_for
-from j2c_server.pack.base_layer import ShipChoice, select
 from j2c_server.pack.venv import open_venv
 from j2c_server.unpack.inventory import PREFIX, site_dirs
 from j2c_server.wire.api import JobHandle
+from j2c_server.wire.image import ImageInventory, ImageReport
 
 MAX_LINE = 4 * 1024 * 1024
 _log = logging.getLogger("j2c")
@@ -111,7 +111,7 @@ async def image_report(
     choice: ShipChoice | None = None,
 ) -> ImageReport | None:
     """The job's differences with its target; None when it runs on the lab's own Python.
-    ``choice``: what ships of the lab's base (pack/base_layer.py)."""
+    ``choice``: what ships of the lab's base (image/base_layer.py)."""
     target = target_for(settings, scheduler, image)
     if target is None:
         return None

@@ -23,7 +23,8 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from j2c_server.image.models import (
+from j2c_server.image.needs import LabDist, ProjectImports
+from j2c_server.wire.image import (
     BrokenRequirement,
     ImageInventory,
     MissingDist,
@@ -31,7 +32,6 @@ from j2c_server.image.models import (
     VersionDifference,
     WheelMismatch,
 )
-from j2c_server.image.needs import LabDist, ProjectImports
 
 TOOLING = frozenset({"pip", "setuptools", "wheel", "distribute"})
 REASONS_SHOWN = 3

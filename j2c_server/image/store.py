@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from j2c_server.core.file_modes import private_dir, write_private_text
-from j2c_server.image.models import ImageInventory
+from j2c_server.wire.image import ImageInventory
 
 Source = Literal["probe", "job", "operator"]
 

@@ -7,7 +7,7 @@ versions; otherwise a heading and one line per difference, the worst first.
 from __future__ import annotations
 
 from j2c_server.core.units import byte_size, count
-from j2c_server.image.models import ImageReport
+from j2c_server.wire.image import ImageReport
 
 SHOWN = 20
 
@@ -17,7 +17,7 @@ def _join(items: list[str]) -> str:
 
 
 def shipping_lines(report: ImageReport) -> list[str]:
-    """What of the lab's base ships with the job (pack/base_layer.py), and the choices."""
+    """What of the lab's base ships with the job (image/base_layer.py), and the choices."""
     shipping = report.shipping
     if shipping is None:
         return []

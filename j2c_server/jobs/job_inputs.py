@@ -13,15 +13,15 @@ from pathlib import Path
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, PackError
 from j2c_server.core.job_env import job_env
+from j2c_server.image.base_layer import ShipChoice
 from j2c_server.image.check import image_report
-from j2c_server.image.models import ImageReport
 from j2c_server.pack import PackPlan, PackSpec
-from j2c_server.pack.base_layer import ShipChoice
 from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.multinode import unpack_options
 from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key
 from j2c_server.wire.api import JobRecord, JobRequest
+from j2c_server.wire.image import ImageReport
 from j2c_server.wire.manifest import Layer, LayerRole, Manifest
 
 

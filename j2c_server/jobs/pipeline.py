@@ -44,7 +44,7 @@ from j2c_server.jobs.stage_text import describe
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
 from j2c_server.pack import PackProgress, PackResult, PackSpec, make_manifest, publish
-from j2c_server.pack.base_layer import add_base_layers, refuse_if_it_breaks_the_image
+from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the_image
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.storage.redact import redact_url
 from j2c_server.usage.writer import job_submitted
@@ -224,7 +224,7 @@ class Pipeline:
             result, packed_at = await self.clients.packers.pack(
                 spec, layer_cache_dir(self.settings), _pack_progress(meter), scan
             )
-            # The lab-base packages the image lacks: their own layer (pack/base_layer.py).
+            # The lab-base packages the image lacks: their own layer (image/base_layer.py).
             result = await asyncio.to_thread(
                 add_base_layers, result, shipping, spec, layer_cache_dir(self.settings)
             )

@@ -24,7 +24,7 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import Conflict, J2CError
 from j2c_server.core.file_modes import private_dir, private_opener
 from j2c_server.core.job_env import check_request_env, mask_env
-from j2c_server.image.models import ImageReport
+from j2c_server.wire.image import ImageReport
 from j2c_server.jobs import send_rule
 from j2c_server.jobs.artifacts import ArtifactFile, copy_into_project, open_artifact
 from j2c_server.jobs.audit import Actor, audit, local_actor

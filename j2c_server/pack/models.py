@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from j2c_server.config import PackSettings
-from j2c_server.image.models import ImageReport
+from j2c_server.wire.image import ImageReport
 from j2c_server.wire.manifest import EntryPoint, FileBlob, Layer, LayerRole, VenvInfo
 
 MIB = 1024 * 1024

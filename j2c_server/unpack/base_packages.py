@@ -1,6 +1,6 @@
 """Shipped lab-base packages on the node: the ``base`` layers (format 4), on the venv's path.
 
-Every base layer (one per lab site folder, pack/base_layer.py) is extracted into
+Every base layer (one per lab site folder, image/base_layer.py) is extracted into
 ``<venv>/j2c-base/``, one after the other into the same folder, and
 ``<venv>/lib/pythonX.Y/site-packages/_j2c_base.pth`` names that folder by a path *relative* to
 the site folder. So the shipped packages move with the venv, and nothing is rewritten for them:

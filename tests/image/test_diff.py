@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from j2c_server.image.diff import compare, wheel_problem
-from j2c_server.image.models import ImageInventory, ImageReport
 from j2c_server.image.needs import lab_dists, project_imports
 from j2c_server.image.text import report_lines
+from j2c_server.wire.image import ImageInventory, ImageReport
 from tests.image.fixtures import dist, inventory
 
 

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from j2c_server.cli import main as cli
-from j2c_server.image.models import ImageInventory
 from j2c_server.image.store import InventoryStore
 from j2c_server.unpack import inventory
+from j2c_server.wire.image import ImageInventory
 from tests.image.fixtures import inventory as fake_inventory
 
 SCRIPT = Path(inventory.__file__)

@@ -1,4 +1,4 @@
-"""The layer of lab-base packages (pack/base_layer.py): which ship, their files by RECORD, and the
+"""The layer of lab-base packages (image/base_layer.py): which ship, their files by RECORD, and the
 layer reused across sends like the venv layer.
 
 A hand-made "lab base" site folder stands in for the base interpreter's (laid out as pip does:
@@ -16,7 +16,19 @@ import pytest
 from j2c_server.core.errors import PackError
 from j2c_server.core.manifest_plan import READS_FORMAT_VERSION
 from j2c_server.core.manifest_plan import LayerRole as PlanRole
-from j2c_server.image.models import (
+from j2c_server.image.base_layer import (
+    ShipChoice,
+    add_base_layers,
+    base_layers_scanned,
+    dist_files,
+    refuse_if_it_breaks_the_image,
+    select,
+)
+from j2c_server.image.needs import lab_dists
+from j2c_server.image.text import shipping_lines
+from j2c_server.pack import PackSpec, make_manifest, pack, publish
+from j2c_server.storage import open_store
+from j2c_server.wire.image import (
     BrokenRequirement,
     ImageInventory,
     InventoryDist,
@@ -25,18 +37,6 @@ from j2c_server.image.models import (
     MissingDist,
     VersionDifference,
 )
-from j2c_server.image.needs import lab_dists
-from j2c_server.image.text import shipping_lines
-from j2c_server.pack import PackSpec, make_manifest, pack, publish
-from j2c_server.pack.base_layer import (
-    ShipChoice,
-    add_base_layers,
-    base_layers_scanned,
-    dist_files,
-    refuse_if_it_breaks_the_image,
-    select,
-)
-from j2c_server.storage import open_store
 from j2c_server.wire.manifest import (
     MANIFEST_FORMAT_VERSION,
     MANIFEST_FORMAT_VERSION_SHIPPED_BASE,
@@ -132,7 +132,7 @@ def test_the_layer_holds_the_record_files_inside_site_packages_without_bytecode(
 
 
 def _report(shipping, versions=()):  # type: ignore[no-untyped-def]
-    from j2c_server.image.models import ImageReport
+    from j2c_server.wire.image import ImageReport
 
     return ImageReport(
         target="image X",

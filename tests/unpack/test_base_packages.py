@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.image.models import ImageInventory, InventoryPlatform, InventoryPython, MissingDist
+from j2c_server.image.base_layer import ShipChoice, add_base_layers, select
 from j2c_server.image.needs import lab_dists
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
-from j2c_server.pack.base_layer import ShipChoice, add_base_layers, select
 from j2c_server.storage import open_store
+from j2c_server.wire.image import ImageInventory, InventoryPlatform, InventoryPython, MissingDist
 from tests.pack.test_base_layer import _dist
 from tests.support.projects import backdate, make_venv, write
 from tests.unpack.helpers import UNPACK, run_unpack

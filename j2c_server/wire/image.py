@@ -115,12 +115,13 @@ BaseConflicts = Literal["auto", "ship", "image"]
 
 
 class ShippedBase(_Wire):
-    """Lab-base distributions that travel with the job as their own layer (pack/base_layer.py):
+    """Lab-base distributions that travel with the job as their own layer (image/base_layer.py):
     what ships, what does not and why."""
 
     enabled: bool = Field(..., description="pack.ship_base_packages and the job's choice.")
     off_reason: str | None = Field(
-        None, description="Why nothing ships although the image lacks some: the setting, the "
+        None,
+        description="Why nothing ships although the image lacks some: the setting, the "
         "flag, an image whose j2c-unpack is too old, a job without a venv.",
     )
     names: list[str] = Field(default_factory=list, description="'scipy 1.17.1', ...")

@@ -34,7 +34,12 @@ from j2c_server.core.errors import PackError
 from j2c_server.core.units import byte_size
 from j2c_server.image.diff import _holds as requirement_holds
 from j2c_server.image.diff import marker_env, requirements
-from j2c_server.image.models import (
+from j2c_server.image.needs import LabDist, lab_dists
+from j2c_server.pack.fingerprint import LayerCache
+from j2c_server.pack.models import PackResult, PackSpec
+from j2c_server.pack.scan import DIR, FILE, SYMLINK, Entry, ScannedLayer
+from j2c_server.pack.venv import normalize_dist_name, open_venv
+from j2c_server.wire.image import (
     BaseConflicts,
     BrokenRequirement,
     ImageInventory,
@@ -42,11 +47,6 @@ from j2c_server.image.models import (
     ShippedBase,
     VersionDifference,
 )
-from j2c_server.image.needs import LabDist, lab_dists
-from j2c_server.pack.fingerprint import LayerCache
-from j2c_server.pack.models import PackResult, PackSpec
-from j2c_server.pack.scan import DIR, FILE, SYMLINK, Entry, ScannedLayer
-from j2c_server.pack.venv import normalize_dist_name, open_venv
 from j2c_server.wire.manifest import LayerRole
 
 SHIPPED_FORMAT = 4  # the manifest format that carries base layers (MANIFEST_FORMAT_VERSION_...)
