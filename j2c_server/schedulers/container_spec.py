@@ -15,7 +15,12 @@ What the job sees:
   layers and outputs in the same store are not in the container at all;
 - ``HOME`` (``/j2c/home``) and ``$J2C_OUTPUT_DIR`` (``/j2c/outputs``): writable per-job folders
   of the host (``<runs dir>/<name>/``), so tools that write under HOME work as any uid;
+- its uid's and user's layer cache (``/j2c/cache``, ``J2C_UNPACK_CACHE``), when one is given
+  (:mod:`.container_folders`); binds carry podman's ``U`` where the job's uid gets its folders
+  that way, and ``UsernsMode: keep-id`` on rootless podman when it runs as the server's uid;
 - the configured uid:gid, CPU and memory limits, GPUs as CDI devices or device requests;
+- no capability (``CapDrop: [ALL]``, ``cap_add`` names those given back), ``no-new-privileges``
+  (a setuid binary in the image gains nothing), a ``PidsLimit``;
 - S3 locations through the ``J2C_STORAGE__*`` env only: storage credentials come from a
   read-only ``credentials_dir`` mount (a request's credential-like env is refused upstream).
 """
