@@ -381,7 +381,7 @@ export interface ShadowRisk {
 }
 
 /**
- * Lab-base distributions that travel with the job as their own layer (pack/base_layer.py):
+ * Lab-base distributions that travel with the job as their own layer (image/base_layer.py):
  * what ships, what does not and why.
  */
 export interface ShippedBase {
