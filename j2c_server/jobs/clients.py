@@ -4,6 +4,7 @@ packing processes with the limit on concurrent packs."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from j2c_server.config import J2CSettings
 from j2c_server.jobs.pack_worker import PackWorkers, Scan
@@ -26,6 +27,8 @@ class Clients:
         self.scans: dict[str, Scan] = {}
         self._store: ObjectStore | None = None
         self._schedulers: dict[str, Scheduler] = {}
+        # Set by the service: start watching a job here (a sweep's submitted variants).
+        self.drive: Callable[[str], None] | None = None
 
     def store(self) -> ObjectStore:
         if self._store is None:

@@ -41,6 +41,7 @@ from j2c_server.jobs.stage_keys import (
     reused_since,
 )
 from j2c_server.jobs.stage_text import describe
+from j2c_server.jobs.sweep import is_child, is_parent, max_variants, run_children, with_variants
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
 from j2c_server.pack import PackProgress, PackResult, PackSpec, make_manifest, publish
@@ -101,6 +102,8 @@ class Pipeline:
                 # The process that recorded the cancel may have died before it reached the
                 # scheduler: ask again (a cancel is idempotent), then watch the job end.
                 await self.clients.scheduler(handle.scheduler).cancel(handle)
+        if handle is None and is_child(record):
+            return  # a sweep's variant: its parent submits it (jobs/sweep.py)
         if handle is None:
             handle = await self._prepare_and_submit(record)
             if handle is None:
@@ -163,6 +166,9 @@ class Pipeline:
         result, packed_at = await self._scan_and_pack(record, spec, previous)
         await self.journal.status(JobStatus.uploading, "uploading layers")
         manifest, manifest_uri = await self._upload(record, result, packed_at, previous)
+        if is_parent(record):  # one upload, then every variant pinned to it
+            await run_children(self, record, manifest, manifest_uri)
+            return None
         job_spec = await self._configure(record, manifest, manifest_uri, previous)
         job_spec = await start_run(self.settings, self.journal, record, manifest, job_spec)
         try:
@@ -259,6 +265,7 @@ class Pipeline:
         manifest = make_manifest(
             result, source_image=job_image(self.settings, record), created_at=packed_at
         )
+        manifest = with_variants(manifest, record, max_variants(self.settings))
         inputs = StageInputs(
             {
                 "layers": [packed.layer.digest for packed in result.layers],

@@ -47,6 +47,7 @@ from j2c_server.jobs.preflight_checks import (
 )
 from j2c_server.jobs.request_paths import resolve_request
 from j2c_server.jobs.send_rule import job_key, request_key
+from j2c_server.jobs.sweep import cancel_children, submit_sweep
 from j2c_server.jobs.sweep_view import sweep_view
 from j2c_server.jobs.watch_stage import Log
 from j2c_server.pack import PackPlan, make_manifest
@@ -57,6 +58,7 @@ from j2c_server.storage.base import manifest_key
 from j2c_server.usage import metrics
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.wire.event_frames import WireEvent
+from j2c_server.wire.sweep import SweepInfo
 from j2c_server.wire.sweep_view import SweepView
 
 ADOPT_EVERY_S = LEASE_TTL_S / 2
@@ -103,6 +105,7 @@ class JobService:
         )
         self.owner = new_owner()
         self.clients = Clients(settings)
+        self.clients.drive = self._drive  # a sweep's parent hands each submitted variant over
         self._drivers: dict[str, JobDriver] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._started = False
@@ -197,10 +200,20 @@ class JobService:
         check_resources(scheduler, resolved.resources)
         return resolved.model_copy(update={"scheduler": scheduler})
 
-    async def submit(self, request: JobRequest, actor: Actor | None = None) -> JobRecord:
+    async def submit(
+        self,
+        request: JobRequest,
+        actor: Actor | None = None,
+        *,
+        sweep_keys: list[str] | None = None,
+        sweep_size: int = 0,
+    ) -> JobRecord:
         """Scan what the request would ship, then attach to the job with the same request and
         content (see :mod:`.sending`) or create a new one and start its pipeline in the
-        background; returns at once with the record, whose ``decision`` says which and why."""
+        background; returns at once with the record, whose ``decision`` says which and why.
+        A sweep goes through :func:`.sweep.submit_sweep`, which comes back here for its parent."""
+        if request.sweep is not None and sweep_keys is None:
+            return await submit_sweep(self, request, actor)
         actor = actor or self.actor
         draft = self._draft(await self._resolve(request))
         check_store_for_submit(self.settings, draft.scheduler)
@@ -212,9 +225,19 @@ class JobService:
         )
         refuse_if_over_limit(scan.report.plan)
         content = scan.report.content
+        job_id = new_job_id()
+        sweep = draft.request.sweep
         record = draft.model_copy(
             update={
-                "id": new_job_id(),
+                "id": job_id,
+                "sweep": None
+                if sweep is None
+                else SweepInfo(
+                    sweep_id=job_id,
+                    keys=sweep_keys or [],
+                    size=sweep_size,
+                    max_parallel=sweep.max_parallel,
+                ),
                 "message": "waiting to be packed",
                 "key": job_key(draft.request_key or "", content),
                 "content": content,
@@ -304,6 +327,7 @@ class JobService:
         """Ask the job to stop. Before submission the pipeline stops; after it, the scheduler
         is asked to cancel and the watcher records the end. A finished job is returned as is."""
         record = await self.registry.get(job_id)
+        await cancel_children(self, record, actor)  # a sweep's parent: every variant
         if record.status.terminal or record.status == JobStatus.cancelling:
             return record
         audit(self.log, "cancel", actor or self.actor, job_id, status=record.status.value)

@@ -97,6 +97,18 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "whatever its path; the server gives every job its own",
     )
     parser.add_argument(
+        "--variant",
+        type=int,
+        default=None,
+        help="a sweep's manifest: run this row of its variant table",
+    )
+    parser.add_argument(
+        "--variant-env",
+        default=None,
+        metavar="VAR",
+        help="a sweep's manifest: run the row the variable VAR names (an array task's index)",
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         help="j2c-unpack's folder, kept after the job (default: a temporary folder, removed "
@@ -253,6 +265,11 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
     # 1-2: what to run, and whether this interpreter can run it at all.
     plans = cache.plans if cache is not None else None
     manifest = read_manifest(options.manifest, plans, options.manifest_digest)
+    if options.variant is not None or options.variant_env or manifest.variants is not None:
+        from j2c_server.unpack.variant import pick_variant, variant_index
+
+        index = variant_index(options.variant, options.variant_env)
+        manifest = pick_variant(manifest, index)
     if manifest.files:
         from j2c_server.unpack.bigfiles import check_files
 

@@ -1,0 +1,42 @@
+"""A sweep's row: which variant this task runs (``--variant N`` or ``--variant-env VAR``, e.g.
+``SLURM_ARRAY_TASK_ID`` or ``JOB_COMPLETION_INDEX``) and the manifest plan with that row's args
+and env in place of the base ones. A sweep's manifest never runs without a valid row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from j2c_server.core.manifest_plan import ManifestPlan, PlanError
+from j2c_server.unpack.errors import ManifestInvalid
+from j2c_server.unpack.log import say
+
+VARIANT_INDEX_ENV = "J2C_VARIANT_INDEX"
+
+
+def variant_index(number: int | None, env_name: str | None) -> int | None:
+    """The index the command line names, read from ``env_name`` when it names a variable."""
+    if number is not None or not env_name:
+        return number
+    raw = os.environ.get(env_name, "").strip()
+    if not raw.isdigit():
+        raise ManifestInvalid(
+            f"--variant-env {env_name}: the variable holds {raw!r}, not a variant index",
+            field="variants",
+        )
+    return int(raw)
+
+
+def pick_variant(manifest: ManifestPlan, index: int | None) -> ManifestPlan:
+    """``manifest`` as variant ``index`` runs it: its args, its env over the base env."""
+    try:
+        row = manifest.variant(index)
+    except PlanError as exc:
+        raise ManifestInvalid(str(exc), field="variants") from None
+    if row is None:
+        return manifest
+    values = ", ".join(f"{k}={v}" for k, v in row.params.items())
+    say("variant", f"{row.index} of {len(manifest.variants or [])}: {values}")
+    env = {**manifest.env, **row.env, VARIANT_INDEX_ENV: str(row.index)}
+    return dataclasses.replace(manifest, args=list(row.args), env=env)

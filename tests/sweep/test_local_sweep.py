@@ -1,0 +1,154 @@
+"""A sweep on the real local backend: one send → one upload, a parent with six children each
+running its own args from the one manifest; aggregate, cancel, re-send, edit-after-send."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from j2c_server.config import load_settings
+from j2c_server.core.errors import InvalidInput
+from j2c_server.jobs.service import JobService
+from j2c_server.wire.api import EventKind, JobRequest, JobStatus
+from j2c_server.wire.sweep import SweepSpec
+
+SCRIPT = """
+import pathlib, sys, time
+print("variant args:", " ".join(sys.argv[1:]))
+print("data:", pathlib.Path("data.txt").read_text().strip())
+time.sleep(float(sys.argv[-1]) if sys.argv[-1].replace('.', '').isdigit() else 0)
+"""
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(SCRIPT)
+    (root / "data.txt").write_text("as sent\n")
+    return root
+
+
+def _sweep_request(project: Path, **sweep: object) -> JobRequest:
+    return JobRequest(
+        code_path=str(project),
+        call_path="train.py",
+        args=["--lr", "{lr}", "--seed", "{seed}", "0"],
+        sweep=SweepSpec.model_validate(
+            {"grid": {"lr": ["1e-3", "3e-4", "1e-4"], "seed": ["0", "1"]}, **sweep}
+        ),
+    )
+
+
+async def _log(service: JobService, job_id: str) -> str:
+    events = await service.events(job_id)
+    return "\n".join(e.text or "" for e in events if e.kind == EventKind.log)
+
+
+async def test_six_variants_from_one_upload(j2c_data_dir: Path, tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    service = JobService(load_settings())
+    try:
+        parent = await service.submit(_sweep_request(project, max_parallel=2))
+        assert parent.sweep is not None and len(parent.sweep.children) == 6
+        final = await asyncio.wait_for(service.wait(parent.id), 300)
+        children = [await service.get(c) for c in parent.sweep.children]
+        for child in children:
+            await asyncio.wait_for(service.wait(child.id), 120)
+        children = [await service.get(c) for c in parent.sweep.children]
+        assert final.status == JobStatus.succeeded, final.message
+        assert final.sweep is not None and final.sweep.summary == "6/6 succeeded"
+        # One upload: the parent's; no child scanned, packed or uploaded anything.
+        assert "upload" in final.stages
+        assert all("upload" not in c.stages and "pack" not in c.stages for c in children)
+        expected = [(lr, s) for lr in ["1e-3", "3e-4", "1e-4"] for s in ["0", "1"]]
+        for (lr, seed), child in zip(expected, children, strict=True):
+            assert child.status == JobStatus.succeeded
+            assert child.sweep is not None and child.sweep.params == {"lr": lr, "seed": seed}
+            assert f"variant args: --lr {lr} --seed {seed} 0" in await _log(service, child.id)
+        # An unchanged re-send attaches to the sweep.
+        again = await service.submit(_sweep_request(project, max_parallel=2))
+        assert again.id == parent.id and again.decision is not None and again.decision.attached
+    finally:
+        await service.stop()
+
+
+async def test_an_edit_after_the_send_never_reaches_queued_variants(
+    j2c_data_dir: Path, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    service = JobService(load_settings())
+    try:
+        parent = await service.submit(_sweep_request(project, max_parallel=1))
+        assert parent.sweep is not None
+        # Wait until the one upload is done, then edit while variants are still queued.
+        while "upload" not in (await service.get(parent.id)).stages:
+            await asyncio.sleep(0.1)
+        (project / "data.txt").write_text("edited in the lab\n")
+        await asyncio.wait_for(service.wait(parent.id), 300)
+        for child_id in parent.sweep.children:
+            await asyncio.wait_for(service.wait(child_id), 120)
+            log = await _log(service, child_id)
+            assert "data: as sent" in log and "edited" not in log
+    finally:
+        await service.stop()
+
+
+async def test_cancelling_the_parent_cancels_every_variant(
+    j2c_data_dir: Path, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    request = _sweep_request(project, max_parallel=2)
+    request = request.model_copy(update={"args": ["--lr", "{lr}", "--seed", "{seed}", "60"]})
+    service = JobService(load_settings())
+    try:
+        parent = await service.submit(request)
+        assert parent.sweep is not None
+        while (await service.get(parent.sweep.children[0])).status not in (
+            JobStatus.running,
+            JobStatus.submitted,
+        ):
+            await asyncio.sleep(0.1)
+        await service.cancel(parent.id)
+        for child_id in parent.sweep.children:
+            child = await asyncio.wait_for(service.wait(child_id), 120)
+            assert child.status == JobStatus.cancelled
+        parent_final = await asyncio.wait_for(service.wait(parent.id), 60)
+        assert parent_final.status == JobStatus.cancelled
+    finally:
+        await service.stop()
+
+
+@pytest.mark.parametrize(
+    ("sweep", "args", "words"),
+    [
+        ({"grid": {"lr": []}}, ["{lr}"], "'lr' has no values"),
+        ({"grid": {"lr": ["1", "1"]}}, ["{lr}"], "lists a value twice"),
+        ({"grid": {"lr": ["1"]}}, ["{lr}", "{seed}"], "no value for {seed}"),
+        ({"grid": {"lr": ["1", "2"]}}, ["x"], "lr is swept but no argument"),
+        ({}, ["x"], "no variants"),
+        ({"grid": {"a": ["1"]}, "variants": [{"params": {"a": "1"}}]}, ["{a}"], "not both"),
+        ({"grid": {"a": [str(i) for i in range(300)]}}, ["{a}"], "more than the limit of 256"),
+        ({"grid": {"a": ["1"]}}, ["{a", "{a}"], "unbalanced brace"),
+        ({"variants": [{"params": {"a": "1"}}, {"params": {"a": "1"}}]}, ["{a}"], "exactly like"),
+    ],
+)
+async def test_bad_grids_are_refused_before_anything_is_sent(
+    j2c_data_dir: Path, tmp_path: Path, sweep: dict[str, object], args: list[str], words: str
+) -> None:
+    project = _project(tmp_path)
+    request = JobRequest(
+        code_path=str(project),
+        call_path="train.py",
+        args=args,
+        sweep=SweepSpec.model_validate(sweep),
+    )
+    service = JobService(load_settings())
+    try:
+        with pytest.raises(InvalidInput, match="sweep") as caught:
+            await service.submit(request)
+        assert words in caught.value.message
+        assert await service.list_jobs() == []
+    finally:
+        await service.stop()
