@@ -3,24 +3,13 @@
  * sweep to the local scheduler; the Compute panel's sweep section shows one table row per
  * variant with its values, status and metric (from each variant's metrics.json), sorts by a
  * column header, plots the metric against lr, and opens a variant's log from its row.
- *
- * Until the sweep itself (one send, parent and children: #30 sections 1-2) is in the server,
- * the second test sends the six variants as six real jobs and answers the view's route in the
- * browser from their real records and metrics.json outputs (`GET /jobs/{id}/artifacts/...`):
- * everything but the server's sweep route is real there. The first test, the real sweep, is
- * marked fixme until `POST /jobs` takes a sweep.
  */
 import AxeBuilder from '@axe-core/playwright';
 import { IJupyterLabPageFixture, expect, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
-import type {
-  JobRecord,
-  JobStatus,
-  SweepVariant,
-  SweepView
-} from '../../src/models';
-import { lastLogPanel, logText } from './helpers';
+import type { JobRecord } from '../../src/models';
+import { lastLogPanel, logText, openComputePanel } from './helpers';
 
 test.use({ viewport: { width: 1440, height: 900 } });
 
@@ -59,86 +48,6 @@ async function sendSweep(page: IJupyterLabPageFixture): Promise<string> {
   return ((await answer.json()) as { id: string }).id;
 }
 
-const VARIANTS = LRS.flatMap(lr => SEEDS.map(seed => ({ lr, seed })));
-
-/**
- * Six real jobs, one per variant, run to their end on the local scheduler; the sweep view as
- * the server's route answers it, built from their records and their metrics.json outputs
- * (`{"history": [{"epoch", "loss", "accuracy"}, ...]}`: each field's last value, by epoch).
- */
-async function sixRealVariants(
-  page: IJupyterLabPageFixture
-): Promise<SweepView> {
-  const ids: string[] = [];
-  for (const { lr, seed } of VARIANTS) {
-    const answer = await page.request.post('/j2c/api/jobs', {
-      data: {
-        code_path: 'digits',
-        call_path: 'train.py',
-        venv_path: 'digits/.venv',
-        args: ['--epochs', '4', '--samples', '400', '--lr', lr, '--seed', seed],
-        name: `digits sweep [lr=${lr} seed=${seed}]`,
-        new: true
-      }
-    });
-    expect(answer.ok(), await answer.text()).toBe(true);
-    ids.push(((await answer.json()) as JobRecord).id);
-  }
-  const records: JobRecord[] = [];
-  for (const id of ids) {
-    let record: JobRecord | null = null;
-    await expect
-      .poll(
-        async () => {
-          record = (await (
-            await page.request.get(`/j2c/api/jobs/${id}`)
-          ).json()) as JobRecord;
-          return record.status;
-        },
-        { timeout: 180000, intervals: [1000] }
-      )
-      .toBe('succeeded');
-    records.push(record as unknown as JobRecord);
-  }
-  const variants: SweepVariant[] = [];
-  for (const [index, job] of records.entries()) {
-    const file = await page.request.get(
-      `/j2c/api/jobs/${job.id}/artifacts/metrics.json`
-    );
-    expect(file.ok(), await file.text()).toBe(true);
-    const epochs = (
-      (await file.json()) as {
-        history: { epoch: number; loss: number; accuracy: number }[];
-      }
-    ).history;
-    const last = epochs[epochs.length - 1];
-    variants.push({
-      index,
-      params: VARIANTS[index],
-      job,
-      metrics: { loss: last.loss, accuracy: last.accuracy },
-      metrics_source: 'metrics.json',
-      history: {
-        loss: epochs.map(e => ({ step: e.epoch, value: e.loss })),
-        accuracy: epochs.map(e => ({ step: e.epoch, value: e.accuracy }))
-      }
-    });
-  }
-  const parent: JobRecord = {
-    ...records[0],
-    id: 'digits-sweep',
-    name: 'digits sweep',
-    status: 'succeeded' as JobStatus
-  };
-  return {
-    parent,
-    keys: ['lr', 'seed'],
-    counts: { succeeded: 6 },
-    summary: '6/6 succeeded',
-    variants
-  };
-}
-
 async function openSweep(
   page: IJupyterLabPageFixture,
   id: string
@@ -160,27 +69,42 @@ async function column(table: Locator, key: string): Promise<string[]> {
   return table.locator(`tbody tr > [data-column="${key}"]`).allTextContents();
 }
 
-test.fixme('a real sweep: one row per variant, sortable, plotted, each row opens its log', async ({
+test('a real sweep: one row per variant, sortable, plotted, each row opens its log', async ({
   page
 }) => {
+  test.setTimeout(300000);
   await page.goto();
-  await page.sidebar.setWidth(600, 'left');
   const id = await sendSweep(page);
-  await checkSweepView(page, id);
-});
-
-test('six real variants: one row each, sortable, plotted, each row opens its log', async ({
-  page
-}) => {
-  test.setTimeout(480000); // six real jobs on a shared machine
-  await page.goto();
+  await expect
+    .poll(
+      async () =>
+        (
+          (await (
+            await page.request.get(`/j2c/api/jobs/${id}`)
+          ).json()) as JobRecord
+        ).status,
+      { timeout: 240000, intervals: [1000] }
+    )
+    .toBe('succeeded');
+  // The jobs list as a user finds it: the sweep is one row with its aggregate; its variants
+  // are rows of the sweep view, not of the list.
+  await page.reload();
   await page.sidebar.setWidth(600, 'left');
-  const view = await sixRealVariants(page);
-  // (JupyterLab adds a cache-busting query to each GET.)
-  await page.route(/\/j2c\/api\/jobs\/digits-sweep\/sweep(\?|$)/, route =>
-    route.fulfill({ json: view })
+  const panel = await openComputePanel(page);
+  const row = panel.locator(`.j2c-Job[data-job-id="${id}"]`);
+  await expect(row.locator('[data-j2c="sweep-aggregate"]')).toHaveText(
+    '6/6 succeeded'
   );
-  await checkSweepView(page, 'digits-sweep');
+  const record = (await (
+    await page.request.get(`/j2c/api/jobs/${id}`)
+  ).json()) as JobRecord;
+  for (const child of record.sweep?.children ?? []) {
+    await expect(panel.locator(`.j2c-Job[data-job-id="${child}"]`)).toHaveCount(
+      0
+    );
+  }
+  await row.locator('[data-action="sweep"]').click();
+  await checkSweepView(page, id);
 });
 
 async function checkSweepView(
