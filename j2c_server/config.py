@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from j2c_server.core.config_locks import Layer, merge_with_locks
 from j2c_server.core.errors import ConfigError, validation_error_to_j2c
 from j2c_server.core.job_env import is_credential_name
 from j2c_server.storage.settings import StorageSettings as StorageSettings  # owned by storage/
@@ -440,13 +441,13 @@ def load_settings(
     environ: dict[str, str] | None = None,
 ) -> J2CSettings:
     """Merge defaults < file < environment < overrides into one validated settings object."""
-    merged: dict[str, Any] = {}
     paths = [config_file] if config_file is not None else default_config_files()
-    for each in paths:
-        merged = _deep_merge(merged, read_config_file(each))
+    layers = [Layer(str(each), read_config_file(each), each) for each in paths]
     path = paths[-1] if paths else None
-    merged = _deep_merge(merged, env_overrides(environ))
+    layers.append(Layer("the environment", env_overrides(environ), env=True))
     if overrides:
-        merged = _deep_merge(merged, overrides)
+        layers.append(Layer("the overrides (server traits or command-line flags)", overrides))
+    # The operator's ``locked:`` keys are enforced while merging (config_locks.py).
+    merged = merge_with_locks(layers, read_config_file)
     merged.pop(JOB_SECTION, None)
     return validate_settings(merged, source=str(path) if path else "settings")
