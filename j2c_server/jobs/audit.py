@@ -9,11 +9,12 @@ ids only: no paths, env values or arguments.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import logging
 import os
+import pwd
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,11 +31,18 @@ class Actor:
     frontend: str
 
 
-def local_user() -> str:
-    """The OS user of this process: what the CLI, the magic and a detached watcher act as."""
+def local_user(environ: Mapping[str, str] | None = None) -> str:
+    """Who the CLI, the magic and a detached watcher act as: the hub user whose server this is
+    (``$JUPYTERHUB_USER``, set by the spawner for the server and everything it starts), else
+    the account of the process's real uid. Never ``$USER``/``$LOGNAME``: anyone sets those
+    (``USER=alice j2c submit``)."""
+    env = os.environ if environ is None else environ
+    hub_user = env.get("JUPYTERHUB_USER", "").strip()
+    if hub_user:
+        return hub_user
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # a container uid without a passwd entry
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a container uid without a passwd entry
         return f"uid-{os.getuid()}"
 
 
