@@ -20,6 +20,7 @@ from typing import Any
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.job_env import mask_env
+from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the_image
 from j2c_server.image.check import InventoryLearner
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.job_inputs import (
@@ -32,7 +33,7 @@ from j2c_server.jobs.job_inputs import (
     refuse_if_over_limit,
 )
 from j2c_server.jobs.journal import Journal, ProgressMeter
-from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs
+from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs, digest_mark
 from j2c_server.jobs.stage_keys import (
     StageInputs,
     configure_changes,
@@ -45,7 +46,6 @@ from j2c_server.jobs.sweep import is_child, is_parent, max_variants, run_childre
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
 from j2c_server.pack import PackProgress, PackResult, PackSpec, make_manifest, publish
-from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the_image
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.storage.redact import redact_url
 from j2c_server.usage.writer import job_submitted
@@ -410,6 +410,10 @@ class Pipeline:
             uploaded=not self.settings.storage.presign_for_jobs,
             last_lines=await self.registry.last_log_lines(self.job_id, LAST_LINES),
             index_line=await self.registry.last_log_line_with(self.job_id, INDEX_DIGEST_MARK),
+            rank_lines={  # a multi-node job's other ranks upload their own (unpack/outputs.py)
+                rank: await self.registry.last_log_line_with(self.job_id, digest_mark(rank))
+                for rank in range(1, record.request.resources.nodes)
+            },
         )
         final = state.status
         if record.status == JobStatus.cancelling and final == JobStatus.failed:

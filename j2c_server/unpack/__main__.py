@@ -384,11 +384,11 @@ def _run_prepared(
     if ranked:
         env.update(rank.environment(launcher=options.launcher))
         say("running", f"node rank {rank.rank} of {rank.nodes}")
-    # 8: the outputs (synced while it runs), whatever the exit code; of a multi-node job, rank
-    # 0's only.
+    # 8: the outputs (synced while it runs), whatever the exit code; of a multi-node job, every
+    # rank's (rank k > 0 under rank-<k>/, outputs.py).
     outputs = None
-    if options.output_uri and rank.rank == 0:
-        outputs = _outputs_sync(options, output_dir, placement)
+    if options.output_uri:
+        outputs = _outputs_sync(options, output_dir, placement, rank)
         outputs.start(options.outputs_sync_minutes)
     try:
         code = run_child(argv, env, cwd, on_signal=outputs.wake if outputs else None)
@@ -398,13 +398,11 @@ def _run_prepared(
     stage.done(f"exit code {code}")
     if outputs is not None:
         code = _upload_outputs(outputs, code)
-    elif options.output_uri:
-        say("uploading outputs", f"skipped on rank {rank.rank}: rank 0 uploads the job's")
     return code
 
 
 def _outputs_sync(
-    options: argparse.Namespace, output_dir: Path, placement: Placement
+    options: argparse.Namespace, output_dir: Path, placement: Placement, rank: NodeRank
 ) -> OutputsSync:
     """The outputs to sync: the output dir and the files the job writes into its code folder
     (a snapshot of it now, right before the entry point starts: one lstat a file)."""
@@ -416,7 +414,7 @@ def _outputs_sync(
     skip = (*skip, output_dir)
     copy = WorkingCopy(placement.code, take_snapshot(placement.code, skip), skip)
     caps = Caps(options.outputs_max_file_mb, options.outputs_max_total_mb)
-    return OutputsSync(output_dir, options.output_uri, caps, copy)
+    return OutputsSync(output_dir, options.output_uri, caps, copy, rank=rank.rank, nodes=rank.nodes)
 
 
 def _launched(

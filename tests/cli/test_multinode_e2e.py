@@ -6,6 +6,7 @@ started for this module and stopped after it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -57,6 +58,10 @@ else:
 print(f"rank {rank} of {world}: sum {total}", flush=True)
 if rank == 0:
     open(os.path.join(os.environ["J2C_OUTPUT_DIR"], "sum.txt"), "w").write(str(total))
+# Every rank writes where scripts do: its own file, and one the same on every rank.
+os.makedirs("models", exist_ok=True)
+open(f"models/rank-{rank}.txt", "w").write(f"rank {rank}: {total}")
+open("config.json", "w").write('{"world": %d}' % world)
 time.sleep(float(arg("--sleep", 0)))
 """
 
@@ -141,9 +146,18 @@ def test_two_ranks_meet_at_master_addr_and_all_reduce(
     assert "[1] j2c: running: node rank 1 of 2" in result.stderr
     job = json.loads(run_j2c("list", "--json").stdout)[0]
     assert job["request"]["resources"]["nodes"] == 2
-    # The outputs are rank 0's.
-    names = [artifact["name"] for artifact in job["results"]["artifacts"]]
-    assert "sum.txt" in names
+    # Every rank's outputs: rank 1's under rank-1/, the file both wrote alike listed once.
+    listed = {a["name"]: a["sha256"] for a in job["results"]["artifacts"]}
+    assert sorted(listed) == [
+        "config.json",
+        "models/rank-0.txt",
+        "rank-1/models/rank-1.txt",
+        "sum.txt",
+    ]
+    assert listed["rank-1/models/rank-1.txt"] == hashlib.sha256(b"rank 1: 30").hexdigest()
+    note = job["results"]["outputs_note"]
+    assert "rank 0: 3 files" in note
+    assert "rank 1: 2 files under rank-1/, 1 identical to rank 0's (listed once)" in note
 
 
 def test_a_failing_rank_fails_the_job_with_its_exit_code(
