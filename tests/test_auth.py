@@ -135,6 +135,7 @@ def test_the_table_says_what_each_route_needs() -> None:
         (f"jobs/{handlers._JOB_ID}/events", "GET"): "read",
         (f"jobs/{handlers._JOB_ID}/sweep", "GET"): "read",
         (f"jobs/{handlers._JOB_ID}/stream", "GET"): "read",
+        (f"jobs/{handlers._JOB_ID}/copy-artifacts", "POST"): "write",
         (f"jobs/{handlers._JOB_ID}/artifacts/{handlers._ARTIFACT}/copy", "GET"): "read",
         (f"jobs/{handlers._JOB_ID}/artifacts/{handlers._ARTIFACT}/copy", "POST"): "write",
         (f"jobs/{handlers._JOB_ID}/artifacts/{handlers._ARTIFACT}", "GET"): "read",
@@ -233,13 +234,14 @@ async def test_read_only_identity_reads_everything_and_changes_nothing(
         (("j2c", "api", "jobs"), "POST"),
         ((*job, "cancel"), "POST"),
         ((*job, "artifacts", "result.txt", "copy"), "POST"),
+        ((*job, "copy-artifacts"), "POST"),
         (job, "DELETE"),
     ]:
         body = json.dumps(job_body()) if parts[-1] == "jobs" else "{}" if method == "POST" else None
         with pytest.raises(HTTPClientError) as error:
             await jp_fetch(*parts, method=method, body=body)
         refused.append((method, error.value.code))
-    assert [code for _, code in refused] == [403] * 4, refused
+    assert [code for _, code in refused] == [403] * 5, refused
 
     SwitchableAuthorizer.allowed = None
     jobs_after = json.loads((await jp_fetch("j2c", "api", "jobs")).body)

@@ -10,7 +10,8 @@ again on the bytes actually sent or written: a file replaced in the store is ref
 two digests named (a download already under way is cut short, a copy is never linked into
 place). Copies land in ``<project>/j2c-outputs/<job id>/<name>``, inside the server's root; that
 folder holds a ``.gitignore`` of ``*``, so copies are neither committed nor packed with the
-project again.
+project again. "Copy all" (:func:`copy_all_into_project`) copies every listed artifact the same
+way, one at a time, and names each one it could not copy with the reason.
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from j2c_server.config import StorageSettings
-from j2c_server.core.errors import Conflict, Forbidden, IntegrityError, InvalidInput, NotFound
+from j2c_server.core.errors import (
+    Conflict,
+    Forbidden,
+    IntegrityError,
+    InvalidInput,
+    J2CError,
+    NotFound,
+)
 from j2c_server.jobs.request_paths import confine, root_folder
 from j2c_server.storage import ObjectNotFound, open_store
 from j2c_server.storage.base import is_plain_relative_path
 from j2c_server.storage.urls import file_url_path, url_scheme
-from j2c_server.wire.api import Artifact, JobRecord
+from j2c_server.wire.api import Artifact, ArtifactsCopy, JobRecord, OutputFailure
 
 CHUNK_BYTES = 1 << 20
 COPY_FOLDER = "j2c-outputs"
@@ -179,6 +187,34 @@ def copy_into_project(record: JobRecord, artifact: ArtifactFile, root_dir: str |
     if not _holds(target, artifact.path, shown):
         _copy_new(artifact, target, shown)
     return shown
+
+
+async def copy_all_into_project(
+    record: JobRecord, storage: StorageSettings, root_dir: str | None
+) -> ArtifactsCopy:
+    """Every artifact the job's results list, copied as :func:`copy_into_project` copies one.
+    A file that cannot be copied (other content already there, changed in the store, gone) is
+    named in ``failed`` with the error's own message and the others still go; a job that has
+    not finished or has no results is refused as a whole (the single copy's errors)."""
+    if not record.status.terminal:
+        raise Conflict(f"job {record.id} has not finished; its artifacts come at the end")
+    if record.results is None:
+        raise NotFound(f"job {record.id} recorded no results")
+    root = root_folder(root_dir)
+    code = await asyncio.to_thread(Path(record.request.code_path).resolve)
+    folder = code / COPY_FOLDER / record.id
+    if root is not None and folder.is_relative_to(root):
+        folder = folder.relative_to(root)
+    done = ArtifactsCopy(folder=folder.as_posix())
+    for listed in record.results.artifacts:
+        try:
+            async with open_artifact(record, listed.name, storage) as artifact:
+                path = await asyncio.to_thread(copy_into_project, record, artifact, root_dir)
+        except J2CError as exc:
+            done.failed.append(OutputFailure(name=listed.name, error=exc.message))
+            continue
+        done.copied.append(path)
+    return done
 
 
 def copy_into(artifact: ArtifactFile, folder: Path) -> tuple[Path, bool]:

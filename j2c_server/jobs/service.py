@@ -24,9 +24,13 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import Conflict, J2CError
 from j2c_server.core.file_modes import private_dir, private_opener
 from j2c_server.core.job_env import check_request_env, mask_env
-from j2c_server.wire.image import ImageReport
 from j2c_server.jobs import send_rule
-from j2c_server.jobs.artifacts import ArtifactFile, copy_into_project, open_artifact
+from j2c_server.jobs.artifacts import (
+    ArtifactFile,
+    copy_all_into_project,
+    copy_into_project,
+    open_artifact,
+)
 from j2c_server.jobs.audit import Actor, audit, local_actor
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.fanout import EventBus, Fanout, FanoutClosed
@@ -56,8 +60,16 @@ from j2c_server.registry.paging import Cursor, Page
 from j2c_server.schedulers import check_resources, scheduler_class
 from j2c_server.storage.base import manifest_key
 from j2c_server.usage import metrics
-from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.wire.api import (
+    ArtifactsCopy,
+    Event,
+    EventKind,
+    JobRecord,
+    JobRequest,
+    JobStatus,
+)
 from j2c_server.wire.event_frames import WireEvent
+from j2c_server.wire.image import ImageReport
 from j2c_server.wire.sweep import SweepInfo
 from j2c_server.wire.sweep_view import SweepView
 
@@ -374,6 +386,21 @@ class JobService:
             path = await asyncio.to_thread(copy_into_project, record, artifact, self.root_dir)
         audit(self.log, "copy_artifact", actor or self.actor, job_id, artifact=name)
         return path
+
+    async def copy_all_artifacts(self, job_id: str, actor: Actor | None = None) -> ArtifactsCopy:
+        """Every artifact of the finished job copied into its project folder ("Copy all");
+        each file not copied is named with why (:func:`copy_all_into_project`)."""
+        record = await self.registry.get(job_id)
+        done = await copy_all_into_project(record, self.settings.storage, self.root_dir)
+        audit(
+            self.log,
+            "copy_artifact",
+            actor or self.actor,
+            job_id,
+            artifact="*",
+            copied=len(done.copied),
+        )
+        return done
 
     async def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
         events, _ = await self.registry.events(job_id, after, limit)

@@ -188,6 +188,16 @@ class CopyArtifactHandler(ArtifactHandler):
         self.write_model(ArtifactCopy(path=path))
 
 
+class CopyAllArtifactsHandler(J2CHandler):
+    """``POST /jobs/{id}/copy-artifacts``: every artifact copied into the job's project folder
+    ("Copy all"), answering the folder, the copies and each file not copied with why."""
+
+    # Writes files into the user's project folder.
+    @requires(WRITE)
+    async def post(self, job_id: str) -> None:
+        self.write_model(await self.service.copy_all_artifacts(job_id, self.actor))
+
+
 def attachment(filename: str) -> str:
     """A ``Content-Disposition`` naming the file: an ASCII fallback, the exact name in UTF-8."""
     fallback = "".join(
@@ -223,6 +233,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     Route(("jobs", _JOB_ID, "events"), EventsHandler),
     Route(("jobs", _JOB_ID, "sweep"), SweepHandler),
     Route(("jobs", _JOB_ID, "stream"), EventStreamHandler),
+    Route(("jobs", _JOB_ID, "copy-artifacts"), CopyAllArtifactsHandler),
     # Before the download route: a path ending in /copy is the copy (POST).
     Route(("jobs", _JOB_ID, "artifacts", _ARTIFACT, "copy"), CopyArtifactHandler),
     Route(("jobs", _JOB_ID, "artifacts", _ARTIFACT), ArtifactHandler),

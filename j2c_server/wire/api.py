@@ -272,6 +272,16 @@ class ArtifactCopy(Strict):
     path: str
 
 
+class ArtifactsCopy(Strict):
+    """POST /jobs/{id}/copy-artifacts: every artifact copied into the project ("Copy all"):
+    the folder they went to, each copy's path (relative to the server's root) and the ones
+    not copied, each with why. A failed file never stops the others."""
+
+    folder: str
+    copied: list[str] = Field(default_factory=list)
+    failed: list[OutputFailure] = Field(default_factory=list)
+
+
 class JobResults(Strict):
     exit_code: int | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
