@@ -56,6 +56,7 @@ BACKENDS: dict[str, Backend] = {
     "slurm": Backend(".slurm:SlurmScheduler", ".slurm_settings:SlurmSettings"),
     "kubernetes": Backend(".kubernetes:KubernetesScheduler", ".kube_settings:KubernetesSettings"),
     "container": Backend(".container:ContainerScheduler", ".container_settings:ContainerSettings"),
+    "ray": Backend(".ray:RayScheduler", ".ray_settings:RaySettings"),
 }
 
 

@@ -148,6 +148,6 @@ def test_an_unknown_scheduler_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(InvalidInput) as info:
         scheduler_class("nosuch")
     assert info.value.field == "scheduler"
-    assert "unknown scheduler 'nosuch' (known: container, kubernetes, local, slurm" in str(
+    assert "unknown scheduler 'nosuch' (known: container, kubernetes, local, ray, slurm" in str(
         info.value
     )
