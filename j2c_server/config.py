@@ -20,13 +20,14 @@ from pydantic import (
     ConfigDict,
     Field,
     GetPydanticSchema,
+    PrivateAttr,
     ValidationError,
     create_model,
     field_validator,
     model_validator,
 )
 
-from j2c_server.core.config_locks import Layer, merge_with_locks
+from j2c_server.core.config_locks import Layer, is_locked, merge_with_locks, operator_locks
 from j2c_server.core.errors import ConfigError, validation_error_to_j2c
 from j2c_server.core.job_env import is_credential_name
 from j2c_server.storage.settings import StorageSettings as StorageSettings  # owned by storage/
@@ -308,6 +309,13 @@ class J2CSettings(_Section):
 
     # ---------------------------------------------------------------- derived values
 
+    # The operator's locked keys (core/config_locks.py), set by load_settings.
+    _locked: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    def is_locked(self, key: str) -> bool:
+        """Whether the operator's config owns ``key`` (dotted, e.g. scheduler.container.user)."""
+        return is_locked(self._locked, key)
+
     def data_path(self) -> Path:
         if self.data_dir:
             return Path(self.data_dir).expanduser()
@@ -450,4 +458,6 @@ def load_settings(
     # The operator's ``locked:`` keys are enforced while merging (config_locks.py).
     merged = merge_with_locks(layers, read_config_file)
     merged.pop(JOB_SECTION, None)
-    return validate_settings(merged, source=str(path) if path else "settings")
+    settings = validate_settings(merged, source=str(path) if path else "settings")
+    settings._locked = operator_locks(read_config_file)
+    return settings

@@ -11,6 +11,8 @@ import pytest
 from j2c_server.config import load_settings
 from j2c_server.core import config_locks
 from j2c_server.core.errors import ConfigError
+from j2c_server.schedulers.container_engine import EngineInfo, unsafe_settings
+from j2c_server.schedulers.container_settings import ContainerSettings
 
 OPERATOR = """
 locked:
@@ -95,3 +97,27 @@ def test_without_an_operator_file_nothing_is_locked(
     monkeypatch.setattr(config_locks, "OPERATOR_DIRS", [tmp_path / "none"])
     settings = load_settings(environ={"J2C_SCHEDULER__KUBERNETES__NAMESPACE": "mine"})
     assert settings.scheduler.kubernetes.namespace == "mine"  # type: ignore[attr-defined]
+
+
+def test_a_backend_sees_what_the_operator_locked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The container backend lets a rootful engine run what the operator set and locked (root,
+    host network) and refuses the same settings from a user's own file."""
+    folder = tmp_path / "etc-jupyter"
+    folder.mkdir()
+    (folder / "j2c.yaml").write_text(
+        "locked: [scheduler.container]\nscheduler:\n  container:\n    user: '0:0'\n"
+        "    network: host\n"
+    )
+    monkeypatch.setattr(config_locks, "OPERATOR_DIRS", [folder])
+    settings = load_settings(config_file=folder / "j2c.yaml", environ={})
+    assert settings.is_locked("scheduler.container.user")
+    assert not settings.is_locked("scheduler.slurm.url")
+    cfg = settings.scheduler.section("container", ContainerSettings)
+    rootful = EngineInfo(podman=True, rootless=False)
+    assert unsafe_settings(cfg, rootful, settings.is_locked, home=tmp_path) == []
+    # The same settings from a user's file, nothing locked: refused on a rootful engine.
+    monkeypatch.setattr(config_locks, "OPERATOR_DIRS", [])
+    user = _user_file(tmp_path, "scheduler:\n  container:\n    user: '0:0'\n    network: host\n")
+    mine = load_settings(config_file=user, environ={})
+    assert not mine.is_locked("scheduler.container.user")
+    assert len(unsafe_settings(cfg, rootful, mine.is_locked, home=tmp_path)) == 2

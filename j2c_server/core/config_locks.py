@@ -118,6 +118,17 @@ def _put(data: dict[str, Any], parts: list[str], value: Any) -> None:
         node[parts[-1]] = value
 
 
+def operator_locks(read: Callable[[Path], dict[str, Any]]) -> frozenset[str]:
+    """The dotted keys the operator's files lock (what a backend asks before it refuses a
+    setting that only an operator may choose)."""
+    return frozenset(key for path in operator_files() for key in _read_locks(path, read(path)))
+
+
+def is_locked(locks: frozenset[str], key: str) -> bool:
+    """Whether ``key`` or a section above it is locked."""
+    return any(key == lock or key.startswith(lock + ".") for lock in locks)
+
+
 def merge_with_locks(layers: list[Layer], read: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     """The layers merged in order, the operator's locks enforced (see the module's doc)."""
     operator = operator_files()

@@ -389,9 +389,8 @@ class ContainerScheduler(SchedulerBase):
 
 
 def _locked(settings: J2CSettings, key: str) -> bool:
-    # The operator's locked settings (config.py), once that mechanism exists there.
-    check = getattr(settings, "is_locked", None)
-    return bool(check(key)) if callable(check) else False
+    # The operator's locked settings (core/config_locks.py): their value is the operator's.
+    return settings.is_locked(key)
 
 
 def _state(info: dict[str, Any]) -> str:

@@ -2,8 +2,8 @@
 
 ``python -m j2c_server.server.schema_export`` rewrites ``src/models.ts``; ``--check`` exits 1
 when the file is out of date (a test runs it); ``--json`` prints the JSON schema instead. The
-generator is small on purpose: it knows the subset of JSON schema that pydantic emits for these models
-(objects, enums, literals, unions, arrays, maps, ``$ref``) and writes what prettier would.
+generator is small on purpose: it knows the subset of JSON schema that pydantic emits for these
+models (objects, enums, literals, unions, arrays, maps, ``$ref``) and writes what prettier would.
 """
 
 from __future__ import annotations
