@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import yaml
 from pydantic import ValidationError
 
 from j2c_server.config import (
@@ -215,6 +216,21 @@ def submit_options(func: F) -> F:
             is_flag=True,
             help="Ship the lab's versions even where they fail the image's own requirements.",
         ),
+        click.option(
+            "--sweep",
+            "sweep_pairs",
+            multiple=True,
+            help="NAME=V1,V2,...: run one variant per value, '{NAME}' replaced in the args and "
+            "env (repeatable: the cross product). One upload for every variant.",
+        ),
+        click.option(
+            "--sweep-file",
+            type=click.Path(dir_okay=False, exists=True),
+            help="YAML file with the sweep (grid: or variants:, env:, max_parallel:).",
+        ),
+        click.option(
+            "--max-parallel", type=click.IntRange(1), help="A sweep's variants at once, at most."
+        ),
         config_option,
         click.option("--new", is_flag=True, help="Run again even if an identical job exists."),
         click.option("--no-wait", is_flag=True, help="Print the job id and return at once."),
@@ -300,7 +316,46 @@ def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> di
         out["base_conflicts"] = params["base_conflicts"]
     if params.get("force_base"):
         out["force_base"] = True
+    sweep = sweep_layer(params)
+    if sweep:
+        out["sweep"] = sweep
     return out
+
+
+def _strings_deep(value: Any) -> Any:
+    # A sweep file's values become arguments and variables: strings (YAML reads 1e-3 as a number).
+    if isinstance(value, dict):
+        return {key: _strings_deep(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_strings_deep(item) for item in value]
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def sweep_layer(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``--sweep-file``, then ``--sweep NAME=V1,V2`` grid entries over it, then
+    ``--max-parallel``: the request's ``sweep`` (validated with the request)."""
+    sweep: dict[str, Any] = {}
+    if params.get("sweep_file"):
+        path = Path(str(params["sweep_file"]))
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise InvalidInput(f"--sweep-file {path}: {exc}", field="sweep") from None
+        if not isinstance(loaded, dict):
+            raise InvalidInput(
+                f"--sweep-file {path}: expected a mapping (grid:, variants:, env:)", field="sweep"
+            )
+        sweep = _strings_deep(loaded)
+    for pair in params.get("sweep_pairs") or ():
+        name, sep, values = pair.partition("=")
+        if not sep or not name or not values:
+            raise InvalidInput(f"--sweep {pair!r}: expected NAME=V1,V2,...", field="sweep")
+        sweep.setdefault("grid", {})[name] = values.split(",")
+    if params.get("max_parallel") is not None:
+        if not sweep:
+            raise InvalidInput("--max-parallel applies to a sweep: give --sweep", field="sweep")
+        sweep["max_parallel"] = params["max_parallel"]
+    return sweep
 
 
 def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:

@@ -212,3 +212,53 @@ def test_a_folder_the_repository_ignores_is_a_project_of_its_own(tmp_path: Path)
     assert find_project_root(repo / ".lab") == (repo / ".lab").resolve()
     (repo / "src").mkdir()
     assert find_project_root(repo / "src") == repo.resolve()
+
+
+def test_sweep_flags_make_a_grid_in_the_request(project: Path) -> None:
+    request = request_for(
+        project,
+        "train.py",
+        "--sweep", "lr=1e-3,3e-4",
+        "--sweep", "seed=0,1,2",
+        "--max-parallel", "2",
+        "--", "--lr", "{lr}", "--seed", "{seed}",
+    )  # fmt: skip
+    assert request.sweep is not None
+    assert request.sweep.grid == {"lr": ["1e-3", "3e-4"], "seed": ["0", "1", "2"]}
+    assert request.sweep.max_parallel == 2
+    assert request.args == ["--lr", "{lr}", "--seed", "{seed}"]
+
+
+def test_a_sweep_file_is_read_and_flags_add_to_its_grid(project: Path) -> None:
+    (project / "sweep.yaml").write_text(
+        "grid:\n  lr: [0.001, 0.0003]\nenv:\n  SEED: '{seed}'\nmax_parallel: 3\n"
+    )
+    request = request_for(
+        project, "train.py", "--sweep-file", str(project / "sweep.yaml"), "--sweep", "seed=0,1"
+    )
+    assert request.sweep is not None
+    assert request.sweep.grid == {"lr": ["0.001", "0.0003"], "seed": ["0", "1"]}
+    assert request.sweep.env == {"SEED": "{seed}"}
+    assert request.sweep.max_parallel == 3
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--sweep", "lr"),
+        ("--sweep", "lr="),
+        ("--max-parallel", "2"),
+    ],
+)
+def test_a_bad_sweep_flag_names_the_sweep(project: Path, argv: tuple[str, ...]) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        request_for(project, "train.py", *argv)
+    assert caught.value.field == "sweep"
+    assert argv[0] in caught.value.message
+
+
+def test_a_sweep_file_that_is_no_mapping_is_refused(project: Path) -> None:
+    (project / "sweep.yaml").write_text("- lr\n")
+    with pytest.raises(InvalidInput, match="expected a mapping") as caught:
+        request_for(project, "train.py", "--sweep-file", str(project / "sweep.yaml"))
+    assert caught.value.field == "sweep"
