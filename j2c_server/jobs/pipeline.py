@@ -43,6 +43,7 @@ from j2c_server.jobs.stage_keys import (
 )
 from j2c_server.jobs.stage_text import describe
 from j2c_server.jobs.sweep import is_child, is_parent, max_variants, run_children, with_variants
+from j2c_server.jobs.sweep_tracking import track_variants
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
 from j2c_server.pack import PackProgress, PackResult, PackSpec, make_manifest, publish
@@ -266,6 +267,12 @@ class Pipeline:
             result, source_image=job_image(self.settings, record), created_at=packed_at
         )
         manifest = with_variants(manifest, record, max_variants(self.settings))
+        if manifest.variants:  # a sweep: its MLflow runs exist before any variant is submitted
+            parent = await self.registry.get(self.job_id)
+            rows = await track_variants(
+                self.settings, self.registry, self.journal.bus, parent, manifest.variants, manifest
+            )
+            manifest = manifest.model_copy(update={"variants": rows})
         inputs = StageInputs(
             {
                 "layers": [packed.layer.digest for packed in result.layers],
