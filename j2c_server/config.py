@@ -341,16 +341,6 @@ class J2CSettings(_Section):
         return None
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def _map_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
     """The key paths of the model's mappings (``scheduler.slurm.env``, ``job.env``, ...)."""
     found: set[tuple[str, ...]] = set()
