@@ -34,10 +34,10 @@ from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.tracking import (
     MlflowClient,
     TrackingFailure,
-    _closing_status,
     _public_uri,
     _warn,
     experiment_name,
+    finish_run,
     project_name,
     run_url,
 )
@@ -260,26 +260,9 @@ async def track_variants(
 async def finish_sweep_run(
     settings: J2CSettings, parent: JobRecord, final: JobStatus
 ) -> JobResults:
-    """The parent's results with its run closed by the sweep's aggregate status and read back;
-    the reason in ``tracking.error`` when it cannot be."""
-    results = parent.results or JobResults()
-    tracking = results.tracking
-    uri = settings.mlflow.uri()
-    if tracking is None or not uri:
-        return results
-    client = MlflowClient(uri, settings.mlflow)
-    try:
-        run = await client.get_run(tracking.run_id)
-        wanted = _closing_status(str(run["info"].get("status") or ""), final)
-        if wanted is not None:
-            await client.update_run(tracking.run_id, wanted)
-            run = await client.get_run(tracking.run_id)
-        tracking = tracking.model_copy(update={"status": run["info"].get("status"), "error": None})
-    except (TrackingFailure, KeyError, TypeError) as exc:
-        tracking = tracking.model_copy(update={"error": str(exc)})
-    finally:
-        await client.close()
-    return results.model_copy(update={"tracking": tracking})
+    """The parent's results with its run closed by the sweep's aggregate status and read back
+    (the rule of a job's own run: ``tracking.finish_run``)."""
+    return await finish_run(settings, parent, parent.results or JobResults(), final)
 
 
 async def metric_history(
