@@ -275,7 +275,10 @@ class LocalScheduler(SchedulerBase):
         env.setdefault("PATH", os.defpath)
         env["PYTHONUNBUFFERED"] = "1"
         if self._cache is not None:
-            env[CACHE_ENV] = str(self._cache)  # j2c-unpack makes it, private, when missing
+            # Made here, with its missing parents, 0700: the data dir's folders are private
+            # (j2c-unpack would make the leaf private but its parents with the umask).
+            private_dir(self._cache)
+            env[CACHE_ENV] = str(self._cache)
         return env
 
     # ------------------------------------------------------------------ reading a run

@@ -39,6 +39,13 @@ def _written_by_the_job(path: Path, data: Path) -> bool:
     return len(parts) > 3 and parts[0] == "runs" and parts[2] in ("outputs", "work")
 
 
+def _a_cache_entry(path: Path, data: Path) -> bool:
+    # The node cache's entries are read-only trees (no job may change one), inside the 0700
+    # folder of their uid and user (unpack-cache/<uid>/<user>/entries/...).
+    parts = path.relative_to(data).parts
+    return len(parts) > 5 and parts[0] == "unpack-cache" and parts[3] == "entries"
+
+
 async def test_a_job_leaves_only_private_folders_and_files(
     jp_fetch: Any, jp_ws_fetch: Any, project: Path, j2c_data_dir: Path
 ) -> None:
@@ -51,10 +58,13 @@ async def test_a_job_leaves_only_private_folders_and_files(
     for here, dirs, names in os.walk(j2c_data_dir):
         for name in dirs:
             path = Path(here, name)
-            folders[str(path.relative_to(j2c_data_dir))] = stat.S_IMODE(path.lstat().st_mode)
+            if not _a_cache_entry(path, j2c_data_dir):
+                folders[str(path.relative_to(j2c_data_dir))] = stat.S_IMODE(path.lstat().st_mode)
         for name in names:
             path = Path(here, name)
-            if not _written_by_the_job(path, j2c_data_dir):
+            if not _written_by_the_job(path, j2c_data_dir) and not _a_cache_entry(
+                path, j2c_data_dir
+            ):
                 files[str(path.relative_to(j2c_data_dir))] = stat.S_IMODE(path.lstat().st_mode)
     # Everything the issue names is there: registry, cache, store (blobs linked), run records.
     assert "registry.sqlite3" in files and "registry.sqlite3-wal" in files
