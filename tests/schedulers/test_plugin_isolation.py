@@ -69,7 +69,7 @@ def test_the_cli_and_unpack_work_and_name_the_skipped_plugins(env: dict[str, str
 
     text = _run([J2C, "config"], env)
     assert text.returncode == 0, text.stderr
-    assert "# schedulers: local, slurm, kubernetes, container, remote\n" in text.stdout
+    assert "# schedulers: local, slurm, kubernetes, container, ray, remote\n" in text.stdout
     assert f"# scheduler plug-in skipped: broken: j2c_test_broken:BrokenScheduler: {MISSING}\n" in (
         text.stdout
     )
@@ -176,7 +176,7 @@ def test_the_server_starts_and_its_config_route_names_them(
         _, stderr = server.communicate(timeout=30)
     _check_skipped(config["skipped_schedulers"])
     assert config["scheduler_kinds"] == sorted(
-        ["local", "slurm", "kubernetes", "container", "remote"]
+        ["local", "slurm", "kubernetes", "container", "ray", "remote"]
     )
     assert config["capabilities"]["remote"]["gpus"] is True
     assert f"scheduler plug-in 'broken' skipped: j2c_test_broken:BrokenScheduler: {MISSING}" in (
