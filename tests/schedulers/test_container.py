@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine
 from j2c_server.schedulers.container import ContainerScheduler, render_dry_run
 from j2c_server.schedulers.container_api import LogCursor, LogReader
+from j2c_server.schedulers.container_spec import LABEL_MANAGED_BY
 from j2c_server.wire.api import JobHandle, JobStatus, Resources
 from tests.support.podman import Podman
 
@@ -61,6 +62,29 @@ async def _wait_status(
         if state.status in wanted or time.monotonic() > deadline:
             return state
         await asyncio.sleep(0.2)
+
+
+@pytest.fixture(autouse=True)
+def _no_container_left(podman: Podman) -> Iterator[None]:
+    """These tests drive the backend below the results stage, which is what removes a job's
+    container: what a test made goes when it ends, so the engine does not fill up."""
+
+    async def managed() -> set[str]:
+        answer = await _engine(
+            podman,
+            "GET",
+            "/containers/json",
+            params={"all": "1", "filters": json.dumps({"label": [LABEL_MANAGED_BY]})},
+        )
+        return {container["Id"] for container in answer.json()}
+
+    async def remove(ids: set[str]) -> None:
+        for container in ids:
+            await _engine(podman, "DELETE", f"/containers/{container}", params={"force": "1"})
+
+    before = run(managed())
+    yield
+    run(remove(run(managed()) - before))
 
 
 @pytest.fixture
