@@ -15,6 +15,17 @@ export interface ArtifactCopy {
   path: string;
 }
 
+/**
+ * POST /jobs/{id}/copy-artifacts: every artifact copied into the project ("Copy all"):
+ * the folder they went to, each copy's path (relative to the server's root) and the ones
+ * not copied, each with why. A failed file never stops the others.
+ */
+export interface ArtifactsCopy {
+  folder: string;
+  copied?: string[];
+  failed?: OutputFailure[];
+}
+
 export interface BrokenRequirement {
   /** The distribution whose requirement it is: 'scipy 1.17.1'. */
   by: string;

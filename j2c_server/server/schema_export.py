@@ -20,6 +20,7 @@ from pydantic.json_schema import models_json_schema
 from j2c_server.pack.models import PackPlan
 from j2c_server.wire.api import (
     ArtifactCopy,
+    ArtifactsCopy,
     Event,
     JobRecord,
     JobRequest,
@@ -35,6 +36,7 @@ WIRE_MODELS: list[type[BaseModel]] = [
     ServerConfig,
     PackPlan,
     ArtifactCopy,
+    ArtifactsCopy,
     SendDefaults,
     SweepView,
 ]
