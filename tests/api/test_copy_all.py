@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
+from j2c_server.pack.models import PackPlan
 from j2c_server.wire.api import ArtifactsCopy, JobRecord, JobStatus
 from tests.api.test_artifacts import CURVE, METRICS, NOTEBOOK, WRITE_OUTPUTS
-from tests.support.jobs import follow, settle, submit
+from tests.support.jobs import follow, job_body, settle, submit
 
 
 @pytest.fixture
@@ -100,3 +101,27 @@ async def test_copy_all_of_an_unknown_job_is_not_found(jp_fetch: Any) -> None:
     with pytest.raises(HTTPClientError) as refused:
         await _copy_all(jp_fetch, "no-such-job")
     assert refused.value.code == 404
+
+
+async def test_the_copies_stay_out_of_the_next_send(
+    jp_fetch: Any, jp_ws_fetch: Any, outputs_project: Path
+) -> None:
+    job = await _finished(jp_fetch, jp_ws_fetch)
+    await _copy_all(jp_fetch, job.id)
+    response = await jp_fetch(
+        "j2c",
+        "api",
+        "preflight",
+        method="POST",
+        body=json.dumps(job_body(call_path="proj/outputs.py")),
+    )
+    plan = PackPlan.model_validate_json(response.body)
+    left_out = {path for group in plan.excluded for path in group.paths}
+    assert f"j2c-outputs/{job.id}/" in left_out, plan.excluded
+    again = await submit(jp_fetch, call_path="proj/outputs.py")
+    await follow(jp_ws_fetch, again.id)
+    sent = JobRecord.model_validate_json((await jp_fetch("j2c", "api", "jobs", again.id)).body)
+    assert sent.status == JobStatus.succeeded, sent.message
+    assert sent.results is not None
+    # The copies did not ship: the job's working copy had none, so none came back as written.
+    assert not [a.name for a in sent.results.artifacts if a.name.startswith("j2c-outputs")]
