@@ -29,7 +29,7 @@ from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.container_settings import ContainerSettings
 from j2c_server.schedulers.container_spec import render_create, store_files
 from j2c_server.schedulers.local_files import is_held, read_json, write_json_atomic
-from j2c_server.schedulers.local_gpus import GpuLedger, detect_gpu_ids
+from j2c_server.schedulers.local_gpus import GpuLedger, Grant, detect_gpu_ids, waiting_message
 from j2c_server.schedulers.local_settings import LocalSchedulerSettings
 
 _REQUEST = "gpu-request.json"
@@ -42,9 +42,8 @@ def _ledger(request: dict[str, Any]) -> GpuLedger:
     return GpuLedger(Path(request["ledger"]))
 
 
-def _try_acquire(ledger: GpuLedger, request: dict[str, Any]) -> list[str] | None:
-    grant = ledger.try_acquire(request["job_id"], request["count"], request["devices"])
-    return None if grant.devices is None else list(grant.devices)
+def _try_acquire(ledger: GpuLedger, request: dict[str, Any]) -> Grant:
+    return ledger.try_acquire(request["job_id"], request["count"], request["devices"])
 
 
 class GpuWaiter:
@@ -152,9 +151,10 @@ def _run(folder: Path) -> None:
             if (folder / "cancelled").exists():
                 write_json_atomic(folder / _STATE, {"state": "cancelled"})
                 return
-            granted = _try_acquire(ledger, request)
+            grant = _try_acquire(ledger, request)
+            granted = None if grant.devices is None else list(grant.devices)
             if granted is None:
-                message = f"waiting for {count} GPU(s) on this machine: all are in use"
+                message = waiting_message(count, grant)
                 write_json_atomic(folder / _STATE, {"state": "queued", "message": message})
                 time.sleep(_POLL_S)
         body = dict(request["body"])

@@ -12,8 +12,11 @@ removed or replaced by its owner alone.
   when it is the caller's own. A device is free when it has no live claim. After creating its
   claim a supervisor looks again, and gives the device up if another live claim exists: of two
   racing claimants at least the later one sees the other, so a device is never held twice.
-- A **waiter** is a file ``wait-<ns>.<token>``, flock-held the same way while its job waits.
-  Jobs are served first come, first served among those whose devices overlap.
+- A **waiter** is a ticket: a file ``wait-<ns>.<token>``, flock-held the same way while its job
+  waits, named by the time it first asked. Jobs are served first come, first served among those
+  whose devices overlap: a job takes GPUs only when no live ticket older than its own wants any
+  of its devices, so "2 jobs ahead" is its true place. A dead waiter's ticket has a free flock
+  and is skipped (and removed by its owner's next look), so a crash never blocks the line.
 
 Another user can neither remove a claim (sticky bit) nor make one look like someone else's (a
 claim is its file, owned by its creator); the files hold only the claimant's PID and job id.
@@ -171,10 +174,25 @@ class _Held:
 
 @dataclass(frozen=True)
 class Grant:
-    """The outcome of one try: the devices given, or how many are free while waiting."""
+    """The outcome of one try: the devices given, or, while waiting, how many are free and how
+    many live tickets are ahead of this job's for any of its devices."""
 
     devices: list[str] | None
     free: int
+    ahead: int = 0
+
+
+def _counted(number: int, noun: str) -> str:
+    # core.units.count's rule, kept here: this module loads on the standard library alone.
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def waiting_message(count: int, grant: Grant) -> str:
+    """Why a job still waits: "waiting for 1 GPU: 2 jobs ahead" (or next in line, N free)."""
+    wanted = f"waiting for {_counted(count, 'GPU')}"
+    if grant.ahead:
+        return f"{wanted}: {_counted(grant.ahead, 'job')} ahead"
+    return f"{wanted}: next in line, {grant.free} free"
 
 
 @dataclass
@@ -230,10 +248,12 @@ class GpuLedger:
             for name, _ in self._entries(_CLAIM_PREFIX)
         }
 
-    def _first_in_line(self, devices: list[str]) -> bool:
+    def _ahead(self, devices: list[str]) -> int:
+        """Live tickets older than ours that want any of ``devices``."""
         assert self._waiter is not None
         mine = self._waiter.path.name
         wanted = set(devices)
+        ahead = 0
         for name, path in self._entries(_WAIT_PREFIX):
             if name >= mine:
                 break
@@ -242,8 +262,8 @@ class GpuLedger:
             except (OSError, ValueError, AttributeError):
                 continue
             if isinstance(theirs, list) and wanted.intersection(map(str, theirs)):
-                return False
-        return True
+                ahead += 1
+        return ahead
 
     def _claim(self, device: str, job_id: str) -> bool:
         part = _device_part(device)
@@ -272,8 +292,9 @@ class GpuLedger:
             )
         held = self._held_devices()
         free = [device for device in devices if _device_part(device) not in held]
-        if len(free) < count or not self._first_in_line(devices):
-            return Grant(devices=None, free=len(free))
+        ahead = self._ahead(devices)
+        if len(free) < count or ahead:
+            return Grant(devices=None, free=len(free), ahead=ahead)
         granted: list[str] = []
         for device in free:
             if len(granted) == count:

@@ -38,7 +38,12 @@ from j2c_server.schedulers.local_files import (
     read_json,
     write_json_atomic,
 )
-from j2c_server.schedulers.local_gpus import DEFAULT_LEDGER_DIR, GpuLedger, LedgerError
+from j2c_server.schedulers.local_gpus import (
+    DEFAULT_LEDGER_DIR,
+    GpuLedger,
+    LedgerError,
+    waiting_message,
+)
 
 _GPU_POLL_S = 0.2
 _RANK_POLL_S = 0.05
@@ -123,7 +128,7 @@ class Supervisor:
             grant = self.ledger.try_acquire(self.job_id, count, devices)
             if grant.devices is not None:
                 return grant.devices
-            message = f"waiting for {count} GPU(s): {grant.free} free"
+            message = waiting_message(count, grant)
             if self.record["state"] != "queued" or self.record["message"] != message:
                 self.save(state="queued", message=message)
             time.sleep(_GPU_POLL_S)

@@ -685,7 +685,7 @@ async def test_gpu_jobs_get_distinct_devices_and_a_third_waits_until_one_ends(
 
     c = await scheduler.submit(gpu_job("gpu-c", gates / "c"))
     queued = await wait_status(scheduler, c, JobStatus.queued)
-    assert queued.message == "waiting for 1 GPU(s): 0 free"
+    assert queued.message == "waiting for 1 GPU: next in line, 0 free"
 
     (gates / "a").touch()
     await wait_status(scheduler, a, JobStatus.succeeded)

@@ -96,7 +96,7 @@ async def test_two_data_dirs_share_one_pool(user_scheduler: MakeScheduler, tmp_p
     assert await first_line(alice, first) == "0"
     second = await bob.submit(gpu_job("bob-job", gates / "b"))
     queued = await wait_status(bob, second, JobStatus.queued)
-    assert queued.message == "waiting for 1 GPU(s): 0 free"
+    assert queued.message == "waiting for 1 GPU: next in line, 0 free"
 
     (gates / "a").touch()
     await wait_status(alice, first, JobStatus.succeeded)
@@ -247,7 +247,7 @@ async def test_another_user_shares_the_pool_and_cannot_touch_our_claim(
         gates.mkdir()
         handle = await scheduler.submit(gpu_job("ours", gates / "go"))
         queued = await wait_status(scheduler, handle, JobStatus.queued)
-        assert queued.message == "waiting for 1 GPU(s): 0 free"
+        assert queued.message == "waiting for 1 GPU: next in line, 0 free"
     finally:
         _release(theirs)
     assert await first_line(scheduler, handle) == "0"
