@@ -13,6 +13,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { isTerminal } from './format';
 import {
   ArtifactCopy,
+  ArtifactsCopy,
   Event,
   JobRecord,
   JobRequest,
@@ -88,7 +89,10 @@ export const jobsApi = {
     downloadUrl(artifact(id, name)),
   /** Copy an artifact into the job's project folder; answers its path under the root. */
   copyArtifact: (id: string, name: string): Promise<ArtifactCopy> =>
-    requestAPI<ArtifactCopy>(artifact(id, name, '/copy'), { method: 'POST' })
+    requestAPI<ArtifactCopy>(artifact(id, name, '/copy'), { method: 'POST' }),
+  /** "Copy all": every artifact into the project's j2c-outputs/<id>/, the failures named. */
+  copyAllArtifacts: (id: string): Promise<ArtifactsCopy> =>
+    requestAPI<ArtifactsCopy>(job(id, '/copy-artifacts'), { method: 'POST' })
 };
 
 /** Poll faster while something runs: statuses change and users watch. */

@@ -13,6 +13,7 @@ import { JobsModel, jobsApi } from '../jobs';
 import { Event, JobRecord } from '../models';
 import { JobEventStream } from '../stream';
 import { LogAnnouncer } from './announcer';
+import { CopyAllModel } from './copyall';
 import { JobProgress } from './progress';
 import { LogView } from './terminal';
 import { LogHeader } from './timeline';
@@ -57,6 +58,7 @@ class HeaderWidget extends ReactWidget {
         onRetryNow={() => panel.stream.reconnect()}
         trans={panel.trans}
         onOpenNotebook={name => void panel.openNotebook(name)}
+        copyAll={panel.copyAll}
       />
     );
   }
@@ -74,6 +76,8 @@ export class LogPanel extends Panel {
     this.title.label = options.jobId;
     this.title.closable = true;
     this._header = new HeaderWidget(this);
+    this.copyAll = new CopyAllModel({ jobId: options.jobId });
+    this.copyAll.changed.connect(() => this._header.update());
     this.view = new LogView({
       scrollback: options.scrollback,
       follow: options.follow,
@@ -102,6 +106,8 @@ export class LogPanel extends Panel {
   readonly announcer: LogAnnouncer;
   readonly stream: JobEventStream;
   readonly progress = new JobProgress();
+  /** The results' "Copy all" action: its state, which the header renders. */
+  readonly copyAll: CopyAllModel;
 
   get record(): JobRecord | null {
     return this._record;

@@ -6,6 +6,8 @@ import { formatBytes, formatDuration, formatRate, jobSeconds } from '../format';
 import { jobsApi } from '../jobs';
 import { Artifact, JobRecord, TrackingRun } from '../models';
 import { StreamState } from '../stream';
+import { CopyAllModel } from './copyall';
+import { CopyAll } from './copyallview';
 import { IStep, JobProgress, StepName, StepState } from './progress';
 
 const GLYPHS: { [state in StepState]: string } = {
@@ -191,6 +193,7 @@ function Results(props: {
   progress: JobProgress;
   trans: TranslationBundle;
   onOpenNotebook: (name: string) => void;
+  copyAll: CopyAllModel;
 }): JSX.Element {
   const { record, progress, trans, onOpenNotebook } = props;
   const results = record.results;
@@ -246,6 +249,9 @@ function Results(props: {
           {trans.__('Open executed notebook')}
         </button>
       ) : null}
+      {results?.artifacts?.length ? (
+        <CopyAll model={props.copyAll} trans={trans} />
+      ) : null}
     </section>
   );
 }
@@ -292,6 +298,8 @@ export interface IHeaderProps {
   onRetryNow: () => void;
   trans: TranslationBundle;
   onOpenNotebook: (name: string) => void;
+  /** The results' "Copy all" action. */
+  copyAll: CopyAllModel;
 }
 
 export function LogHeader(props: IHeaderProps): JSX.Element {
@@ -349,6 +357,7 @@ export function LogHeader(props: IHeaderProps): JSX.Element {
           progress={progress}
           trans={trans}
           onOpenNotebook={props.onOpenNotebook}
+          copyAll={props.copyAll}
         />
       ) : null}
     </>
