@@ -16,7 +16,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from j2c_server.jobs.fanout import EventBus
-from j2c_server.registry.job_registry import EventDraft, RecordChange, Registry
+from j2c_server.registry.event_log import RecordChange
+from j2c_server.registry.event_rows import EventDraft
+from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobStatus, Stage
 
 PROGRESS_INTERVAL_S = 0.2  # at most 5 progress events per second per stage

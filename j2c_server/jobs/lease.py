@@ -25,7 +25,9 @@ from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.pipeline import Pipeline
 from j2c_server.jobs.stage_text import describe
 from j2c_server.jobs.watch_stage import Log
-from j2c_server.registry.job_registry import EventDraft, LeaseLost, Registry
+from j2c_server.registry.event_rows import EventDraft
+from j2c_server.registry.job_registry import Registry
+from j2c_server.registry.leases import LeaseLost
 from j2c_server.usage.writer import job_ended
 from j2c_server.wire.api import EventKind, JobRecord, JobStatus, StageState
 

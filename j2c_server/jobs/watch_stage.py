@@ -19,7 +19,9 @@ from typing import Protocol, TypeVar
 from j2c_server.core.backoff import Backoff, retry_async
 from j2c_server.core.errors import SchedulerUnavailable
 from j2c_server.jobs.journal import Journal, status_change
-from j2c_server.registry.job_registry import EventDraft, JobState, RecordChange
+from j2c_server.registry.event_log import RecordChange
+from j2c_server.registry.event_rows import EventDraft
+from j2c_server.registry.jobs_table import JobState
 from j2c_server.schedulers.base import LogLine, Scheduler, SchedulerState
 from j2c_server.wire.api import EventKind, JobHandle, JobRecord, JobStatus
 

@@ -1,2 +1,3 @@
-"""The job registry on one SQLite file: records and stage facts (``job_registry``), group commit
-(``batch``), list paging and the event archive that keeps the live log across restarts."""
+"""The job registry on one SQLite file: ``Registry`` (``job_registry``) over the file and schema
+(``db``), its jobs, events and leases tables, group commit (``batch``), list paging and the event
+archive that keeps the live log across restarts."""

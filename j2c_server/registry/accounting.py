@@ -12,7 +12,9 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from j2c_server.registry.connections import RegistryConnections
 from j2c_server.registry.db import write
+from j2c_server.registry.jobs_table import TERMINAL
 
 # Oldest first, a page at a time: a backlog after a long outage is worked off in steps.
 ACCOUNT_PAGE = 100
@@ -34,3 +36,14 @@ def unaccounted(
 def mark_accounted(conn: sqlite3.Connection, job_id: str) -> None:
     with write(conn):
         conn.execute("UPDATE jobs SET accounted_at = ? WHERE id = ?", (time.time(), job_id))
+
+
+class UsageAccounting(RegistryConnections):
+    """The registry's queries of which ended jobs still want their usage record."""
+
+    async def unaccounted_ended_jobs(self, ended_before: float) -> list[str]:
+        """Ended jobs without their usage record, oldest first."""
+        return await self._call(lambda: unaccounted(self._conn(), ended_before, TERMINAL))
+
+    async def mark_accounted(self, job_id: str) -> None:
+        await self._call(lambda: mark_accounted(self._conn(), job_id))

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from j2c_server.core.errors import ConfigError, Conflict, NotFound
 from j2c_server.registry.batch import Append
 from j2c_server.registry.db import SCHEMA_VERSION
-from j2c_server.registry.job_registry import LeaseLost, Registry
+from j2c_server.registry.job_registry import Registry
+from j2c_server.registry.leases import LeaseLost
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 
 _WRITER = """

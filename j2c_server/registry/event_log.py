@@ -1,0 +1,248 @@
+"""Each job's ordered event log: appends (with a record change, a log cursor, under a lease) and
+reads (parsed, or as the bytes followers are sent), the archive's part included.
+
+An event's ``seq`` is assigned inside the transaction that inserts it, so numbers never collide
+between processes; events are persisted before anyone publishes them, so a follower replays
+from any ``seq`` without a gap or a double. A job's log lines take the group commit
+(:mod:`.batch`); events up to a finished job's ``archived_seq`` are read from its stored log
+(:mod:`.archive`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from j2c_server.core.errors import Conflict, NotFound
+from j2c_server.registry import archive as event_archive
+from j2c_server.registry.batch import Append, GroupCommit, JobRow, Outcome, write_batch
+from j2c_server.registry.connections import RegistryConnections
+from j2c_server.registry.db import write
+from j2c_server.registry.event_rows import EventDraft, insert_events, make_events
+from j2c_server.registry.jobs_table import record_from_row
+from j2c_server.registry.leases import LeaseLost
+from j2c_server.wire.api import Event, JobRecord, JobStatus
+from j2c_server.wire.event_frames import WireEvent
+
+RecordChange = Callable[[JobRecord], None]
+
+# What an append is checked against (last seq, status, lease owner), and the record it changes.
+_APPEND_READ = (
+    "SELECT j.last_seq, j.status, l.owner, j.record FROM jobs j "
+    "LEFT JOIN leases l ON l.job_id = j.id WHERE j.id = ?"
+)
+
+
+def _check_append(job_id: str, job: JobRow | None, owner: str | None) -> int:
+    """Refuse an append to a job that is gone, finished, or (with ``owner``) watched by
+    another process; else the job's last seq."""
+    if job is None:
+        raise NotFound(f"no job {job_id!r}", field="job_id")
+    last_seq, status, lease_owner = job
+    if owner is not None and lease_owner != owner:
+        raise LeaseLost(f"job {job_id} is watched by another process now")
+    if JobStatus(status).terminal:
+        # The terminal status event is the last event of a job, whoever writes next.
+        raise Conflict(f"job {job_id} is already {status}", field="job_id")
+    return int(last_seq)
+
+
+class EventLog(RegistryConnections):
+    """The jobs' events."""
+
+    def __init__(self, path: Path, *, threads: int = 2) -> None:
+        super().__init__(path, threads=threads)
+        self._group_commit = GroupCommit(lambda appends: self._call(self._append_batch, appends))
+
+    async def append(
+        self,
+        job_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        change: RecordChange | None = None,
+        log_cursor: str | None = None,
+        owner: str | None = None,
+    ) -> tuple[JobRecord, list[WireEvent]]:
+        """Persist events (numbered next in this job's sequence), an optional record change and
+        an optional scheduler log cursor, all in one transaction. With ``owner``, refuse
+        (:class:`LeaseLost`) unless that owner still holds the job's lease: a watcher that lost
+        its lease can never write a line its successor also writes."""
+        return await self._call(self._append, job_id, drafts, change, log_cursor, owner)
+
+    async def append_events(
+        self,
+        job_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        log_cursor: str | None = None,
+        owner: str | None = None,
+    ) -> list[WireEvent]:
+        """:meth:`append` without a record change and without reading the record back: the
+        path of a job's log lines, taken many times a second per running job. Appends of
+        several jobs waiting together share one transaction (:mod:`.registry_batch`)."""
+        return await self._group_commit.append(Append(job_id, drafts, log_cursor, owner))
+
+    def _append_batch(self, appends: list[Append]) -> list[Outcome]:
+        def check(append: Append, job: JobRow | None) -> int:
+            return _check_append(append.job_id, job, append.owner)
+
+        conn = self._conn()
+        with write(conn):
+            return write_batch(conn, appends, check, make_events)
+
+    def _append(
+        self,
+        job_id: str,
+        drafts: Sequence[EventDraft],
+        change: RecordChange | None,
+        log_cursor: str | None,
+        owner: str | None,
+    ) -> tuple[JobRecord, list[WireEvent]]:
+        conn = self._conn()
+        with write(conn):
+            row = conn.execute(_APPEND_READ, (job_id,)).fetchone()
+            last_seq = _check_append(job_id, None if row is None else row[:3], owner)
+            events = insert_events(conn, job_id, last_seq, drafts)
+            if events or log_cursor is not None:
+                conn.execute(
+                    "UPDATE jobs SET last_seq = ?, log_cursor = coalesce(?, log_cursor) "
+                    "WHERE id = ?",
+                    (events[-1].seq if events else last_seq, log_cursor, job_id),
+                )
+            record = record_from_row((row[3], last_seq))
+            if events:
+                record.last_seq = events[-1].seq
+            if change is not None:
+                change(record)
+                record.updated_at = time.time()
+                conn.execute(
+                    "UPDATE jobs SET record = ?, status = ?, updated_at = ? WHERE id = ?",
+                    (record.model_dump_json(), record.status.value, record.updated_at, job_id),
+                )
+        return record, events
+
+    async def events(
+        self, job_id: str, after: int = 0, limit: int | None = None
+    ) -> tuple[list[Event], JobStatus]:
+        """Events with ``seq > after`` in order, and the job's status read in the same snapshot
+        (a terminal status means no event will follow the last one returned)."""
+        return await self._call(self._events, job_id, after, limit)
+
+    def _events(self, job_id: str, after: int, limit: int | None) -> tuple[list[Event], JobStatus]:
+        head, rows, status = self._read_events(job_id, after, limit)  # parsed here, off the loop
+        return head + [Event.model_validate_json(text) for _, text in rows], status
+
+    async def wire_events(
+        self, job_id: str, after: int = 0, limit: int | None = None
+    ) -> tuple[list[WireEvent], JobStatus]:
+        """:meth:`events` as the bytes followers are sent, not parsed (what a follower that
+        fell behind reads, many times a second when many jobs print)."""
+        return await self._call(self._wire_events, job_id, after, limit)
+
+    def _wire_events(
+        self, job_id: str, after: int, limit: int | None
+    ) -> tuple[list[WireEvent], JobStatus]:
+        head, rows, status = self._read_events(job_id, after, limit)
+        wires = [WireEvent.of(event) for event in head]
+        return wires + [WireEvent.stored(seq, text) for seq, text in rows], status
+
+    def _read_events(
+        self, job_id: str, after: int, limit: int | None
+    ) -> tuple[list[Event], list[tuple[int, str]], JobStatus]:
+        """The archived events (parsed), the rows after them (seq, JSON) and the status."""
+        conn = self._conn()
+        # A read transaction: the status and the events come from the same snapshot.
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute(
+                "SELECT status, archived_seq FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id!r}", field="job_id")
+            # Events up to archived_seq are in the job's stored log (event_archive).
+            head = event_archive.read_events(self.path.parent, job_id, after, limit, row[1])
+            if head:
+                after = row[1]
+                limit = None if limit is None or limit < 0 else limit - len(head)
+            rows = conn.execute(
+                "SELECT seq, event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (job_id, after, -1 if limit is None else limit),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return head, rows, JobStatus(row[0])
+
+    async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """Each job's newest ``seq``, for jobs that exist: what a follower's poller compares
+        with to learn that another process wrote events (one indexed read for all jobs)."""
+        return await self._call(self._last_seqs, list(job_ids))
+
+    def _last_seqs(self, job_ids: list[str]) -> dict[str, int]:
+        if not job_ids:
+            return {}
+        rows = (
+            self._conn()
+            .execute(
+                # One JSON parameter however many jobs: no limit on bound variables to meet.
+                "SELECT id, last_seq FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(job_ids),),
+            )
+            .fetchall()
+        )
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    async def last_log_lines(self, job_id: str, count: int) -> list[str]:
+        """The job's last ``count`` log lines, oldest first."""
+        return await self._call(self._last_log_lines, job_id, count)
+
+    def _last_log_lines(self, job_id: str, count: int) -> list[str]:
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            rows = conn.execute(
+                "SELECT json_extract(event, '$.text') FROM events WHERE job_id = ? "
+                "AND json_extract(event, '$.kind') = 'log' ORDER BY seq DESC LIMIT ?",
+                (job_id, count),
+            ).fetchall()
+            archived = conn.execute(
+                "SELECT archived_seq FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            head: list[str] = []
+            if archived is not None and archived[0] > 0 and len(rows) < count:
+                head = event_archive.last_log_lines(
+                    self.path.parent, job_id, count - len(rows), archived[0]
+                )
+        finally:
+            conn.execute("COMMIT")
+        return head + [str(row[0]) for row in reversed(rows)]
+
+    async def last_log_line_with(self, job_id: str, text: str) -> str | None:
+        """The job's last log line that contains ``text`` (whole log, not yet compacted)."""
+        return await self._call(self._last_log_line_with, job_id, text)
+
+    def _last_log_line_with(self, job_id: str, text: str) -> str | None:
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        row = (
+            self._conn()
+            .execute(
+                "SELECT json_extract(event, '$.text') FROM events WHERE job_id = ? "
+                "AND json_extract(event, '$.kind') = 'log' "
+                "AND json_extract(event, '$.text') LIKE ? ESCAPE '\\' ORDER BY seq DESC LIMIT 1",
+                (job_id, f"%{escaped}%"),
+            )
+            .fetchone()
+        )
+        return str(row[0]) if row is not None else None
+
+    async def log_cursor(self, job_id: str) -> str | None:
+        """Where the scheduler's log was last read up to (persisted with the lines before it)."""
+        return await self._call(self._log_cursor, job_id)
+
+    def _log_cursor(self, job_id: str) -> str | None:
+        row = self._conn().execute("SELECT log_cursor FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no job {job_id!r}", field="job_id")
+        cursor: str | None = row[0]
+        return cursor

@@ -1,0 +1,100 @@
+"""Watcher leases: which process drives a job, by one ``leases`` row per job with an expiry.
+
+A process takes (or renews) a job's lease unless another owner holds an unexpired one; jobs
+still going whose lease is free or expired are the ones any peer adopts. Appends made with an
+``owner`` are refused with :class:`LeaseLost` once that owner no longer holds it
+(:mod:`.event_log`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from j2c_server.core.errors import J2CError
+from j2c_server.registry.connections import RegistryConnections
+from j2c_server.registry.db import write
+from j2c_server.registry.jobs_table import TERMINAL
+
+
+class LeaseLost(J2CError):
+    """Another process owns this job's lease now; the writer must stop watching it."""
+
+    status_code = 409
+    code = "lease_lost"
+
+
+class Leases(RegistryConnections):
+    """The jobs' watcher leases."""
+
+    async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        """Take (or renew) the job's watcher lease unless another owner holds an unexpired one."""
+        return await self._call(self._acquire_lease, job_id, owner, ttl_s)
+
+    def _acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        conn = self._conn()
+        now = time.time()
+        with write(conn):
+            row = conn.execute(
+                "SELECT owner, expires FROM leases WHERE job_id = ?", (job_id,)
+            ).fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                return False
+            conn.execute(
+                "INSERT OR REPLACE INTO leases (job_id, owner, expires) VALUES (?, ?, ?)",
+                (job_id, owner, now + ttl_s),
+            )
+        return True
+
+    async def renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        """Extend a lease this owner still holds; False when another process took it over."""
+        return await self._call(self._renew_lease, job_id, owner, ttl_s)
+
+    def _renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        conn = self._conn()
+        with write(conn):
+            cursor = conn.execute(
+                "UPDATE leases SET expires = ? WHERE job_id = ? AND owner = ?",
+                (time.time() + ttl_s, job_id, owner),
+            )
+        return cursor.rowcount == 1
+
+    async def release_lease(self, job_id: str, owner: str) -> None:
+        await self._call(self._release_lease, job_id, owner)
+
+    def _release_lease(self, job_id: str, owner: str) -> None:
+        conn = self._conn()
+        with write(conn):
+            conn.execute("DELETE FROM leases WHERE job_id = ? AND owner = ?", (job_id, owner))
+
+    async def lease_owner(self, job_id: str) -> str | None:
+        """The owner of an unexpired lease on the job, if any."""
+        return await self._call(self._lease_owner, job_id)
+
+    def _lease_owner(self, job_id: str) -> str | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT owner FROM leases WHERE job_id = ? AND expires > ?",
+                (job_id, time.time()),
+            )
+            .fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    async def unowned_active_jobs(self) -> list[str]:
+        """Jobs still going whose watcher lease is free or expired: nobody is driving them."""
+        return await self._call(self._unowned_active_jobs)
+
+    def _unowned_active_jobs(self) -> list[str]:
+        marks = ",".join("?" * len(TERMINAL))
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT id FROM jobs WHERE status NOT IN ({marks}) AND NOT EXISTS "  # noqa: S608
+                "(SELECT 1 FROM leases WHERE leases.job_id = jobs.id AND leases.expires > ?) "
+                "ORDER BY created_at",
+                (*TERMINAL, time.time()),
+            )
+            .fetchall()
+        )
+        return [row[0] for row in rows]
