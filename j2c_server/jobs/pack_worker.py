@@ -30,6 +30,7 @@ from j2c_server.core.errors import J2CError
 from j2c_server.pack import PackPlan, PackProgress, PackResult, PackSpec, pack, preflight
 from j2c_server.pack.changes import ScanReport, scan_report
 from j2c_server.pack.plan import Prepared, prepare
+from j2c_server.pack.venv_scans import VenvScans
 from j2c_server.wire.manifest import LayerRole
 
 NICENESS = 10
@@ -83,14 +84,15 @@ def _serve() -> None:
         send({"progress": {**dataclasses.asdict(progress), "role": progress.role.value}})
 
     held: dict[str, Prepared] = {}  # scans kept for the pack that follows, oldest first
+    venv_scans = VenvScans()  # venvs' scans kept across sends while a watch vouches for them
     for line in sys.stdin:
         request = json.loads(line)
         spec = PackSpec.model_validate(request["spec"])
         try:
             if request["kind"] == "preflight":
-                send({"plan": preflight(spec).model_dump(mode="json")})
+                send({"plan": preflight(spec, venv_scans).model_dump(mode="json")})
             elif request["kind"] == "scan":
-                prepared = prepare(spec)
+                prepared = prepare(spec, venv_scans)
                 scan = scan_report(prepared, Path(request["cache_dir"]), request["compare"])
                 held[request["token"]] = prepared
                 while len(held) > HELD_SCANS:

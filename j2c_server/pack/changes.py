@@ -43,12 +43,18 @@ class ScanReport(BaseModel):
 
 
 def walk_of(layer: ScannedLayer) -> dict[str, str]:
-    """Path -> the facts its fingerprint hashes, for every entry but folders."""
-    return {
+    """Path -> the facts its fingerprint hashes, for every entry but folders (made once per
+    scan: a kept venv scan hands back the same walk; callers do not change it)."""
+    known = layer.memo.get("walk")
+    if isinstance(known, dict):
+        return known
+    walk = {
         e.rel: f"{e.kind}\0{e.mode}\0{e.size}\0{e.mtime_ns}\0{e.link}"
         for e in layer.entries
         if e.kind != DIR
     }
+    layer.memo["walk"] = walk
+    return walk
 
 
 def _read_walk(path: Path) -> dict[str, str] | None:

@@ -54,6 +54,9 @@ _CACHEDIR_TAG = (
 
 
 def fingerprint(layer: ScannedLayer, compression_level: int) -> str:
+    memo = ("fingerprint", compression_level)
+    if (known := layer.memo.get(memo)) is not None:
+        return str(known)  # a kept scan (:mod:`.venv_scans`): the same entries as last time
     digest = hashlib.sha256(
         f"{ARCHIVE_FORMAT}\0{layer.role.value}\0{layer.root}\0{compression_level}\n".encode()
     )
@@ -61,7 +64,8 @@ def fingerprint(layer: ScannedLayer, compression_level: int) -> str:
         f"{e.kind}\0{e.rel}\0{e.mode}\0{e.size}\0{e.mtime_ns}\0{e.link}\n" for e in layer.entries
     ]
     digest.update("".join(lines).encode())
-    return digest.hexdigest()
+    layer.memo[memo] = key = digest.hexdigest()
+    return key
 
 
 def is_racy(layer: ScannedLayer, started_ns: int) -> bool:

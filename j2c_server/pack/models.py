@@ -76,6 +76,12 @@ class PackSpec(_Model):
         "unchanged venv is not re-read (None: read every scan).",
     )
 
+    watch_venv: bool = Field(
+        True,
+        description="A long-lived process keeps the venv's scan while a file-system watch "
+        "sees no change under it (see docs/packing.md); False walks it on every send.",
+    )
+
     @classmethod
     def from_settings(cls, settings: PackSettings, **fields: Any) -> PackSpec:
         """A spec whose compression, threads and limits default to ``J2CSettings.pack``;

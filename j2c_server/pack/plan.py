@@ -28,6 +28,7 @@ from j2c_server.pack.models import (
 from j2c_server.pack.scan import FILE, Entry, ScannedLayer, scan_code, scan_venv
 from j2c_server.pack.secrets import READ_BUDGET, VerdictCache
 from j2c_server.pack.venv import Venv, open_venv, path_entries, shadowed_packages
+from j2c_server.pack.venv_scans import VenvScans
 from j2c_server.wire.manifest import LayerRole
 
 MAX_LISTED = 100
@@ -305,8 +306,9 @@ def _excluded_groups(layers: list[ScannedLayer]) -> list[ExcludedGroup]:
     return groups
 
 
-def prepare(spec: PackSpec) -> Prepared:
-    """Validate, scan and plan; raises PackError naming the field at fault."""
+def prepare(spec: PackSpec, venv_scans: VenvScans | None = None) -> Prepared:
+    """Validate, scan and plan; raises PackError naming the field at fault. ``venv_scans``
+    (a long-lived process's kept scans) may answer the venv's walk."""
     scanned_ns = time.time_ns()
     code_root = _code_root(spec)
     venv = open_venv(spec.venv_path.expanduser()) if spec.venv_path is not None else None
@@ -333,14 +335,21 @@ def prepare(spec: PackSpec) -> Prepared:
     )
     layers = [code]
     if venv is not None:
-        layers.append(
-            scan_venv(
-                venv.root,
+        venv_root = venv.root
+
+        def walk_venv() -> ScannedLayer:
+            return scan_venv(
+                venv_root,
                 VenvRules(venv_includes),
                 never_pack=spec.never_pack,
-                verdicts=VerdictCache(cache_dir, venv.root),
+                verdicts=VerdictCache(cache_dir, venv_root),
             )
-        )
+
+        if venv_scans is not None and spec.watch_venv:
+            rules_key = (tuple(venv_includes), tuple(map(str, spec.never_pack)), str(cache_dir))
+            layers.append(venv_scans.scan(venv_root, rules_key, walk_venv))
+        else:
+            layers.append(walk_venv())
     _check_unreadable(layers)
     _check_entry_ships(entry, code)
 
@@ -384,6 +393,6 @@ def prepare(spec: PackSpec) -> Prepared:
     return Prepared(spec, code_root, venv, entry, layers, plan, scanned_ns)
 
 
-def preflight(spec: PackSpec) -> PackPlan:
+def preflight(spec: PackSpec, venv_scans: VenvScans | None = None) -> PackPlan:
     """What ``pack`` would ship, leave out and warn about; writes nothing."""
-    return prepare(spec).plan
+    return prepare(spec, venv_scans).plan

@@ -58,6 +58,10 @@ class ScannedLayer:
     # shipped because includes name them, although they look like secrets: path -> why
     included_secrets: dict[str, str] = field(default_factory=dict)
     unchecked: int = 0  # small files not looked into for secrets: over the scan's read budget
+    # what is computed once from the entries (fingerprints, the walk): entries never change
+    # after the scan, and a kept venv scan (:mod:`.venv_scans`) is handed out again. Not an
+    # init field: ``dataclasses.replace`` (parts, big files) starts the new layer without it.
+    memo: dict[object, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def files(self) -> list[Entry]:
