@@ -35,7 +35,13 @@ from j2c_server.cli.submit import submit as submit_command
 from j2c_server.core.errors import InvalidInput, J2CError
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.send_proposal import choose_venv, project_root
-from j2c_server.magic.runtime import BackgroundService, Job, background_service, watch
+from j2c_server.magic.runtime import (
+    BackgroundService,
+    Job,
+    announce_end,
+    background_service,
+    watch,
+)
 
 if TYPE_CHECKING:
     pass
@@ -216,6 +222,7 @@ def _submit(argv: list[str], shell: Any, cell: str | None) -> Job | dict[str, An
     job = Job(runner, record.id)
     if params["no_wait"]:
         print(f"j2c: job {record.id} submitted; follow it with `%j2c logs -f {record.id}`")
+        announce_end(runner, record)
         return job
     watch(runner, record.id)
     return job

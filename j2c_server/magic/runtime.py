@@ -21,9 +21,11 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from j2c_server.cli.commands import detached_message
+from j2c_server.cli.end_notice import end_line
 from j2c_server.cli.render import StageBoard, exit_code_of, is_stderr_line, rank_prefix, scan_notes
 from j2c_server.cli.session import log
 from j2c_server.config import J2CSettings
+from j2c_server.core.errors import J2CError
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobResults, JobStatus
 
 if TYPE_CHECKING:
@@ -184,6 +186,33 @@ class CellView:
             self._handle = display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]
         else:
             self._handle.update(data, raw=True)
+
+
+def announce_end(runner: BackgroundService, record: JobRecord) -> None:
+    """One status line in this cell's output that says how the job ended, once it does.
+
+    The line is a display handle made here (its message's parent is this cell) and updated from
+    the service's thread: the kernel stays free for other cells, and the notebook puts the
+    update in this cell by its display id. A kernel that stops first leaves the line as it was.
+    """
+    from IPython.display import display
+
+    waiting = (
+        f"j2c: job {record.id} ({record.name}) {record.status.value}; this line says how it ends"
+    )
+    handle: Any = display({"text/plain": waiting}, raw=True, display_id=True)  # type: ignore[no-untyped-call]
+
+    async def tell() -> None:
+        try:
+            ended = await runner.service.wait(record.id)
+        except J2CError as exc:
+            handle.update(
+                {"text/plain": f"j2c: job {record.id}: not followed to its end: {exc}"}, raw=True
+            )
+            return
+        handle.update({"text/plain": end_line(ended)}, raw=True)
+
+    runner.spawn(tell())
 
 
 def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool = False) -> bool:

@@ -4,6 +4,7 @@ the registry in a throw-away data dir shared with this test process."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -149,6 +150,41 @@ def test_no_wait_returns_at_once_and_wait_follows(kernel: Kernel) -> None:
     waited = kernel.run("record = job.wait(); print(record.status.value)")
     assert "line 2" in waited.stdout
     assert waited.stdout.rstrip().endswith("succeeded")
+
+
+def test_no_wait_says_in_its_cell_how_the_job_ended(kernel: Kernel) -> None:
+    """The cell returns at once with a status line; the kernel, idle, updates that line (by its
+    display id, from the service's thread) when the job ends."""
+    client = kernel.client
+    msg_id = client.execute(
+        f"job = %j2c submit train.py --venv-path {kernel.venv} --no-wait -- --sleep 0.5"
+    )
+    display_id = first_text = None
+    while True:
+        msg = client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "display_data":
+            display_id = msg["content"]["transient"]["display_id"]
+            first_text = msg["content"]["data"]["text/plain"]
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    assert display_id is not None and first_text is not None
+    job_id = kernel.run("print(job.id)").stdout.strip()
+    assert first_text.startswith(f"j2c: job {job_id} (")
+    assert first_text.endswith("; this line says how it ends")
+
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while True:
+        msg = client.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+        if msg["msg_type"] == "update_display_data":
+            assert msg["content"]["transient"]["display_id"] == display_id
+            text = msg["content"]["data"]["text/plain"]
+            break
+    assert re.fullmatch(
+        rf"j2c: job {job_id} \(\S+\) succeeded \(exit code 0\) in \d+(\.\d)? s", text
+    ), text
+    assert kernel.run("print(job.status.value)").stdout.strip() == "succeeded"
 
 
 def test_bad_option_is_a_short_usage_error(kernel: Kernel) -> None:

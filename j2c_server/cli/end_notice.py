@@ -1,0 +1,42 @@
+"""The one line that says a job ended, for front ends that are not watching it: the cell of a
+``%j2c submit --no-wait`` and the terminal of a ``j2c submit --no-wait --notify``.
+
+"j2c: job 20261202-1907-ab12cd (train) succeeded (exit code 0) in 42 s", the words of the Lab's
+toast (``src/browserNotify.ts``), with the duration counted the same way.
+"""
+
+from __future__ import annotations
+
+from j2c_server.wire.api import JobRecord, JobStatus
+
+
+def duration(seconds: float) -> str:
+    """``4.2 s``, ``42 s``, ``3 min 05 s``, ``2 h 07 min`` (as ``formatDuration`` in the UI)."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{round(seconds)} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def job_seconds(record: JobRecord) -> float:
+    """From its start (or creation, if it never started) to its end."""
+    start = record.started_at if record.started_at is not None else record.created_at
+    end = record.finished_at if record.finished_at is not None else record.updated_at
+    return max(0.0, end - start)
+
+
+def end_line(record: JobRecord) -> str:
+    """How the job ended, on one line; the job's message when it failed or was lost."""
+    code = f" (exit code {record.exit_code})" if record.exit_code is not None else ""
+    line = (
+        f"j2c: job {record.id} ({record.name}) {record.status.value}{code} "
+        f"in {duration(job_seconds(record))}"
+    )
+    if record.status in (JobStatus.failed, JobStatus.lost) and record.message:
+        line += f": {record.message}"
+    return line
