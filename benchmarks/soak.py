@@ -290,7 +290,7 @@ class Soak:
                 )
         ended = sum(1 for r in records.values() if r["status"] in TERMINAL)
         # A job whose driver was killed before its usage record gets it from the next
-        # service's sweep, after a grace (jobs/service.py ACCOUNT_GRACE_S): wait for it.
+        # service's sweep, after a grace (jobs/service_lifecycle.py ACCOUNT_GRACE_S): wait for it.
         for _ in range(60):
             usage = {p.stem for p in self.server.data.rglob("usage/**/*.json")}
             missing_usage = sorted(set(records) - usage)

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from j2c_server.config import load_settings
-from j2c_server.jobs import service as service_module
+from j2c_server.jobs import service_lifecycle
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
 from j2c_server.registry.db import REGISTRY_FILE, connect, write
@@ -204,7 +204,7 @@ async def test_an_ended_job_whose_driver_died_before_its_usage_record_gets_one(
     with write(conn):
         conn.execute("UPDATE jobs SET accounted_at = NULL WHERE id = ?", (record.id,))
 
-    monkeypatch.setattr(service_module, "ACCOUNT_GRACE_S", 0.0)
+    monkeypatch.setattr(service_lifecycle, "ACCOUNT_GRACE_S", 0.0)
     second = JobService(settings)
     second.start()
     try:
