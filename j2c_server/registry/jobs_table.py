@@ -133,17 +133,12 @@ class JobsTable(RegistryConnections):
         return await self._call(self._previous, record)
 
     def _previous(self, record: JobRecord) -> JobRecord | None:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT record, last_seq FROM jobs WHERE id != ? AND created_at <= ? "
-                "AND json_extract(record, '$.request.code_path') = ? "
-                "ORDER BY created_at DESC LIMIT 1",
-                (record.id, record.created_at, record.request.code_path),
-            )
-            .fetchone()
+        return self._first_record(
+            "SELECT record, last_seq FROM jobs WHERE id != ? AND created_at <= ? "
+            "AND json_extract(record, '$.request.code_path') = ? "
+            "ORDER BY created_at DESC LIMIT 1",
+            (record.id, record.created_at, record.request.code_path),
         )
-        return None if row is None else record_from_row(row)
 
     async def latest_like(self, record: JobRecord) -> JobRecord | None:
         """What a send is compared with: the latest job with the same settings
@@ -151,17 +146,17 @@ class JobsTable(RegistryConnections):
         return await self._call(self._latest_like, record)
 
     def _latest_like(self, record: JobRecord) -> JobRecord | None:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT record, last_seq FROM jobs "
-                "WHERE json_extract(record, '$.request.code_path') = ? "
-                "ORDER BY json_extract(record, '$.request_key') = ? DESC, created_at DESC "
-                "LIMIT 1",
-                (record.request.code_path, record.request_key),
-            )
-            .fetchone()
+        return self._first_record(
+            "SELECT record, last_seq FROM jobs "
+            "WHERE json_extract(record, '$.request.code_path') = ? "
+            "ORDER BY json_extract(record, '$.request_key') = ? DESC, created_at DESC "
+            "LIMIT 1",
+            (record.request.code_path, record.request_key),
         )
+
+    def _first_record(self, query: str, params: tuple[object, ...]) -> JobRecord | None:
+        """The record of the first row ``query`` (selecting ``record, last_seq``) finds."""
+        row = self._conn().execute(query, params).fetchone()
         return None if row is None else record_from_row(row)
 
     async def remove(self, job_id: str) -> None:
