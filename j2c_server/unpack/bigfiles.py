@@ -92,9 +92,10 @@ def place_files(
     sources: dict[str, Path] | None = None
     if cache is not None:
         from j2c_server.unpack.cache import Bypass
+        from j2c_server.unpack.cache_blobs import file_blobs
 
         try:
-            sources = cache.file_blobs(manifest_uri, unique)
+            sources = file_blobs(cache, manifest_uri, unique)
         except Bypass as exc:
             say("cache", f"not used for the big files: {exc}")
     movable = sources is None
