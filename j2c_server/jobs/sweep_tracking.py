@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import NotFound
@@ -40,6 +39,7 @@ from j2c_server.jobs.tracking import (
     finish_run,
     project_name,
     run_url,
+    tracking_uri,
 )
 from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobResults, JobStatus, TrackingRun
@@ -149,14 +149,11 @@ async def start_sweep_runs(
 ) -> list[dict[str, str]]:
     """Make the parent run and one child run per variant; answer each variant's environment
     (in ``variants``' order): empty dicts when tracking is off or fails (then with a warning)."""
-    uri = settings.mlflow.uri()
     empty: list[dict[str, str]] = [{} for _ in variants]
-    if not uri:
+    uri = await tracking_uri(settings, parent_journal)
+    if uri is None:
         return empty
     started = time.monotonic()
-    if urlsplit(uri).scheme not in ("http", "https"):
-        await _warn(parent_journal, f"{_public_uri(uri)} is not an http(s) tracking server", 0.0)
-        return empty
     client = MlflowClient(uri, settings.mlflow)
     base = _base_tags(parent, manifest)
     try:

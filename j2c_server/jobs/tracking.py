@@ -233,19 +233,28 @@ async def _warn(journal: Journal, text: str, seconds: float) -> None:
     )
 
 
+async def tracking_uri(settings: J2CSettings, journal: Journal) -> str | None:
+    """The tracking server's URI, or None when MLflow is not configured or its URI is no
+    http(s) server (then with a warning in the job's log)."""
+    uri = settings.mlflow.uri()
+    if not uri:
+        return None
+    if urlsplit(uri).scheme not in ("http", "https"):
+        # A local store (file:, sqlite:) is this machine's: a job elsewhere cannot log to it.
+        await _warn(journal, f"{_public_uri(uri)} is not an http(s) tracking server", 0.0)
+        return None
+    return uri
+
+
 async def start_run(
     settings: J2CSettings, journal: Journal, record: JobRecord, manifest: Manifest, spec: JobSpec
 ) -> JobSpec:
     """``spec`` with the run's variables, once the run exists; ``spec`` unchanged when MLflow
     is not configured or cannot be reached (then with a warning in the job's log)."""
-    uri = settings.mlflow.uri()
-    if not uri:
+    uri = await tracking_uri(settings, journal)
+    if uri is None:
         return spec
     started = time.monotonic()
-    if urlsplit(uri).scheme not in ("http", "https"):
-        # A local store (file:, sqlite:) is this machine's: a job elsewhere cannot log to it.
-        await _warn(journal, f"{_public_uri(uri)} is not an http(s) tracking server", 0.0)
-        return spec
     tracking = record.results.tracking if record.results is not None else None
     if tracking is None:
         client = MlflowClient(uri, settings.mlflow)
