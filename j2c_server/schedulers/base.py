@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from j2c_server.core.errors import InvalidInput
+from j2c_server.core.errors import ConfigError, InvalidInput
 from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus, Resources
 
 if TYPE_CHECKING:
@@ -101,6 +101,12 @@ def not_a_memory_size(memory: str) -> InvalidInput:
         f"resources.memory: {memory!r} is not a memory size (e.g. '16Gi', '8G', '512Mi')",
         field="resources.memory",
     )
+
+
+def not_a_size_setting(key: str, value: str, example: str) -> ConfigError:
+    """What a backend raises for a size in its settings (``scheduler.<name>.shm_size``) that
+    its units cannot express; ``example`` is one they can."""
+    return ConfigError(f"{key}: {value!r} is not a size (e.g. {example!r})", field=key)
 
 
 class SchedulerBase:

@@ -35,8 +35,13 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import ConfigError, InvalidInput
-from j2c_server.schedulers.base import JobSpec, not_a_memory_size, required_image
+from j2c_server.core.errors import InvalidInput
+from j2c_server.schedulers.base import (
+    JobSpec,
+    not_a_memory_size,
+    not_a_size_setting,
+    required_image,
+)
 from j2c_server.schedulers.container_engine import Access
 from j2c_server.schedulers.container_lifecycle import (
     LABEL_RUNS,
@@ -212,10 +217,7 @@ def _resources(spec: JobSpec, cfg: ContainerSettings, gpus: list[str]) -> dict[s
     if cfg.shm_size:
         shm = size_bytes(cfg.shm_size)
         if shm is None:
-            raise ConfigError(
-                f"scheduler.container.shm_size: {cfg.shm_size!r} is not a size (e.g. '8G')",
-                field="scheduler.container.shm_size",
-            )
+            raise not_a_size_setting("scheduler.container.shm_size", cfg.shm_size, "8G")
         host["ShmSize"] = shm
     if gpus and cfg.gpu_mode == "cdi":
         host["Devices"] = [

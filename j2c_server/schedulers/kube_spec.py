@@ -20,7 +20,12 @@ from typing import Any
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput
-from j2c_server.schedulers.base import JobSpec, not_a_memory_size, required_image
+from j2c_server.schedulers.base import (
+    JobSpec,
+    not_a_memory_size,
+    not_a_size_setting,
+    required_image,
+)
 from j2c_server.schedulers.kube_security import harden
 from j2c_server.schedulers.kube_settings import KubernetesSettings
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
@@ -254,10 +259,7 @@ def render_job(
         # makes them crash with "bus error".
         size = memory_quantity(kube.shm_size)
         if size is None:
-            raise ConfigError(
-                f"scheduler.kubernetes.shm_size: {kube.shm_size!r} is not a size (e.g. '8Gi')",
-                field="scheduler.kubernetes.shm_size",
-            )
+            raise not_a_size_setting("scheduler.kubernetes.shm_size", kube.shm_size, "8Gi")
         pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     _cache_volume(kube, pod, container)
