@@ -6,15 +6,16 @@ Through the Docker Engine API on a unix socket (:mod:`.container_api`), never a 
   it. A 409 adopts the existing container when its ``j2c.io/key`` label is this request's key (a
   retried submit, or one that died between create and start), and refuses otherwise. A job that
   asks for GPUs waits for them in the machine-wide ledger first (:mod:`.container_gpus`).
-- status: the container's state; once collected, the state recorded then
+- status: the container's state (:mod:`.container_status`); once collected, the state recorded then
   (:mod:`.container_lifecycle`); a container the engine no longer has otherwise is ``lost`` (or
   ``cancelled``, after a cancel). Everything it needs is in the handle, the job's folder and on
   the engine, so a restarted server re-attaches by name. Reading it also enforces the time limit.
 - logs: ``/logs?follow=1&timestamps=1`` from a timestamp cursor, re-opened when the stream drops
-  and drained with one plain read once the container has exited.
+  and drained with one plain read once the container has exited (:mod:`.container_logs`).
 - cancel: a marker in the job's folder, then ``POST /stop?t=<grace>`` (the engine sends SIGTERM,
   then SIGKILL after the grace).
-- results: the exit code, and the files of the job's ``$J2C_OUTPUT_DIR`` (a host folder); then
+- results: the exit code, and the files of the job's ``$J2C_OUTPUT_DIR`` (a host folder,
+  :mod:`.container_status`); then
   the terminal state is written to the job's folder and the container removed (unless
   ``keep_finished``).
 """
@@ -33,7 +34,7 @@ import httpx
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, Conflict, InvalidInput, SchedulerError
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
-from j2c_server.schedulers.container_api import FOLLOW_IDLE_S, EngineClient, LogCursor, LogReader
+from j2c_server.schedulers.container_api import EngineClient
 from j2c_server.schedulers.container_engine import (
     Access,
     EngineInfo,
@@ -44,7 +45,6 @@ from j2c_server.schedulers.container_engine import (
 from j2c_server.schedulers.container_folders import cache_folder, prepare, prepare_cache
 from j2c_server.schedulers.container_gpus import GpuWaiter
 from j2c_server.schedulers.container_lifecycle import (
-    limit_minutes,
     mark_timed_out,
     past_limit,
     record_final,
@@ -54,6 +54,7 @@ from j2c_server.schedulers.container_lifecycle import (
     sweep,
     timed_out,
 )
+from j2c_server.schedulers.container_logs import follow_container_logs
 from j2c_server.schedulers.container_settings import ContainerSettings
 from j2c_server.schedulers.container_spec import (
     LABEL_KEY,
@@ -64,13 +65,18 @@ from j2c_server.schedulers.container_spec import (
     runs_root,
     store_files,
 )
-from j2c_server.wire.api import Artifact, Capabilities, JobHandle, JobResults, JobStatus
+from j2c_server.schedulers.container_status import (
+    CANCELLED,
+    FINISHED,
+    collect_results,
+    container_state,
+    mark_cancelled,
+    state_of,
+)
+from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
 
 __all__ = ["ContainerScheduler", "render_create"]
 
-_MAX_ARTIFACTS = 1000
-_CANCELLED = "cancelled"
-_FINISHED = ("exited", "stopped", "dead")
 log = logging.getLogger("j2c")
 
 
@@ -187,7 +193,7 @@ class ContainerScheduler(SchedulerBase):
         else:
             existing = await self._create(spec, request)
         handle.data["id"] = existing.get("Id")
-        if _state(existing) in ("created", "configured"):
+        if state_of(existing) in ("created", "configured"):
             await self._api().request("POST", f"/containers/{name}/start", allow=(304,))
         return handle
 
@@ -195,7 +201,7 @@ class ContainerScheduler(SchedulerBase):
         folder = self._folder(handle)
         api = await self._ready()
         info = await api.inspect(handle.id)
-        cancelled = await asyncio.to_thread((folder / _CANCELLED).exists)
+        cancelled = await asyncio.to_thread((folder / CANCELLED).exists)
         if info is None:
             final = await asyncio.to_thread(recorded_final, folder)
             if final is not None:
@@ -212,57 +218,37 @@ class ContainerScheduler(SchedulerBase):
                 or f"container {handle.id} no longer exists (removed outside j2c, or the "
                 "engine's storage was reset)",
             )
-        limit = None if cancelled or _state(info) in _FINISHED else past_limit(info)
+        limit = None if cancelled or state_of(info) in FINISHED else past_limit(info)
         if limit is not None:
             await asyncio.to_thread(mark_timed_out, folder, limit)
             await self._stop(handle.id)
             info = await api.inspect(handle.id) or info
         stopped_at = await asyncio.to_thread(timed_out, folder)
-        return _container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
+        return container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
 
     async def follow_logs(
         self, handle: JobHandle, cursor: str | None = None
     ) -> AsyncIterator[LogLine]:
-        position = LogCursor.parse(cursor)
         folder = self._folder(handle)
-        while True:
-            info = await self._api().inspect(handle.id)
-            if info is None:
-                if await asyncio.to_thread(self._gpus.waiting, folder) is None:
-                    return
-                await asyncio.sleep(self._cfg.poll_interval_s)
-                continue
-            state = _state(info)
-            if state in ("created", "configured"):
-                await asyncio.sleep(self._cfg.poll_interval_s)
-                continue
-            finished = state in _FINISHED
-            reader = LogReader(position)
-            received = False
-            async for line in self._read_log(handle.id, reader, follow=not finished):
-                received = True
-                yield line
-            position = reader.cursor
-            if finished:
-                for line in reader.finish():
-                    yield line
-                return
-            if not received:
-                await asyncio.sleep(self._cfg.poll_interval_s)
+        lines = follow_container_logs(
+            self._api, handle.id, folder, self._gpus, self._cfg.poll_interval_s, cursor
+        )
+        async for line in lines:
+            yield line
 
     async def cancel(self, handle: JobHandle) -> None:
         folder = self._folder(handle)
-        await asyncio.to_thread(_mark_cancelled, folder)
+        await asyncio.to_thread(mark_cancelled, folder)
         await asyncio.to_thread(self._gpus.cancel, folder)
         info = await self._api().inspect(handle.id)
         if info is None:
             return
-        state = _state(info)
+        state = state_of(info)
         if state in ("created", "configured"):
             await self._api().request(
                 "DELETE", f"/containers/{handle.id}", params={"force": "1"}, allow=(404,)
             )
-        elif state not in _FINISHED:
+        elif state not in FINISHED:
             await self._stop(handle.id)
 
     async def _stop(self, name: str) -> None:
@@ -284,13 +270,13 @@ class ContainerScheduler(SchedulerBase):
         if info is None:
             final = await asyncio.to_thread(recorded_final, folder)
             code = final.exit_code if final is not None else None
-            return await asyncio.to_thread(_collect_results, folder / "outputs", code)
-        if _state(info) not in _FINISHED:
-            return await asyncio.to_thread(_collect_results, folder / "outputs", None)
-        cancelled = await asyncio.to_thread((folder / _CANCELLED).exists)
+            return await asyncio.to_thread(collect_results, folder / "outputs", code)
+        if state_of(info) not in FINISHED:
+            return await asyncio.to_thread(collect_results, folder / "outputs", None)
+        cancelled = await asyncio.to_thread((folder / CANCELLED).exists)
         stopped_at = await asyncio.to_thread(timed_out, folder)
-        final = _container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
-        results = await asyncio.to_thread(_collect_results, folder / "outputs", final.exit_code)
+        final = container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
+        results = await asyncio.to_thread(collect_results, folder / "outputs", final.exit_code)
         await asyncio.to_thread(record_final, folder, final)
         if not self._cfg.keep_finished:
             await remove(self._api(), handle.id)
@@ -356,99 +342,10 @@ class ContainerScheduler(SchedulerBase):
                 hint=f"remove it (podman rm {name}), or submit with a different request",
             )
 
-    async def _read_log(
-        self, name: str, reader: LogReader, *, follow: bool
-    ) -> AsyncIterator[LogLine]:
-        params = {
-            "stdout": "1",
-            "stderr": "1",
-            "timestamps": "1",
-            "follow": "1" if follow else "0",
-            "since": reader.cursor.since(),
-        }
-        timeout = httpx.Timeout(30.0, connect=10.0, read=FOLLOW_IDLE_S if follow else 60.0)
-        try:
-            async with self._api().stream(
-                f"/containers/{name}/logs", params=params, timeout=timeout
-            ) as response:
-                if response.status_code == 404:
-                    return
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise SchedulerError(
-                        f"reading the logs of {name} failed ({response.status_code}): "
-                        f"{response.text[:500]}"
-                    )
-                async for chunk in response.aiter_bytes():
-                    for line in reader.feed(chunk):
-                        yield line
-        except httpx.ConnectError:
-            raise
-        except httpx.TransportError:
-            return  # dropped mid-stream: the caller re-opens from the cursor
-
 
 def _locked(settings: J2CSettings, key: str) -> bool:
     # The operator's locked settings (core/config_locks.py): their value is the operator's.
     return settings.is_locked(key)
-
-
-def _state(info: dict[str, Any]) -> str:
-    return str((info.get("State") or {}).get("Status") or "").lower()
-
-
-def _container_state(
-    info: dict[str, Any], *, cancelled: bool, timed_out_s: float | None = None
-) -> SchedulerState:
-    state = info.get("State") or {}
-    status = _state(info)
-    if status in ("created", "configured"):
-        return SchedulerState(status=JobStatus.submitted, message="starting")
-    if status not in _FINISHED:
-        if cancelled:
-            return SchedulerState(status=JobStatus.cancelling, message="stopping the container")
-        if timed_out_s is not None:
-            message = f"time limit of {limit_minutes(timed_out_s)} min reached: stopping"
-            return SchedulerState(status=JobStatus.running, message=message)
-        return SchedulerState(status=JobStatus.running)
-    code = state.get("ExitCode")
-    if cancelled:
-        return SchedulerState(status=JobStatus.cancelled, message="cancelled", exit_code=code)
-    if timed_out_s is not None:
-        # As the other backends report a time limit: failed, with why (no status of its own).
-        message = f"timed out after {limit_minutes(timed_out_s)} min (stopped: exit code {code})"
-        return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
-    if code == 0:
-        return SchedulerState(status=JobStatus.succeeded, exit_code=0)
-    message = f"exit code {code}"
-    if state.get("OOMKilled"):
-        message = f"out of memory (the container's memory limit): {message}"
-    elif state.get("Error"):
-        message = f"{state['Error']}: {message}"
-    return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
-
-
-def _mark_cancelled(folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / _CANCELLED).touch()
-
-
-def _collect_results(outputs: Path, code: int | None) -> JobResults:
-    files = (
-        sorted(path for path in outputs.rglob("*") if path.is_file()) if outputs.is_dir() else []
-    )
-    artifacts = [
-        Artifact(name=p.relative_to(outputs).as_posix(), size=p.stat().st_size, url=p.as_uri())
-        for p in files[:_MAX_ARTIFACTS]
-    ]
-    notebooks = [p for p in files if p.parent == outputs and p.suffix == ".ipynb"]
-    notebook = max(notebooks, key=lambda p: p.stat().st_mtime, default=None)
-    return JobResults(
-        exit_code=code,
-        artifacts=artifacts,
-        executed_notebook=notebook.as_uri() if notebook else None,
-        output_uri=outputs.as_uri(),
-    )
 
 
 def render_dry_run(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
