@@ -5,31 +5,27 @@ Precedence, lowest first: built-in defaults < YAML config file < ``J2C_*`` envir
 environment use ``__``: ``J2C_STORAGE__URL=s3://bucket/prefix``. Unknown keys are errors that
 name the key. Credentials are never part of this model: storage uses the standard AWS chain,
 schedulers read tokens from files or the environment named here.
+
+A part owns its section where that makes no import circle: ``storage.*``
+(:mod:`j2c_server.storage.settings`), ``scheduler.*`` (:mod:`j2c_server.schedulers.settings`),
+``registry.*`` (:mod:`j2c_server.registry.settings`). The sections of the parts that read the
+whole settings themselves (mlflow, outputs, usage, metrics: jobs/ and usage/ import this module)
+and ``pack.*`` (importing ``j2c_server.pack`` loads the packer) stay here.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    GetPydanticSchema,
-    PrivateAttr,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from j2c_server.core.config_locks import Layer, is_locked, merge_with_locks, operator_locks
 from j2c_server.core.errors import ConfigError, validation_error_to_j2c
 from j2c_server.core.job_env import is_credential_name
+from j2c_server.registry.settings import RegistrySettings
+from j2c_server.schedulers.settings import SchedulerSettings, scheduler_settings_model
 from j2c_server.storage.settings import StorageSettings as StorageSettings  # owned by storage/
 from j2c_server.wire.api import ImageChoice
 
@@ -52,14 +48,9 @@ _ENV_NOT_SETTINGS.add("J2C_BENCH")
 # (``cli/options.py``), settings loading leaves them out.
 JOB_SECTION = "job"
 
-log = logging.getLogger(__name__)
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-SectionT = TypeVar("SectionT", bound=BaseModel)
 
 
 class PackSettings(_Section):
@@ -104,82 +95,12 @@ class PackSettings(_Section):
         "the lab's, use the image's, or auto (the lab's only where the image's fails a "
         "requirement of the job's packages).",
     )
-
-
-class _SchedulerSettingsBase(_Section):
-    """``scheduler.*``: the default backend and the credential allow-list; each backend's own
-    section (``scheduler.<name>``) is a field added from the backends found on the first
-    settings load (:func:`scheduler_settings_model`), typed by that backend's settings model."""
-
-    default: str = "local"
-    placement: Literal["original", "relocate"] = Field(
-        "original",
-        description="Where j2c-unpack puts the code and venv: at their original paths when "
-        "free and private (a warm start hard-links the venv from the node cache and copies the "
-        "code), or relocate (under its workdir; a cached venv runs in place). Passed as "
-        "J2C_UNPACK_PATHS; a request's env may set its own.",
+    check_in_job: bool = Field(
+        True,
+        description="For a target the lab knows nothing of yet, the manifest carries what the "
+        "job needs of its base Python (format 6) and j2c-unpack lists every gap before the entry "
+        "point (docs/images.md); off for images whose j2c-unpack reads format 5 or older.",
     )
-    pass_env: list[str] = Field(
-        default_factory=list,
-        description="Credential-like variables (tokens, keys, passwords) a request's env may "
-        "name, on every backend: the job gets the submitting server's value, never the "
-        "request's; nothing else of the kind is accepted.",
-    )
-
-    @field_validator("pass_env")
-    @classmethod
-    def _pass_env_names(cls, value: list[str]) -> list[str]:
-        # Exact names only: an allow-list of credentials takes no patterns.
-        for name in value:
-            if not (name.isascii() and name.isidentifier()):
-                raise ValueError(f"{name!r} is not an environment variable name")
-        return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _skipped_sections(cls, data: Any) -> Any:
-        # A skipped plug-in's section is a warning, not an error: the rest still loads.
-        if not isinstance(data, dict):
-            return data
-        from j2c_server.schedulers import skipped_backends
-
-        skipped = skipped_backends()
-        for name in data.keys() & skipped.keys():
-            log.warning(
-                "scheduler.%s ignored: the %s scheduler plug-in was skipped (%s)",
-                name,
-                name,
-                skipped[name],
-            )
-        return {key: value for key, value in data.items() if key not in skipped}
-
-    def section(self, name: str, model: type[SectionT]) -> SectionT:
-        """The validated ``scheduler.<name>`` section, typed (what a backend reads)."""
-        value = getattr(self, name)
-        if not isinstance(value, model):
-            raise TypeError(f"scheduler.{name} is a {type(value).__name__}, not {model.__name__}")
-        return value
-
-
-@cache
-def scheduler_settings_model() -> type[_SchedulerSettingsBase]:
-    """``scheduler.*`` with a section per usable backend, built on the first settings load,
-    never at import: a plug-in imports this module as the built-ins do, and discovering it
-    here (:func:`j2c_server.schedulers.discover`) then finds this module complete."""
-    from j2c_server.schedulers import settings_models
-
-    sections: dict[str, Any] = {
-        name: (model, Field(default_factory=model)) for name, model in settings_models().items()
-    }
-    return create_model("SchedulerSettings", __base__=_SchedulerSettingsBase, **sections)
-
-
-# Typed as the base (backends read their section through section()); validated, dumped and
-# described as the model above, which pydantic asks for when J2CSettings is first used.
-SchedulerSettings = Annotated[
-    _SchedulerSettingsBase,
-    GetPydanticSchema(lambda _source, handler: handler(scheduler_settings_model())),
-]
 
 
 class MlflowSettings(_Section):
@@ -255,38 +176,6 @@ class MetricsSettings(_Section):
         description="Label job counters with the user name (one series per user: mind a large "
         "hub's cardinality).",
     )
-
-
-class RegistrySettings(_Section):
-    """The job registry's upkeep: finished jobs' events compacted into files
-    (:mod:`~.event_archive`)."""
-
-    compact_after_hours: float | None = Field(
-        24.0,
-        allow_inf_nan=False,
-        description="Move a finished job's events out of the registry into its stored log "
-        "this long after it ended (0: as soon as it ends; negative or null: never). Reading "
-        "them is unchanged.",
-    )
-    compact_every_minutes: float = Field(
-        10.0, gt=0, allow_inf_nan=False, description="How often the server compacts."
-    )
-    compact_jobs_per_round: int = Field(
-        100, ge=1, description="Jobs compacted per round at most (the rest: the next round)."
-    )
-
-    @field_validator("compact_after_hours", mode="before")
-    @classmethod
-    def _never(cls, value: Any) -> Any:
-        # YAML's and the environment's ways of saying "off".
-        if isinstance(value, str) and value.strip().lower() in ("", "never", "null", "none"):
-            return None
-        return value
-
-    def compact_after_s(self) -> float | None:
-        """Seconds after a job's end its events are compacted; None when never."""
-        hours = self.compact_after_hours
-        return None if hours is None or hours < 0 else hours * 3600
 
 
 class J2CSettings(_Section):

@@ -51,8 +51,8 @@ from j2c_server.registry.db import connect, write
 from j2c_server.wire.api import TERMINAL_STATUSES, Event
 
 if TYPE_CHECKING:
-    from j2c_server.config import RegistrySettings
     from j2c_server.registry.job_registry import Registry
+    from j2c_server.registry.settings import RegistrySettings
 
 ARCHIVE_DIR = "event-archive"
 SUFFIX = ".jsonl.zst"

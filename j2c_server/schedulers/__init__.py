@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from j2c_server.wire.api import Capabilities, Resources
 
 ENTRY_POINT_GROUP = "j2c.schedulers"
-# Keys of ``scheduler.*`` that are not backends (config.py's own; a test checks the list).
+# Keys of ``scheduler.*`` that are not backends (settings.py's own; a test checks the list).
 RESERVED_NAMES = frozenset({"default", "pass_env", "placement", "section"})
 # A backend's name is its settings key (``scheduler.<name>``, ``J2C_SCHEDULER__<NAME>__*``).
 _NAME = re.compile(r"[a-z][a-z0-9_]*")

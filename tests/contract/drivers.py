@@ -31,10 +31,11 @@ import httpx
 import psutil
 import pytest
 
-from j2c_server.config import J2CSettings, load_settings, scheduler_settings_model
+from j2c_server.config import J2CSettings, load_settings
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
 from j2c_server.schedulers import discover, make_scheduler, scheduler_class
 from j2c_server.schedulers.base import JobSpec, Scheduler
+from j2c_server.schedulers.settings import scheduler_settings_model
 from j2c_server.storage import open_store
 from j2c_server.wire.api import JobHandle
 from tests.contract.kubelet import running_kubelet

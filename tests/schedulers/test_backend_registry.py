@@ -103,19 +103,20 @@ def test_only_the_local_backend_runs_unpack_with_this_interpreter() -> None:
 
 
 def test_reserved_names_are_the_scheduler_sections_own_keys() -> None:
-    from j2c_server.config import _SchedulerSettingsBase
     from j2c_server.schedulers import RESERVED_NAMES
+    from j2c_server.schedulers.settings import SchedulerSettingsBase
 
-    own = set(_SchedulerSettingsBase.model_fields) | {
+    own = set(SchedulerSettingsBase.model_fields) | {
         name
-        for name in vars(_SchedulerSettingsBase)
+        for name in vars(SchedulerSettingsBase)
         if not name.startswith("_") and not name.startswith("model_")
     }
     assert own == RESERVED_NAMES
 
 
 def test_importing_the_settings_or_storage_discovers_no_backend() -> None:
-    """Built on the first load: a plug-in importing j2c_server.config finds it complete."""
+    """Built on the first load: a plug-in importing j2c_server.config finds it complete.
+    The settings import the table's package and its ``scheduler.*`` model, no backend."""
     code = (
         "import sys, j2c_server.config, j2c_server.storage\n"
         "print(sorted(m for m in sys.modules if m.startswith('j2c_server.schedulers')))\n"
@@ -124,7 +125,8 @@ def test_importing_the_settings_or_storage_discovers_no_backend() -> None:
         "print('j2c_server.schedulers.slurm_settings' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[:2] == ["[]", "True"]
+    table = "['j2c_server.schedulers', 'j2c_server.schedulers.settings']"
+    assert out.stdout.split("\n")[:2] == [table, "True"]
 
 
 def _store_problem(scheduler: str, **section: str) -> str | None:
