@@ -10,21 +10,12 @@ set -uo pipefail
 DIR=$(cd "$1" && pwd)
 MARK="J2C_RAY_HEAD=$DIR"
 
-ours() { # pids of this head's processes still running (zombies excluded)
-    local head sid proc pid stat
-    head=$(cat "$DIR/head.pid" 2>/dev/null || true)
-    for proc in /proc/[0-9]*; do
-        pid=${proc#/proc/}
-        [[ "$pid" == "$$" ]] && continue
-        stat=$(cat "$proc/stat" 2>/dev/null) || continue
-        stat=${stat##*) }
-        [[ "${stat:0:1}" == Z ]] && continue
-        sid=$(awk '{print $4}' <<<"$stat")
-        if [[ -n "$head" && "$sid" == "$head" ]] ||
-            { tr '\0' '\n' <"$proc/environ"; } 2>/dev/null | grep -qxF "$MARK"; then
-            echo "$pid"
-        fi
-    done
+ours() { # pids of this head's processes still running: one pass over /proc (zombies excluded)
+    local head marked
+    head=$(cat "$DIR/head.pid" 2>/dev/null || echo none)
+    marked=$(grep -lzxF "$MARK" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | tr '\n' ' ')
+    ps -eo pid=,sid=,stat= | awk -v head="$head" -v marked=" $marked" -v self="$$" '
+        $1 != self && $3 !~ /^Z/ && ($2 == head || index(marked, " " $1 " ")) { print $1 }'
 }
 
 pids=$(ours)
