@@ -10,9 +10,12 @@
 - status: ``GET /api/jobs/{id}``; a job Ray no longer knows reads as lost.
 - logs: ``GET /api/jobs/{id}/logs`` (the whole log) polled, with a cursor that counts the lines
   of that log already delivered, so a new follower (a restarted server) skips exactly those.
-  Ray's own preamble (its "Running entrypoint for job …" line and what precedes it) is
-  counted but not delivered. The ``/logs/tail`` websocket is not used: it needs a websocket
-  client the server does not have, and resuming from it needs the same line count anyway.
+  Ray's own lines are counted but not delivered: its logger's lines before the entrypoint's
+  first, and its "Running entrypoint for job …" line wherever it lands (Ray writes it through a
+  buffered file, so the entrypoint's first lines can come before it). The log only grows, so
+  which lines are Ray's never changes once they are there. The ``/logs/tail`` websocket is not
+  used: it needs a websocket client the server does not have, and resuming from it needs the
+  same line count anyway.
 - cancel: ``POST /api/jobs/{id}/stop`` (Ray sends SIGTERM, then SIGKILL after
   ``RAY_JOB_STOP_WAIT_TIME_S``).
 - results: the exit code; outputs come through the outputs index ``j2c-unpack`` uploads.
@@ -44,9 +47,8 @@ _STATES = {
 }
 _MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?$")
 _SUBMISSION_ID = re.compile(r"^j2c-[0-9a-f]{24}$")
-# Ray's preamble ends with this line; it is looked for in the log's first lines only.
-_PREAMBLE_END = "Running entrypoint for job "
-_PREAMBLE_LINES = 10
+# Ray's logger, as in "2026-01-02 03:04:05,678\tINFO job_manager.py:581 -- Runtime env is …".
+_RAY_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t[A-Z]+ \S+:\d+ -- ")
 # A GPU-type resource is present once per node: a fraction asks for the node, not the amount.
 _TYPE_SHARE = 0.001
 
@@ -153,12 +155,19 @@ def _cursor(cursor: str | None) -> int:
     return int(cursor)
 
 
-def _preamble(lines: list[str], ended: bool) -> int | None:
-    """How many leading lines are Ray's own; None: not known yet (its last line is not there)."""
-    for index, line in enumerate(lines[:_PREAMBLE_LINES]):
-        if line.startswith(_PREAMBLE_END):
-            return index + 1
-    return 0 if ended or len(lines) >= _PREAMBLE_LINES else None
+def ray_own_lines(lines: list[str], ray_id: str, entrypoint: str) -> set[int]:
+    """The indexes of the log's lines that Ray wrote itself (see the module docstring)."""
+    own: set[int] = set()
+    for index, line in enumerate(lines):
+        if not _RAY_LOG_LINE.match(line):
+            break
+        own.add(index)
+    header = f"Running entrypoint for job {ray_id}: "
+    first = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
+    if first is not None:
+        # An entrypoint with a newline in an argument spans more than one line of the log.
+        own.update(range(first, first + entrypoint.count("\n") + 1))
+    return own
 
 
 class RayScheduler(SchedulerBase):
@@ -255,21 +264,21 @@ class RayScheduler(SchedulerBase):
 
     async def _follow(self, handle: JobHandle, ray_id: str, done: int) -> AsyncIterator[LogLine]:
         while True:
-            # The status first: once it is terminal, the log read after it is complete.
-            state = await self.status(handle)
-            ended = state.status.terminal
+            # The job first: once it is terminal, the log read after it is complete.
+            job = await self._job(ray_id)
+            if job is None:
+                return
+            ended = job_state(job).status.terminal
             answer = await self._rest.request("GET", f"/api/jobs/{ray_id}/logs")
-            text = str(answer.get("logs") or "")
-            lines = text.split("\n")
+            lines = str(answer.get("logs") or "").split("\n")
             tail = lines.pop()  # "" after a final newline; else a line still being written
             if ended and tail:
                 lines.append(tail)
-            skip = _preamble(lines, ended)
-            if skip is not None:
-                for index in range(done, len(lines)):
-                    done = index + 1
-                    if index >= skip:
-                        yield LogLine(text=lines[index], cursor=str(done))
+            own = ray_own_lines(lines, ray_id, str(job.get("entrypoint") or ""))
+            for index in range(done, len(lines)):
+                done = index + 1
+                if index not in own:
+                    yield LogLine(text=lines[index], cursor=str(done))
             if ended:
                 return
             await asyncio.sleep(self._ray.poll_interval_s)
