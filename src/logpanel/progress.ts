@@ -107,12 +107,17 @@ export class JobProgress {
     }
   }
 
-  private _stage(event: Event): boolean {
+  /** The step a stage or progress event is about, if the timeline shows its stage. */
+  private _stepOf(event: Event): IStep | null {
     const name = event.stage ? STAGE_STEP[event.stage] : undefined;
-    if (!name) {
+    return name ? this.step(name) : null;
+  }
+
+  private _stage(event: Event): boolean {
+    const step = this._stepOf(event);
+    if (!step) {
       return false;
     }
-    const step = this.step(name);
     const configure = event.stage === 'configure';
     switch (event.state) {
       case 'started':
@@ -155,11 +160,10 @@ export class JobProgress {
   }
 
   private _progress(event: Event): boolean {
-    const name = event.stage ? STAGE_STEP[event.stage] : undefined;
-    if (!name) {
+    const step = this._stepOf(event);
+    if (!step) {
       return false;
     }
-    const step = this.step(name);
     if (step.state === 'waiting') {
       step.state = 'started';
     }
