@@ -75,10 +75,12 @@ async def follow_until(
     detach: asyncio.Event,
     *,
     after: int = 0,
+    notify_fd: int | None = None,
 ) -> bool:
     """Feed the job's events to ``on_event`` until it ends (True) or ``detach`` is set (False).
 
-    On a detach the job is handed to a detached watcher before this process lets go of it.
+    On a detach the job is handed to a detached watcher before this process lets go of it (given
+    ``notify_fd``, the terminal it tells when the job ends).
     """
 
     async def follow() -> None:
@@ -95,5 +97,5 @@ async def follow_until(
     follower.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await follower
-    service.run_detached_watcher(job_id)
+    service.run_detached_watcher(job_id, notify_fd=notify_fd)
     return False

@@ -2,7 +2,9 @@
 
 Waiting is the default: stage progress, then the job's output, then the job's exit code as the
 command's. Ctrl-C (or SIGTERM/SIGHUP) detaches without cancelling: a detached watcher keeps
-following the job. Submitting the same request again attaches to the same job.
+following the job. Submitting the same request again attaches to the same job. ``--notify``
+hands the watcher this terminal (``/dev/tty``, opened at start): it prints one line there when
+the job ends, if the terminal is still open.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from j2c_server.cli.render import TerminalRenderer, exit_code_of
 from j2c_server.cli.session import detach_signals, follow_until, open_service
 from j2c_server.config import J2CSettings
 from j2c_server.image.text import report_lines
+from j2c_server.jobs.end_notice import open_terminal
 from j2c_server.wire.api import JobRequest
 
 if TYPE_CHECKING:
@@ -49,6 +52,11 @@ _HELP = """Pack the project and its venv, submit ENTRY (a .py script, a notebook
 def _make_command(name: str, help_text: str) -> click.Command:
     @click.command(name, cls=SubmitCommand, help=help_text, options_metavar="[OPTIONS]")
     @submit_options
+    @click.option(
+        "--notify",
+        is_flag=True,
+        help="Once detached (--no-wait, Ctrl-C): print one line here when the job ends.",
+    )
     @click.pass_context
     def command(ctx: click.Context, /, **params: Any) -> None:
         config = load_cli_config(params["config_file"])
@@ -62,9 +70,20 @@ def _make_command(name: str, help_text: str) -> click.Command:
         if params["dry_run"]:
             print_json(asyncio.run(_dry_run(config.settings, request)))
             return
-        code = asyncio.run(
-            _submit(config.settings, request, wait=not params["no_wait"], as_json=params["as_json"])
-        )
+        notify_fd = _terminal_to_notify(params["as_json"]) if params["notify"] else None
+        try:
+            code = asyncio.run(
+                _submit(
+                    config.settings,
+                    request,
+                    wait=not params["no_wait"],
+                    as_json=params["as_json"],
+                    notify_fd=notify_fd,
+                )
+            )
+        finally:
+            if notify_fd is not None:
+                os.close(notify_fd)  # the watcher holds its own copy
         ctx.exit(code)
 
     return command
@@ -81,20 +100,46 @@ async def _dry_run(settings: J2CSettings, request: JobRequest) -> dict[str, Any]
         return await service.dry_run(request)
 
 
-async def _submit(settings: J2CSettings, request: JobRequest, *, wait: bool, as_json: bool) -> int:
+def _terminal_to_notify(as_json: bool) -> int | None:
+    """The controlling terminal for the watcher's end line; without one, say so and go on."""
+    fd = open_terminal()
+    if fd is None:
+        say("j2c: --notify: no terminal to notify (this command has no controlling tty); "
+            "`j2c wait JOB` follows a job from a script")  # fmt: skip
+    return fd
+
+
+async def _submit(
+    settings: J2CSettings,
+    request: JobRequest,
+    *,
+    wait: bool,
+    as_json: bool,
+    notify_fd: int | None = None,
+) -> int:
     with detach_signals() as detach:
         async with open_service(settings) as service:
-            return await _submit_with(service, request, detach, wait=wait, as_json=as_json)
+            return await _submit_with(
+                service, request, detach, wait=wait, as_json=as_json, notify_fd=notify_fd
+            )
 
 
 async def _submit_with(
-    service: JobService, request: JobRequest, detach: asyncio.Event, *, wait: bool, as_json: bool
+    service: JobService,
+    request: JobRequest,
+    detach: asyncio.Event,
+    *,
+    wait: bool,
+    as_json: bool,
+    notify_fd: int | None = None,
 ) -> int:
     record = await service.submit(request)
     if record.decision is not None:
         say(f"j2c: {record.decision.message}")
     if not wait or detach.is_set():
-        service.run_detached_watcher(record.id)
+        service.run_detached_watcher(record.id, notify_fd=notify_fd)
+        if notify_fd is not None:
+            say(f"j2c: this terminal gets a line when job {record.id} ends")
         if as_json:
             print_json(record)
         else:
@@ -105,7 +150,7 @@ async def _submit_with(
     renderer = TerminalRenderer(
         record.id, tty=sys.stderr.isatty(), out=sys.stdout, err=sys.stderr, logs_to_err=as_json
     )
-    finished = await follow_until(service, record.id, renderer.handle, detach)
+    finished = await follow_until(service, record.id, renderer.handle, detach, notify_fd=notify_fd)
     renderer.close()
     if not finished:
         say(detached_message(record.id, renderer.board.last_seq))

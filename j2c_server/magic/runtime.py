@@ -21,11 +21,11 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from j2c_server.cli.commands import detached_message
-from j2c_server.cli.end_notice import end_line
 from j2c_server.cli.render import StageBoard, exit_code_of, is_stderr_line, rank_prefix, scan_notes
 from j2c_server.cli.session import log
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
+from j2c_server.jobs.end_notice import end_line
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobResults, JobStatus
 
 if TYPE_CHECKING:
