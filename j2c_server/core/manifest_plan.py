@@ -26,7 +26,7 @@ class LayerRole(str, Enum):
 
 # The newest manifest format this j2c-unpack reads (= wire.manifest.MANIFEST_FORMAT_VERSION,
 # checked by a test). Here, without pydantic, so the in-job inventory can say it.
-READS_FORMAT_VERSION = 5
+READS_FORMAT_VERSION = 6
 
 
 class PlanError(ValueError):
@@ -107,6 +107,58 @@ class VariantPlan:
 
 
 @dataclass(frozen=True)
+class NeededRequirementPlan:
+    by: str
+    specifier: str
+
+
+@dataclass(frozen=True)
+class NeededDistPlan:
+    name: str
+    version: str
+    why: list[str]
+    requirements: list[NeededRequirementPlan]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NeededDistPlan:
+        values = _take(cls, data)
+        return cls(
+            name=str(values["name"]),
+            version=str(values["version"]),
+            why=[str(item) for item in values["why"]],
+            requirements=[
+                NeededRequirementPlan(**_take(NeededRequirementPlan, item))
+                for item in values["requirements"]
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class NeededWheelPlan:
+    name: str
+    version: str
+    tags: list[str]
+
+
+@dataclass(frozen=True)
+class JobNeedsPlan:
+    python: str
+    lab_libc: str | None
+    dists: list[NeededDistPlan]
+    wheels: list[NeededWheelPlan]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobNeedsPlan:
+        values = _take(cls, data)
+        return cls(
+            python=str(values["python"]),
+            lab_libc=values["lab_libc"],
+            dists=[NeededDistPlan.from_dict(item) for item in values["dists"]],
+            wheels=[NeededWheelPlan(**_take(NeededWheelPlan, item)) for item in values["wheels"]],
+        )
+
+
+@dataclass(frozen=True)
 class ManifestPlan:
     format_version: int
     created_by: str
@@ -120,6 +172,7 @@ class ManifestPlan:
     source_image: str | None
     files: list[FilePlan] | None
     variants: list[VariantPlan] | None
+    needs: JobNeedsPlan | None
 
     @classmethod
     def from_dict(cls, data: Any) -> ManifestPlan:
@@ -129,6 +182,7 @@ class ManifestPlan:
             venv = values["venv"]
             files = values["files"]
             variants = values["variants"]
+            needs = values["needs"]
             return cls(
                 **{
                     **values,
@@ -141,6 +195,7 @@ class ManifestPlan:
                     "variants": None
                     if variants is None
                     else [VariantPlan.from_dict(v) for v in variants],
+                    "needs": None if needs is None else JobNeedsPlan.from_dict(needs),
                 }
             )
         except (TypeError, ValueError) as exc:  # a role that is no LayerRole, a list that is not

@@ -21,12 +21,11 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
 from j2c_server.image.base_layer import ShipChoice, select
 from j2c_server.image.diff import compare, lab_glibc
-from j2c_server.image.needs import lab_dists, project_imports
+from j2c_server.image.job_needs import lab_side
 from j2c_server.image.probe import container_image_key, container_inventory
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.image.target import CONTAINER, Target, target_for
-from j2c_server.pack.venv import open_venv
-from j2c_server.unpack.inventory import PREFIX, site_dirs
+from j2c_server.unpack.inventory import PREFIX
 from j2c_server.wire.api import JobHandle
 from j2c_server.wire.image import ImageInventory, ImageReport
 
@@ -64,27 +63,16 @@ def compare_with(
     """The report of one project against one stored inventory (synchronous: a worker thread)."""
     started = time.monotonic()
     inventory = stored.inventory
-    venv = open_venv(venv_path) if venv_path is not None else None
-    if venv is None:
-        venv_dists, base_folders, lab_python = {}, [Path(p) for p in site_dirs()], None
-    else:
-        folders = [venv.site_packages] if venv.site_packages else []
-        venv_dists = lab_dists(folders)
-        base_folders = [Path(p) for p in venv.base.paths] if venv.base else []
-        base_folders = base_folders if venv.info.include_system_site_packages else []
-        lab_python = venv.info.python_version
-    base = {k: d for k, d in lab_dists(base_folders).items() if k not in venv_dists}
-    imports = project_imports(code_path, [*skip, *([venv.root] if venv else [])])
-    found = compare(venv_dists, base, imports, inventory, lab_glibc())
-    has_venv = venv is not None and venv.info.include_system_site_packages
+    side = lab_side(venv_path, code_path, skip)
+    found = compare(side.venv, side.base, side.imports, inventory, lab_glibc())
     shipping = select(
         found.missing,
         found.versions,
-        base,
+        side.base,
         inventory,
         choice or ShipChoice(),
-        has_venv,
-        base_folders,
+        side.has_venv,
+        side.base_folders,
     )
     return ImageReport(
         target=target.label,
@@ -92,7 +80,7 @@ def compare_with(
         known=True,
         source=stored.source,
         learned_at=stored.stored_at,
-        python=_python_line(lab_python, inventory),
+        python=_python_line(side.python, inventory),
         missing=found.missing,
         versions=found.versions,
         wheels=found.wheels,
@@ -120,7 +108,7 @@ async def image_report(
     try:
         if scheduler == CONTAINER and image:
             key, stored = await container_inventory(settings, image, store)
-            if stored is None:
+            if stored is None and not key.startswith("container-id:"):
                 return _not_known(target, key, "the container engine has no such image")
         else:
             stored = await asyncio.to_thread(store.get, key)

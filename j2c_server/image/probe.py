@@ -119,7 +119,8 @@ async def container_inventory(
     settings: J2CSettings, image: str, store: InventoryStore, *, timeout_s: float = PROBE_TIMEOUT_S
 ) -> tuple[str, Stored | None]:
     """(key, stored inventory) of ``image`` on this machine's engine: the kept one, else a new
-    probe (then kept). The stored part is None when the engine has no such image."""
+    probe (then kept, unless ``probe_images`` is off). The stored part is None when the engine
+    has no such image (the key is then ``image:<reference>``) or it is not probed."""
     cfg = settings.scheduler.section("container", ContainerSettings)
     client = engine(settings)
     try:
@@ -129,6 +130,8 @@ async def container_inventory(
         key = container_key(found)
         async with _locks.setdefault(key, asyncio.Lock()):  # one probe per image at a time
             stored = await asyncio.to_thread(store.get, key)
+            if stored is None and not cfg.probe_images:
+                return key, None  # not known yet: the job's j2c-unpack checks and teaches it
             if stored is None:
                 if key in _failed:  # said once; not a container per preflight
                     raise ProbeFailed(_failed[key])

@@ -7,6 +7,7 @@ pipeline's stages and by the service's dry run and preflight.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 
@@ -15,14 +16,16 @@ from j2c_server.core.errors import ConfigError, PackError
 from j2c_server.core.job_env import job_env
 from j2c_server.image.base_layer import ShipChoice
 from j2c_server.image.check import image_report
+from j2c_server.image.job_needs import needs_of
 from j2c_server.pack import PackPlan, PackSpec
 from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.multinode import unpack_options
 from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key
+from j2c_server.storage.post_upload import ENV_NAME as POST_POLICY_ENV
 from j2c_server.wire.api import JobRecord, JobRequest
 from j2c_server.wire.image import ImageReport
-from j2c_server.wire.manifest import Layer, LayerRole, Manifest
+from j2c_server.wire.manifest import JobNeeds, Layer, LayerRole, Manifest
 
 
 def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:
@@ -67,6 +70,19 @@ async def record_image_report(settings: J2CSettings, record: JobRecord) -> Image
     )
 
 
+async def record_needs(
+    settings: J2CSettings, record: JobRecord, report: ImageReport | None
+) -> JobNeeds | None:
+    """What the job needs of its base Python, for its manifest when the target is not known
+    yet (the job checks it, unpack/needs.py); None for a known target or the lab's own."""
+    if report is None or report.known or not settings.pack.check_in_job:
+        return None
+    request = record.request
+    venv = Path(request.venv_path) if request.venv_path else None
+    skip = [settings.data_path()]
+    return await asyncio.to_thread(needs_of, venv, Path(request.code_path), skip)
+
+
 def ship_choice(settings: J2CSettings, request: JobRequest) -> ShipChoice:
     """The settings' ``pack.ship_base_packages`` / ``pack.base_conflicts``, unless the job says."""
     enabled = settings.pack.ship_base_packages if request.ship_base is None else request.ship_base
@@ -90,24 +106,27 @@ def job_spec(
     store: ObjectStore,
     *,
     manifest_digest: str,
+    outputs_post: str | None = None,
 ) -> JobSpec:
     """What the scheduler gets: ``j2c-unpack <manifest> --manifest-digest <sha256:...>
     --output-uri <store> -- <args>`` in the job's image, with the request's env, ``J2C_JOB_ID``
     and where the store is (never a credential). ``manifest_digest`` is the sha256 of the exact
     bytes at ``manifest_uri``: the job refuses any other manifest, so whoever else can write the
-    store cannot swap a queued job's manifest. With presigned URLs the job has no way to write
-    to the store, so its outputs stay where the scheduler keeps them."""
+    store cannot swap a queued job's manifest. With presigned URLs the job uploads its outputs
+    through ``outputs_post``, its upload policy (jobs/presigned_outputs.py), in
+    ``$J2C_OUTPUTS_POST_CREDENTIAL``; without one it has no way to write to the store."""
     request = record.request
     unpack = scheduler_class(record.scheduler).unpack_command(settings)
     outputs = (
-        []
-        if settings.storage.presign_for_jobs
-        else [
+        [
             "--output-uri",
             store.uri(f"jobs/{record.id}/outputs"),
             *outputs_options(settings),
         ]
+        if uploads_outputs(settings, outputs_post)
+        else []
     )
+    policy_env = {POST_POLICY_ENV: outputs_post} if outputs_post is not None else {}
     return JobSpec(
         key=f"j2c-{record.id}",
         job_id=record.id,
@@ -128,10 +147,17 @@ def job_spec(
             **placement_env(settings),
             **job_env(request.env, settings.scheduler.pass_env),
             **store_location_env(settings, store),
+            **policy_env,
             "J2C_JOB_ID": record.id,
         },
         resources=request.resources,
     )
+
+
+def uploads_outputs(settings: J2CSettings, outputs_post: str | None) -> bool:
+    """Whether the job can upload its outputs: with the store's credentials, or presigned
+    with its upload policy."""
+    return not settings.storage.presign_for_jobs or outputs_post is not None
 
 
 def placement_env(settings: J2CSettings) -> dict[str, str]:

@@ -30,9 +30,11 @@ from j2c_server.jobs.job_inputs import (
     pack_spec,
     presigned_manifest,
     record_image_report,
+    record_needs,
     refuse_if_over_limit,
 )
 from j2c_server.jobs.journal import Journal, ProgressMeter
+from j2c_server.jobs.presigned_outputs import outputs_policy, told_to_upload
 from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs, digest_mark
 from j2c_server.jobs.stage_keys import (
     StageInputs,
@@ -204,6 +206,8 @@ class Pipeline:
         report = await record_image_report(self.settings, record)
         plan = plan.model_copy(update={"image_report": report})
         shipping = report.shipping if report is not None else None
+        # A target not known yet: the job checks what it needs before its entry point.
+        needs = await record_needs(self.settings, record, report)
         # Before anything is packed or uploaded.
         refuse_if_it_breaks_the_image(shipping, plan.total_bytes, spec.hard_limit_bytes)
         files = sum(layer.files for layer in plan.layers)
@@ -235,6 +239,7 @@ class Pipeline:
             result = await asyncio.to_thread(
                 add_base_layers, result, shipping, spec, layer_cache_dir(self.settings)
             )
+            result = result.model_copy(update={"needs": needs})
         await self._pack_finished(pack_inputs, result, previous)
         return result, packed_at
 
@@ -334,7 +339,10 @@ class Pipeline:
             if presign
             else (manifest_uri, manifest.digest())
         )
-        spec = job_spec(self.settings, record, job_manifest, store, manifest_digest=pinned)
+        post = await outputs_policy(self.settings, store, record) if presign else None
+        spec = job_spec(
+            self.settings, record, job_manifest, store, manifest_digest=pinned, outputs_post=post
+        )
         state, changes = configure_changes(inputs, previous)
         shown = spec.model_copy(
             update={
@@ -414,7 +422,7 @@ class Pipeline:
             self.clients.store(),
             record,
             results.model_copy(update={"exit_code": exit_code}),
-            uploaded=not self.settings.storage.presign_for_jobs,
+            uploaded=not self.settings.storage.presign_for_jobs or told_to_upload(record),
             last_lines=await self.registry.last_log_lines(self.job_id, LAST_LINES),
             index_line=await self.registry.last_log_line_with(self.job_id, INDEX_DIGEST_MARK),
             rank_lines={  # a multi-node job's other ranks upload their own (unpack/outputs.py)

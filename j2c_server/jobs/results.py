@@ -50,7 +50,7 @@ _UPLOAD_STAGE = "uploading outputs"
 _PROGRESS_LINE = re.compile(r"\d+ files in the outputs")
 _LOGGED_DIGEST = re.compile(re.escape(INDEX_DIGEST_MARK) + r"([0-9a-f]{64})\b")
 PRESIGNED_NOTE = (
-    "outputs need store access: with storage.presign_for_jobs the job cannot upload, so the "
+    "outputs need store access: the store signed no upload policy for this presigned job, so the "
     "files it writes in its working copy do not come back"
 )
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from j2c_server.core.errors import Conflict
 from j2c_server.jobs.job_inputs import job_spec, presigned_manifest
 from j2c_server.jobs.journal import Journal
+from j2c_server.jobs.presigned_outputs import outputs_policy
 from j2c_server.jobs.send_rule import job_key
 from j2c_server.jobs.sweep_grid import DEFAULT_MAX_VARIANTS, expand
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
@@ -239,7 +240,19 @@ async def _submit_child(
     )
     # The row's args come from the manifest: none after "--" here, or they would run twice.
     bare = child.model_copy(update={"request": child.request.model_copy(update={"args": []})})
-    spec = job_spec(settings, bare, job_manifest, store, manifest_digest=pinned)  # type: ignore[arg-type]
+    post = (
+        await outputs_policy(settings, store, child)  # type: ignore[arg-type]
+        if settings.storage.presign_for_jobs
+        else None
+    )
+    spec = job_spec(
+        settings,
+        bare,
+        job_manifest,
+        store,  # type: ignore[arg-type]
+        manifest_digest=pinned,
+        outputs_post=post,
+    )
     cut = spec.command.index("--")
     command = [*spec.command[:cut], "--variant", str(index), *spec.command[cut:]]
     spec = spec.model_copy(update={"command": command})

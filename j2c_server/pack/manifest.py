@@ -10,6 +10,7 @@ from j2c_server.pack.models import PackResult
 from j2c_server.wire.manifest import (
     MANIFEST_FORMAT_VERSION_BASE,
     MANIFEST_FORMAT_VERSION_FILES,
+    MANIFEST_FORMAT_VERSION_NEEDS,
     MANIFEST_FORMAT_VERSION_PARTS,
     MANIFEST_FORMAT_VERSION_SHIPPED_BASE,
     EntryPoint,
@@ -27,12 +28,15 @@ def make_manifest(
     created_at: float | None = None,
 ) -> Manifest:
     """The manifest for ``result``; pass ``created_at`` to make its digest reproducible.
-    Format version 4 only when lab-base packages ship (``base`` layers), 3 when the code layer
+    Format version 6 only when it carries what the job needs (``result.needs``), 4 when
+    lab-base packages ship (``base`` layers), 3 when the code layer
     has several parts, 2 when it lists big files: otherwise 1, so that an older j2c-unpack reads
     what it can (and refuses what it cannot)."""
     files = [packed.file for packed in result.files] or None
     version = MANIFEST_FORMAT_VERSION_BASE
-    if any(packed.layer.role == LayerRole.base for packed in result.layers):
+    if result.needs is not None:
+        version = MANIFEST_FORMAT_VERSION_NEEDS
+    elif any(packed.layer.role == LayerRole.base for packed in result.layers):
         version = MANIFEST_FORMAT_VERSION_SHIPPED_BASE
     elif len(result.code_parts()) > 1:
         version = MANIFEST_FORMAT_VERSION_PARTS
@@ -50,6 +54,7 @@ def make_manifest(
         source_image=source_image,
         workdir=entry_workdir(result.entry),
         files=files,
+        needs=result.needs,
     )
 
 

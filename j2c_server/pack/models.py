@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from j2c_server.config import PackSettings
 from j2c_server.wire.image import ImageReport
-from j2c_server.wire.manifest import EntryPoint, FileBlob, Layer, LayerRole, VenvInfo
+from j2c_server.wire.manifest import EntryPoint, FileBlob, JobNeeds, Layer, LayerRole, VenvInfo
 
 MIB = 1024 * 1024
 
@@ -199,6 +199,9 @@ class PackResult(_Model):
     warnings: list[PackWarning]
     excluded: list[ExcludedGroup]
     seconds: float
+    needs: JobNeeds | None = Field(
+        None, description="What the job needs of a target not known yet (image/job_needs.py)."
+    )
 
     def layer(self, role: LayerRole) -> PackedLayer | None:
         return next((packed for packed in self.layers if packed.layer.role == role), None)

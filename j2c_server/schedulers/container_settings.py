@@ -103,6 +103,12 @@ class ContainerSettings(BaseModel):
         pattern=r"^[0-9]+(\.[0-9]+)?\s*[KMGT]?i?B?$",
         description="Size cap of each cache folder (J2C_UNPACK_CACHE_MAX; default 20G).",
     )
+    probe_images: bool = Field(
+        True,
+        description="At preflight, inventory an image the lab does not know yet with a "
+        "short-lived container of it (docs/images.md); off: the first job's j2c-unpack checks "
+        "what the job needs and teaches the lab the image.",
+    )
     cap_add: list[str] = Field(
         default_factory=list,
         description="Capabilities given back to the job (every one is dropped by default), "

@@ -18,8 +18,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from j2c_server.core.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from j2c_server.storage.post_upload import PostPolicy
 
 log = logging.getLogger("j2c.storage")
 
@@ -157,6 +161,13 @@ class ObjectStore(ABC):
     @abstractmethod
     async def presign(self, key: str, *, expires_s: int | None = None) -> str | None:
         """A time-limited HTTPS GET URL needing no credentials, or None if the backend has none."""
+
+    async def presign_post(
+        self, prefix: str, *, max_bytes: int, expires_s: int
+    ) -> PostPolicy | None:
+        """A signed upload form (S3's POST policy) allowing keys under ``prefix`` only, files
+        up to ``max_bytes``, for ``expires_s`` seconds; None if the backend has none."""
+        return None
 
     @abstractmethod
     async def list(self, prefix: str = "") -> list[str]: ...

@@ -19,6 +19,7 @@ import base64
 import hashlib
 import importlib
 import os
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
@@ -36,6 +37,7 @@ from j2c_server.storage.base import (
 from j2c_server.storage.errors import map_s3_error
 from j2c_server.storage.filerange import FileRange, check_etag
 from j2c_server.storage.multipart import MIB, MultipartUpload, UploadVanished
+from j2c_server.storage.post_upload import PostPolicy
 from j2c_server.storage.redact import install_log_redaction, redact_url
 from j2c_server.storage.retry import RetryableStatus, client_error_status, resuming, retrying
 from j2c_server.storage.settings import StorageSettings
@@ -222,6 +224,32 @@ class S3Store(ObjectStore):
                 ExpiresIn=expires,
             )
         return str(url)
+
+    async def presign_post(
+        self, prefix: str, *, max_bytes: int, expires_s: int
+    ) -> PostPolicy | None:
+        """A signed upload form for keys starting with ``prefix`` (a ``starts-with`` condition
+        on ``$key``), files of at most ``max_bytes``, for ``expires_s`` seconds."""
+        if not 1 <= expires_s <= MAX_PRESIGN_S:
+            raise InvalidInput(
+                f"upload policies can live 1 s to 7 days, not {expires_s} s",
+                field="storage.presign_expiry_s",
+            )
+        full = self._key(prefix.rstrip("/")) + "/"
+        with self._mapped(f"signing an upload policy for {self.uri(prefix.rstrip('/'))}/"):
+            s3 = await self._s3()
+            post = await s3.generate_presigned_post(
+                Bucket=self.bucket,
+                Key=full + "${filename}",  # the form's key; the job sends its own
+                Conditions=[
+                    ["starts-with", "$key", full],
+                    ["content-length-range", 0, max_bytes],
+                ],
+                ExpiresIn=expires_s,
+            )
+        expires_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + expires_s))
+        fields = {str(name): str(value) for name, value in post["fields"].items()}
+        return PostPolicy(str(post["url"]), full, fields, max_bytes, expires_at)
 
     # ------------------------------------------------------------------ writes
 

@@ -8,7 +8,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  (plan_cache.py: no pydantic import on a warm start)
 2. python        the venv's Python major.minor must be this interpreter's; before it, this
                  interpreter's inventory, one ``j2c: inventory: {json}`` line (inventory.py;
-                 with the node cache only the first time for this interpreter)
+                 with the node cache only the first time for this interpreter), and, for a
+                 target the lab did not know, what the job needs of it (needs.py: every gap
+                 listed at once, exit 72)
 3. placing       original paths when free and private to the job's user, else under the
                  workdir; then the free space for the layers is checked
 4. downloading   every layer at once; verifying: each one's sha256 before it is used
@@ -70,7 +72,8 @@ _EXIT_CODES = """exit codes:
   the entry point's own exit code (128+N when signal N ended it), or one of j2c-unpack's:
   65 manifest invalid      66 manifest or layer missing   67 layer corrupt (digest)
   68 unsafe archive entry  69 Python version mismatch     70 venv broken after relocation
-  71 entry not runnable    73 outputs not uploaded        74 local disk / workdir / space
+  71 entry not runnable    72 what the job needs is not here (all listed)
+  73 outputs not uploaded  74 local disk / workdir / space
   75 store unreachable (retry may help)"""
 
 
@@ -277,7 +280,11 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
     interpreter = this_interpreter()
     # What this Python holds, for the lab's next preflight (once per interpreter with a cache),
     # said before a mismatch can stop the job.
-    report_inventory(cache.root if cache else None, cache.owners if cache else None)
+    said = report_inventory(cache.root if cache else None, cache.owners if cache else None)
+    if manifest.needs is not None:  # a target the lab did not know: every gap, at once
+        from j2c_server.unpack.needs import check_needs
+
+        check_needs(manifest.needs, said)
     check_python(manifest, interpreter)
 
     with workdir_in_use(options.workdir, keep=options.no_run) as workdir:

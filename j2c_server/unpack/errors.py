@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     PYTHON = 69  # the venv's Python major.minor differs from this interpreter's
     VENV = 70  # the venv does not work at its new home
     ENTRY = 71  # the entry point cannot be started (missing file, no nbclient, ...)
+    NEEDS = 72  # this Python lacks what the job needs (manifest format 6's list, unpack/needs.py)
     OUTPUTS = 73  # the outputs could not be uploaded (after a successful run)
     LOCAL_IO = 74  # the workdir or a target folder cannot be written, or the disk is too small
     UNAVAILABLE = 75  # the store could not be reached; retrying later may help
@@ -67,6 +68,11 @@ class VenvBroken(UnpackError):
 class EntryNotRunnable(UnpackError):
     exit_code = ExitCode.ENTRY
     code = "entry_not_runnable"
+
+
+class NeedsNotMet(UnpackError):
+    exit_code = ExitCode.NEEDS
+    code = "needs_not_met"
 
 
 class OutputsNotUploaded(UnpackError):

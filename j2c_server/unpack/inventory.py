@@ -27,6 +27,7 @@ import re
 import site
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,23 +182,46 @@ def fingerprint() -> str:
     return digest.hexdigest()[:32]
 
 
-def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> None:
+@dataclass
+class Said:
+    """What :func:`report` knows of this interpreter: the inventory it computed now, or where
+    the node cache keeps the one said before (read only when someone asks)."""
+
+    data: dict[str, Any] | None
+    kept: Path | None
+    fingerprint: str | None
+
+    def inventory(self) -> dict[str, Any]:
+        if self.data is None and self.kept is not None:
+            try:
+                with open(self.kept) as handle:
+                    self.data = json.load(handle)
+            except (OSError, ValueError):
+                self.data = None
+        if not isinstance(self.data, dict):
+            self.data = collect()
+        return self.data
+
+
+def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Said:
     """Say the inventory in the job's log, unless this node's cache says it was said for this
     interpreter before (then nothing is computed)."""
     from j2c_server.unpack.cache_files import unsafe, write_json
     from j2c_server.unpack.log import say
 
     kept: Path | None = None
+    key: str | None = None
     if cache_root is not None:
         folder = cache_root / "inventory"
         try:
             folder.mkdir(mode=0o700, exist_ok=True)
             if unsafe(os.lstat(folder), owners or {os.geteuid()}, folder=True) is None:
-                kept = folder / f"{fingerprint()}.json"
+                key = fingerprint()
+                kept = folder / f"{key}.json"
         except OSError:
             kept = None
         if kept is not None and os.path.lexists(kept):
-            return  # this node reported this interpreter before: nothing on a warm start
+            return Said(None, kept, key)  # said before on this node: nothing on a warm start
     started = time.monotonic()
     data = collect()
     data["seconds"] = round(time.monotonic() - started, 3)
@@ -207,6 +231,8 @@ def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Non
             write_json(kept, data)
         except OSError as exc:
             say("inventory", f"not kept in the node cache: {exc.strerror or exc}")
+            kept = None
+    return Said(data, kept, key)
 
 
 if __name__ == "__main__":

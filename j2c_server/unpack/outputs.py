@@ -37,11 +37,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from j2c_server.core.errors import J2CError
 from j2c_server.core.units import byte_size
@@ -56,6 +57,10 @@ from j2c_server.unpack.written import (
     stat_key,
     written_files,
 )
+
+if TYPE_CHECKING:
+    from j2c_server.storage.base import ObjectStore
+    from j2c_server.storage.post_upload import PostPolicyStore
 
 CONCURRENT_UPLOADS = 4
 INDEX_NAME = ".j2c-outputs.json"
@@ -286,9 +291,7 @@ class OutputsSync:
         return self._verdicts[key]
 
     async def _sync(self, done: _Round, *, final: bool) -> None:
-        from j2c_server.storage import open_store_from_env
-
-        store = open_store_from_env(self.output_uri)
+        store = _outputs_store(self.output_uri)
         limit = asyncio.Semaphore(CONCURRENT_UPLOADS)
 
         async def one(item: Written) -> None:
@@ -341,6 +344,23 @@ class OutputsSync:
             say("outputs", f"{digest_mark(self.rank)}{hashlib.sha256(raw).hexdigest()}")
         finally:
             await store.close()
+
+
+def _outputs_store(output_uri: str) -> ObjectStore | PostPolicyStore:
+    """Where the sync writes: through the job's upload policy when the server gave it one (a
+    presigned job has no store credentials), else the store at ``output_uri`` itself."""
+    from j2c_server.storage.post_upload import ENV_NAME
+
+    policy = os.environ.get(ENV_NAME)
+    if policy:
+        from j2c_server.storage.post_upload import PostPolicy, PostPolicyStore
+        from j2c_server.storage.urls import split_s3_url
+
+        _bucket, base = split_s3_url(output_uri, field="--output-uri")
+        return PostPolicyStore(PostPolicy.from_json(policy), base)
+    from j2c_server.storage import open_store_from_env
+
+    return open_store_from_env(output_uri)
 
 
 def _size_and_sha256(path: Path) -> tuple[int, str]:

@@ -16,7 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # Re-exported: defined beside the manifest plan, which j2c-unpack imports without pydantic.
 from j2c_server.core.manifest_plan import LayerRole as LayerRole
 
-MANIFEST_FORMAT_VERSION = 5  # the newest written and read; 5: a sweep's variant table
+MANIFEST_FORMAT_VERSION = 6  # the newest written and read; 6: what the job needs (``needs``)
+MANIFEST_FORMAT_VERSION_NEEDS = 6  # ``needs``: an older reader would refuse the unknown field
 MANIFEST_FORMAT_VERSION_VARIANTS = 5  # ``variants``: an older reader would run the base args
 MANIFEST_FORMAT_VERSION_SHIPPED_BASE = 4  # ``base`` layers: an older reader would not place them
 MANIFEST_FORMAT_VERSION_PARTS = 3  # several ``code`` layers: an older reader would miss files
@@ -103,6 +104,43 @@ class Variant(Strict):
     )
 
 
+class NeededRequirement(Strict):
+    """One requirement the job's packages put on a distribution of the base."""
+
+    by: str = Field(..., description="Who requires it: 'scipy 1.17.1'.")
+    specifier: str = Field(
+        ..., description="Its version specifier ('>=1.25.2,<2.7'; '' for any), markers evaluated."
+    )
+
+
+class NeededDist(Strict):
+    """A distribution the job takes from its base Python (not in the venv, not shipped)."""
+
+    name: str
+    version: str = Field(..., description="The lab's version.")
+    why: list[str] = Field(..., description="'imported by train.py', 'nbclient 0.11.0'.")
+    requirements: list[NeededRequirement] = Field(default_factory=list)
+
+
+class NeededWheel(Strict):
+    """A compiled wheel of the venv, by the tags it was built for."""
+
+    name: str
+    version: str
+    tags: list[str]
+
+
+class JobNeeds(Strict):
+    """What the job needs of the Python it runs on, computed in the lab (image/job_needs.py) for a
+    target the lab knows nothing of yet; ``j2c-unpack`` checks it before the entry point
+    (unpack/needs.py) and lists every gap at once (format_version 6)."""
+
+    python: str = Field(..., description="major.minor the job's venv (or the lab) was made with.")
+    lab_libc: str | None = Field(None, description="The lab's glibc: 'linux_*' wheels need it.")
+    dists: list[NeededDist] = Field(default_factory=list)
+    wheels: list[NeededWheel] = Field(default_factory=list)
+
+
 class Manifest(Strict):
     """manifest.json: everything ``j2c-unpack`` needs, content-addressed itself."""
 
@@ -125,6 +163,11 @@ class Manifest(Strict):
         None,
         description="A sweep's variant table, row i at index i; the job runs the row its "
         "command line names (format_version 5).",
+    )
+    needs: JobNeeds | None = Field(
+        None,
+        description="What the job needs of its base Python, checked by the job before its entry "
+        "point when the lab did not know the target (format_version 6).",
     )
 
     def layer(self, role: LayerRole) -> Layer | None:

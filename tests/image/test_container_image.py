@@ -13,8 +13,6 @@ its base, which the platform image lacks (or has at 1.24).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -28,19 +26,14 @@ from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import EventKind, JobRequest, JobStatus, Stage, StageState
 from tests.support.jobs import settle
+from tests.support.lab_python import lab_has, lab_venv
 from tests.support.podman import Podman
 
-LAB_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))
 TRAIN = "import regex\nimport scipy.stats\nimport numpy as np\nimport helper\n"
 
 
-def _lab_has(*modules: str) -> bool:
-    code = "import " + ", ".join(modules)
-    return subprocess.run([str(LAB_PYTHON), "-I", "-c", code], capture_output=True).returncode == 0
-
-
 pytestmark = pytest.mark.skipif(
-    not _lab_has("regex", "scipy", "numpy"), reason="this machine's Python has no regex/scipy"
+    not lab_has("regex", "scipy", "numpy"), reason="this machine's Python has no regex/scipy"
 )
 
 
@@ -51,9 +44,7 @@ def lab_project(tmp_path: Path) -> Path:
     (root / "train.py").write_text(TRAIN)
     (root / "helper.py").write_text("VALUE = 1\n")
     (root / "hello.py").write_text("print('hello from the image', flush=True)\n")
-    subprocess.run(
-        [str(LAB_PYTHON), "-m", "venv", "--system-site-packages", str(root / ".venv")], check=True
-    )
+    lab_venv(root)
     settle(root)
     return root
 

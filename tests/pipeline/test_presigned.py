@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import J2CSettings, load_settings
+from j2c_server.core.job_env import MASK
 from j2c_server.jobs.job_inputs import job_spec, presigned_manifest
 from j2c_server.jobs.service import JobService
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
@@ -22,6 +23,7 @@ from j2c_server.schedulers.slurm_job import batch_script
 from j2c_server.schedulers.slurm_settings import SlurmSettings
 from j2c_server.storage import open_store
 from j2c_server.storage.base import ObjectStore
+from j2c_server.storage.post_upload import ENV_NAME as POST_POLICY_ENV
 from j2c_server.wire.api import JobRecord, JobRequest, JobStatus
 from j2c_server.wire.manifest import Manifest
 from tests.support.jobs import TRAIN_PY
@@ -48,7 +50,8 @@ async def test_presigned_job_runs_and_records_only_redacted_urls(
     command = final.stages["configure"].output["spec"]["command"]
     assert "X-Amz-Signature=REDACTED" in command[3]
     assert "/jobs/" in command[3]  # the per-job manifest, not the shared one
-    assert "--output-uri" not in command  # no credentials: nothing to write with
+    # Its outputs go up through its upload policy, masked wherever the spec is shown.
+    assert command[command.index("--output-uri") + 1] == f"{s3_bucket.url}/jobs/{record.id}/outputs"
     # Pinned to the bytes of the per-job manifest: another writer of the bucket cannot swap it.
     stored = (
         s3_bucket.client()
@@ -61,9 +64,47 @@ async def test_presigned_job_runs_and_records_only_redacted_urls(
     env = final.stages["configure"].output["spec"]["env"]
     assert env["J2C_STORAGE__ENDPOINT_URL"] == s3_bucket.endpoint
     assert not [name for name in env if name.startswith("AWS_")]
+    assert env[POST_POLICY_ENV] == MASK
     shown = final.model_dump_json() + "".join(e.model_dump_json() for e in events)
     assert FAKE_SECRET_ACCESS_KEY not in shown
     assert "X-Amz-Signature=" not in shown.replace("X-Amz-Signature=REDACTED", "")
+
+
+WRITES_PY = """\
+import os, pathlib
+os.makedirs("models", exist_ok=True)
+pathlib.Path("models/a.bin").write_bytes(bytes(range(256)) * 4)
+pathlib.Path("metrics.json").write_text('{"loss": 0.5}')
+"""
+
+
+async def test_a_presigned_job_returns_what_it_wrote_through_its_upload_policy(
+    j2c_data_dir: Path, tmp_path: Path, s3_bucket: S3Target
+) -> None:
+    """Outputs come back from a presigned job: listed with their relative paths and sha256,
+    stored under the job's own prefix, and no note that they need store access."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text(WRITES_PY)
+    storage = s3_bucket.settings.model_copy(update={"url": s3_bucket.url, "presign_for_jobs": True})
+    service = JobService(J2CSettings(storage=storage))
+    try:
+        record = await service.submit(JobRequest(code_path=str(project), call_path="train.py"))
+        final = await asyncio.wait_for(service.wait(record.id), 120)
+    finally:
+        await service.stop()
+    assert final.status == JobStatus.succeeded, final.message
+    assert final.results is not None
+    model = bytes(range(256)) * 4
+    listed = {a.name: a.sha256 for a in final.results.artifacts}
+    assert listed == {
+        "metrics.json": hashlib.sha256(b'{"loss": 0.5}').hexdigest(),
+        "models/a.bin": hashlib.sha256(model).hexdigest(),
+    }
+    assert final.results.outputs_note is None
+    key = s3_bucket.key(f"jobs/{record.id}/outputs/models/a.bin")
+    stored = s3_bucket.client().get_object(Bucket=s3_bucket.bucket, Key=key)["Body"].read()
+    assert stored == model
 
 
 READ_BIG_PY = """\

@@ -22,13 +22,27 @@ from pydantic import BaseModel
 from j2c_server.core.manifest_plan import (
     EntryPlan,
     FilePlan,
+    JobNeedsPlan,
     LayerPlan,
     LayerRole,
     ManifestPlan,
+    NeededDistPlan,
+    NeededRequirementPlan,
+    NeededWheelPlan,
     PlanError,
     VenvPlan,
 )
-from j2c_server.wire.manifest import EntryPoint, FileBlob, Layer, Manifest, VenvInfo
+from j2c_server.wire.manifest import (
+    EntryPoint,
+    FileBlob,
+    JobNeeds,
+    Layer,
+    Manifest,
+    NeededDist,
+    NeededRequirement,
+    NeededWheel,
+    VenvInfo,
+)
 from tests.unpack.conftest import SmallJob
 
 # j2c-unpack's main, then whether pydantic was ever imported by it (on stderr, last line).
@@ -45,6 +59,10 @@ _PAIRS: list[tuple[type[BaseModel], type]] = [
     (FileBlob, FilePlan),
     (EntryPoint, EntryPlan),
     (VenvInfo, VenvPlan),
+    (JobNeeds, JobNeedsPlan),
+    (NeededDist, NeededDistPlan),
+    (NeededRequirement, NeededRequirementPlan),
+    (NeededWheel, NeededWheelPlan),
 ]
 _DIGEST = "sha256:" + "ab" * 32
 
@@ -83,8 +101,21 @@ def test_every_model_field_is_in_the_plan_and_no_other(model: type[BaseModel], p
 def test_a_full_dump_becomes_a_plan_with_the_same_values() -> None:
     blob = FileBlob(path="data/big.bin", digest=_DIGEST, size=5, mode=0o600)
     venv = VenvInfo(python_version="3.11", home="/usr/bin")
-    manifest = _manifest(args=["--lr", "0.1"], env={"A": "1"}, venv=venv, files=[blob])
+    needs = JobNeeds(
+        python="3.11",
+        dists=[
+            NeededDist(
+                name="numpy",
+                version="2.4.6",
+                why=["scipy 1.17.1"],
+                requirements=[NeededRequirement(by="scipy 1.17.1", specifier=">=1.25.2")],
+            )
+        ],
+        wheels=[NeededWheel(name="regex", version="1", tags=["cp311-cp311-linux_x86_64"])],
+    )
+    manifest = _manifest(args=["--lr", "0.1"], env={"A": "1"}, venv=venv, files=[blob], needs=needs)
     plan = ManifestPlan.from_dict(manifest.model_dump(mode="json"))
+    assert plan.needs is not None and plan.needs.dists[0].requirements[0].specifier == ">=1.25.2"
     assert plan.layers[0].role is LayerRole.code
     assert plan.layer(LayerRole.code) == plan.code_layers()[0]
     assert plan.entry.describe() == manifest.entry.describe()
