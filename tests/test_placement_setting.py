@@ -9,7 +9,7 @@ import pytest
 from j2c_server.config import load_settings
 from j2c_server.core.errors import ConfigError
 from j2c_server.jobs.job_inputs import placement_env
-from j2c_server.unpack.__main__ import parse_command_line
+from j2c_server.unpack.command_line import parse_command_line
 
 
 def test_the_setting_reaches_the_job_only_when_it_is_not_the_default() -> None:

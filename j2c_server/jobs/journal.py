@@ -16,10 +16,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from j2c_server.jobs.fanout import EventBus
+from j2c_server.pack import PackProgress
 from j2c_server.registry.event_log import RecordChange
 from j2c_server.registry.event_rows import EventDraft
 from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobStatus, Stage
+from j2c_server.wire.manifest import LayerRole
 
 PROGRESS_INTERVAL_S = 0.2  # at most 5 progress events per second per stage
 
@@ -169,6 +171,17 @@ class ProgressMeter:
     def bytes_callback(self) -> Callable[[int], None]:
         """A storage-style ``ProgressFn``: called with bytes moved since the last call."""
         return lambda nbytes: self.add(nbytes)
+
+    def pack_callback(self) -> Callable[[PackProgress], None]:
+        """The packer's progress callback: its per-layer cumulative counts become increments."""
+        seen: dict[LayerRole, tuple[int, int]] = {}
+
+        def report(progress: PackProgress) -> None:
+            before = seen.get(progress.role, (0, 0))
+            seen[progress.role] = (progress.bytes_done, progress.files_done)
+            self.add(progress.bytes_done - before[0], progress.files_done - before[1])
+
+        return report
 
     def read(self, *, final: bool) -> dict[str, Any] | None:
         """The counters as event data, or None when nothing moved since the last reading."""

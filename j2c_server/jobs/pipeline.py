@@ -33,7 +33,7 @@ from j2c_server.jobs.job_inputs import (
     record_needs,
     refuse_if_over_limit,
 )
-from j2c_server.jobs.journal import Journal, ProgressMeter
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.presigned_outputs import outputs_policy, told_to_upload
 from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs, digest_mark
 from j2c_server.jobs.stage_keys import (
@@ -41,14 +41,14 @@ from j2c_server.jobs.stage_keys import (
     configure_changes,
     digest_of,
     pack_outcome,
-    reused_since,
+    upload_outcome,
 )
 from j2c_server.jobs.stage_text import describe
 from j2c_server.jobs.sweep import is_child, is_parent, max_variants, run_children, with_variants
 from j2c_server.jobs.sweep_tracking import track_variants
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
-from j2c_server.pack import PackProgress, PackResult, PackSpec, make_manifest, publish
+from j2c_server.pack import PackResult, PackSpec, make_manifest, publish
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.storage.redact import redact_url
 from j2c_server.usage.writer import job_submitted
@@ -61,7 +61,7 @@ from j2c_server.wire.api import (
     StageRecord,
     StageState,
 )
-from j2c_server.wire.manifest import LayerRole, Manifest
+from j2c_server.wire.manifest import Manifest
 
 LAST_LINES = 20
 
@@ -233,7 +233,7 @@ class Pipeline:
             self.journal.progress(Stage.pack, total_bytes=plan.total_bytes) as meter,
         ):
             result, packed_at = await self.clients.packers.pack(
-                spec, layer_cache_dir(self.settings), _pack_progress(meter), scan
+                spec, layer_cache_dir(self.settings), meter.pack_callback(), scan
             )
             # The lab-base packages the image lacks: their own layer (image/base_layer.py).
             result = await asyncio.to_thread(
@@ -289,18 +289,7 @@ class Pipeline:
         await self._started(Stage.upload, inputs)
         async with self.journal.progress(Stage.upload, total_bytes=total) as meter:
             published = await publish(store, result, manifest, meter.bytes_callback())
-        sent = published.bytes_uploaded
-        nothing_sent = not published.uploaded and not published.manifest_uploaded
-        state = StageState.reused if nothing_sent else StageState.finished
-        facts = {
-            "uploaded": [role.value for role in published.uploaded],
-            "already_present": [role.value for role in published.already_present],
-            "files_uploaded": list(published.files_uploaded),
-            "bytes_uploaded": sent,
-            "manifest_bytes": published.manifest_size if published.manifest_uploaded else 0,
-            "manifest_uri": published.manifest_uri,
-            "reused_from": reused_since(previous, Stage.upload, inputs) if nothing_sent else None,
-        }
+        state, facts = upload_outcome(published, previous, inputs)
         manifest_uri = published.manifest_uri
 
         def apply(job: JobRecord) -> None:
@@ -310,7 +299,7 @@ class Pipeline:
             Stage.upload,
             inputs,
             state,
-            {"manifest_uri": manifest_uri, "bytes_uploaded": sent},
+            {"manifest_uri": manifest_uri, "bytes_uploaded": published.bytes_uploaded},
             facts,
             change=apply,
         )
@@ -459,15 +448,3 @@ class Pipeline:
         )
         await self.journal.write([{"kind": EventKind.result, "text": text, "data": data}])
         await self.journal.status(final, state.message or text)
-
-
-def _pack_progress(meter: ProgressMeter) -> Callable[[PackProgress], None]:
-    """Turn the packer's per-layer cumulative progress into meter increments."""
-    seen: dict[LayerRole, tuple[int, int]] = {}
-
-    def report(progress: PackProgress) -> None:
-        before = seen.get(progress.role, (0, 0))
-        seen[progress.role] = (progress.bytes_done, progress.files_done)
-        meter.add(progress.bytes_done - before[0], progress.files_done - before[1])
-
-    return report

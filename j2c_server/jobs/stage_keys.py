@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from j2c_server.pack import PackResult
+from j2c_server.pack import PackResult, PublishResult
 from j2c_server.wire.api import JobRecord, Stage, StageRecord, StageState
 from j2c_server.wire.manifest import LayerRole
 
@@ -106,3 +106,20 @@ def pack_outcome(
         for fact in facts
     ]
     return facts, layers
+
+
+def upload_outcome(
+    published: PublishResult, previous: JobRecord | None, inputs: StageInputs
+) -> tuple[StageState, dict[str, Any]]:
+    """The upload stage's state (reused when nothing was sent) and its event's facts."""
+    nothing_sent = not published.uploaded and not published.manifest_uploaded
+    facts = {
+        "uploaded": [role.value for role in published.uploaded],
+        "already_present": [role.value for role in published.already_present],
+        "files_uploaded": list(published.files_uploaded),
+        "bytes_uploaded": published.bytes_uploaded,
+        "manifest_bytes": published.manifest_size if published.manifest_uploaded else 0,
+        "manifest_uri": published.manifest_uri,
+        "reused_from": reused_since(previous, Stage.upload, inputs) if nothing_sent else None,
+    }
+    return (StageState.reused if nothing_sent else StageState.finished), facts

@@ -19,14 +19,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from j2c_server.config import J2CSettings, load_settings
 from j2c_server.image import probe
 from j2c_server.image.store import InventoryStore
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
-from j2c_server.wire.api import EventKind, JobRequest, JobStatus, Stage, StageState
+from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
 from tests.support.jobs import settle
-from tests.support.lab_python import lab_has, lab_venv
+from tests.support.lab_python import image_request, image_settings, lab_has, lab_venv
 from tests.support.podman import Podman
 
 TRAIN = "import regex\nimport scipy.stats\nimport numpy as np\nimport helper\n"
@@ -49,34 +48,13 @@ def lab_project(tmp_path: Path) -> Path:
     return root
 
 
-def _settings(podman: Podman, data: Path) -> J2CSettings:
-    return load_settings(
-        environ={},
-        overrides={
-            "data_dir": str(data),
-            "default_image": podman.image,
-            "storage": {"url": (data / "store").as_uri(), "shared": True},
-            "scheduler": {"default": "container", "container": {"socket": podman.socket}},
-        },
-    )
-
-
-def _request(project: Path, entry: str) -> JobRequest:
-    return JobRequest(
-        code_path=str(project),
-        call_path=entry,
-        venv_path=str(project / ".venv"),
-        scheduler="container",
-    )
-
-
 async def test_a_probed_image_names_what_the_lab_base_adds_and_is_probed_once(
     podman: Podman, lab_project: Path, tmp_path: Path
 ) -> None:
-    service = JobService(_settings(podman, tmp_path / "data"))
+    service = JobService(image_settings(podman, tmp_path / "data"))
     try:
         before = probe.probes_started
-        plan = await service.preflight(_request(lab_project, "train.py"))
+        plan = await service.preflight(image_request(lab_project, "train.py"))
         assert probe.probes_started == before + 1
         report = plan.image_report
         assert report is not None and report.known and report.source == "probe"
@@ -94,7 +72,7 @@ async def test_a_probed_image_names_what_the_lab_base_adds_and_is_probed_once(
             line.startswith("    regex ") and "imported by train.py" in line for line in lines
         )
 
-        again = await service.preflight(_request(lab_project, "train.py"))
+        again = await service.preflight(image_request(lab_project, "train.py"))
         assert probe.probes_started == before + 1  # known by the image's ID: no container
         assert again.image_report is not None and again.image_report.key == report.key
     finally:
@@ -104,10 +82,10 @@ async def test_a_probed_image_names_what_the_lab_base_adds_and_is_probed_once(
 async def test_the_jobs_inventory_is_kept_and_read_by_the_next_preflight(
     podman: Podman, lab_project: Path, tmp_path: Path
 ) -> None:
-    settings = _settings(podman, tmp_path / "data")
+    settings = image_settings(podman, tmp_path / "data")
     service = JobService(settings)
     try:
-        record = await service.submit(_request(lab_project, "hello.py"))
+        record = await service.submit(image_request(lab_project, "hello.py"))
         done = await service.wait(record.id)
         events = await service.events(record.id)
         assert done.status == JobStatus.succeeded, [e.text for e in events][-15:]
@@ -124,7 +102,7 @@ async def test_the_jobs_inventory_is_kept_and_read_by_the_next_preflight(
         assert kept.inventory.j2c_version is not None  # j2c-unpack's own, not a probe's
 
         before = probe.probes_started
-        plan = await service.preflight(_request(lab_project, "train.py"))
+        plan = await service.preflight(image_request(lab_project, "train.py"))
         assert probe.probes_started == before
         assert plan.image_report is not None and plan.image_report.source == "job"
         assert "regex" in {m.name for m in plan.image_report.missing}
@@ -156,8 +134,8 @@ async def test_an_image_without_python_says_why_and_is_not_probed_again(
             headers={"Content-Type": "application/x-tar"},
         )
         assert made.status_code == 200, made.text
-    service = JobService(_settings(podman, tmp_path / "data"))
-    request = _request(lab_project, "train.py").model_copy(update={"image": f"{name}:latest"})
+    service = JobService(image_settings(podman, tmp_path / "data"))
+    request = image_request(lab_project, "train.py").model_copy(update={"image": f"{name}:latest"})
     try:
         before = probe.probes_started
         for _ in range(2):

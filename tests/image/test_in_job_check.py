@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.config import J2CSettings, load_settings
 from j2c_server.image import probe
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
-from j2c_server.wire.api import EventKind, JobRequest, JobStatus
+from j2c_server.wire.api import EventKind, JobStatus
 from tests.support.jobs import settle
-from tests.support.lab_python import lab_has, lab_venv
+from tests.support.lab_python import image_request, image_settings, lab_has, lab_venv
 from tests.support.podman import Podman
 
 ENTRY = "print('ENTRY RAN', flush=True)\nimport regex\nimport scipy.stats\n"
@@ -43,46 +42,21 @@ def lab_project(tmp_path: Path) -> Path:
     return root
 
 
-def _settings(podman: Podman, data: Path) -> J2CSettings:
-    return load_settings(
-        environ={},
-        overrides={
-            "data_dir": str(data),
-            "default_image": podman.image,
-            "storage": {"url": (data / "store").as_uri(), "shared": True},
-            "pack": {"ship_base_packages": False},
-            "scheduler": {
-                "default": "container",
-                "container": {"socket": podman.socket, "probe_images": False},
-            },
-        },
-    )
-
-
-def _request(project: Path, entry: str) -> JobRequest:
-    return JobRequest(
-        code_path=str(project),
-        call_path=entry,
-        venv_path=str(project / ".venv"),
-        scheduler="container",
-    )
-
-
 async def test_an_unknown_image_gets_every_gap_in_the_jobs_log_before_the_entry_runs(
     podman: Podman, lab_project: Path, tmp_path: Path
 ) -> None:
-    settings = _settings(podman, tmp_path / "data")
+    settings = image_settings(podman, tmp_path / "data", probe=False, ship_base=False)
     service = JobService(settings)
     try:
         before = probe.probes_started
-        plan = await service.preflight(_request(lab_project, "train.py"))
+        plan = await service.preflight(image_request(lab_project, "train.py"))
         report = plan.image_report
         assert report is not None and not report.known
         assert report_lines(report) == [
             f"image {podman.image} not known yet: checked when the job starts"
         ]
 
-        record = await service.submit(_request(lab_project, "train.py"))
+        record = await service.submit(image_request(lab_project, "train.py"))
         done = await service.wait(record.id)
         events = await service.events(record.id)
         said = [e.text or "" for e in events if e.kind == EventKind.log]
@@ -110,7 +84,7 @@ async def test_an_unknown_image_gets_every_gap_in_the_jobs_log_before_the_entry_
         assert any(m.get("format_version") == 6 and m.get("needs") for m in manifests)
 
         # The job's inventory line taught the lab the image: the next preflight lists the same.
-        again = await service.preflight(_request(lab_project, "train.py"))
+        again = await service.preflight(image_request(lab_project, "train.py"))
         assert again.image_report is not None and again.image_report.known
         assert again.image_report.source == "job"
         assert {"regex", "scipy"} <= {m.name for m in again.image_report.missing}
@@ -122,9 +96,9 @@ async def test_a_job_whose_needs_are_here_runs_and_says_what_differs(
     podman: Podman, lab_project: Path, tmp_path: Path
 ) -> None:
     (lab_project / "train.py").unlink()  # only numpy is imported: the image has it
-    service = JobService(_settings(podman, tmp_path / "data"))
+    service = JobService(image_settings(podman, tmp_path / "data", probe=False, ship_base=False))
     try:
-        record = await service.submit(_request(lab_project, "hello.py"))
+        record = await service.submit(image_request(lab_project, "hello.py"))
         done = await service.wait(record.id)
         events = await service.events(record.id)
         said = [e.text or "" for e in events if e.kind == EventKind.log]

@@ -18,28 +18,22 @@ import pytest
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
-from tests.image.test_container_image import _lab_has, _request, _settings
 from tests.support.jobs import settle
+from tests.support.lab_python import image_request, image_settings, lab_has, lab_venv
 from tests.support.podman import Podman
 
 pytestmark = pytest.mark.skipif(
-    not _lab_has("regex", "scipy", "numpy"), reason="this machine's Python has no regex/scipy"
+    not lab_has("regex", "scipy", "numpy"), reason="this machine's Python has no regex/scipy"
 )
 USES_REGEX = "import regex\nprint('regex from', regex.__file__, flush=True)\n"
 
 
 @pytest.fixture
 def regex_project(tmp_path: Path) -> Path:
-    import subprocess
-
-    from tests.image.test_container_image import LAB_PYTHON
-
     root = tmp_path / "proj"
     root.mkdir()
     (root / "uses_regex.py").write_text(USES_REGEX)
-    subprocess.run(
-        [str(LAB_PYTHON), "-m", "venv", "--system-site-packages", str(root / ".venv")], check=True
-    )
+    lab_venv(root)
     settle(root)
     return root
 
@@ -58,8 +52,8 @@ async def _run(service: JobService, request) -> tuple[JobStatus, list, dict]:  #
 async def test_a_base_only_package_ships_by_default_and_not_when_turned_off(
     podman: Podman, regex_project: Path, tmp_path: Path
 ) -> None:
-    service = JobService(_settings(podman, tmp_path / "data"))
-    request = _request(regex_project, "uses_regex.py")
+    service = JobService(image_settings(podman, tmp_path / "data"))
+    request = image_request(regex_project, "uses_regex.py")
     try:
         plan = await service.preflight(request)
         report = plan.image_report
@@ -99,9 +93,9 @@ async def test_a_version_conflict_is_listed_with_its_requirement_and_both_choice
 ) -> None:
     (regex_project / "stats.py").write_text("import scipy.stats\n")
     settle(regex_project)
-    service = JobService(_settings(podman, tmp_path / "data"))
+    service = JobService(image_settings(podman, tmp_path / "data"))
     try:
-        plan = await service.preflight(_request(regex_project, "stats.py"))
+        plan = await service.preflight(image_request(regex_project, "stats.py"))
         report = plan.image_report
         assert report is not None and report.shipping is not None
         [numpy] = [v for v in report.versions if v.name == "numpy"]
@@ -119,7 +113,9 @@ async def test_a_version_conflict_is_listed_with_its_requirement_and_both_choice
             "image's 1.24.2 (--base-conflicts image); now the lab's (auto)"
         ) in lines
 
-        image = _request(regex_project, "stats.py").model_copy(update={"base_conflicts": "image"})
+        image = image_request(regex_project, "stats.py").model_copy(
+            update={"base_conflicts": "image"}
+        )
         kept = (await service.preflight(image)).image_report
         assert kept is not None and kept.shipping is not None
         assert kept.shipping.image_conflicts == ["numpy 1.24.2"]
@@ -133,9 +129,9 @@ async def test_an_image_whose_j2c_unpack_is_too_old_is_named_before_upload(
 ) -> None:
     from j2c_server.image.store import InventoryStore
 
-    settings = _settings(podman, tmp_path / "data")
+    settings = image_settings(podman, tmp_path / "data")
     service = JobService(settings)
-    request = _request(regex_project, "uses_regex.py")
+    request = image_request(regex_project, "uses_regex.py")
     try:
         report = (await service.preflight(request)).image_report
         assert report is not None and report.known

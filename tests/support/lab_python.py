@@ -1,11 +1,16 @@
 """The lab's own Python (this machine's base interpreter, not the test venv's) for tests that
-send a project whose venv leans on it to an image that is not the lab."""
+send a project whose venv leans on it to an image that is not the lab, and the container
+settings and request those tests send it with."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+from j2c_server.config import J2CSettings, load_settings
+from j2c_server.wire.api import JobRequest
+from tests.support.podman import Podman
 
 LAB_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))
 
@@ -21,3 +26,32 @@ def lab_venv(root: Path) -> Path:
     venv = root / ".venv"
     subprocess.run([str(LAB_PYTHON), "-m", "venv", "--system-site-packages", str(venv)], check=True)
     return venv
+
+
+def image_settings(
+    podman: Podman, data: Path, *, probe: bool = True, ship_base: bool = True
+) -> J2CSettings:
+    """Jobs in podman's platform image, the store under ``data``; ``probe``: whether the image
+    is probed before a send; ``ship_base``: whether lab-base packages the image lacks ship."""
+    container: dict[str, object] = {"socket": podman.socket}
+    if not probe:
+        container["probe_images"] = False
+    overrides: dict[str, object] = {
+        "data_dir": str(data),
+        "default_image": podman.image,
+        "storage": {"url": (data / "store").as_uri(), "shared": True},
+        "scheduler": {"default": "container", "container": container},
+    }
+    if not ship_base:
+        overrides["pack"] = {"ship_base_packages": False}
+    return load_settings(environ={}, overrides=overrides)
+
+
+def image_request(project: Path, entry: str) -> JobRequest:
+    """Send ``project`` (its venv at ``.venv``) to run ``entry`` in a container."""
+    return JobRequest(
+        code_path=str(project),
+        call_path=entry,
+        venv_path=str(project / ".venv"),
+        scheduler="container",
+    )
