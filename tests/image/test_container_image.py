@@ -24,8 +24,8 @@ from j2c_server.image.store import InventoryStore
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
-from tests.support.jobs import settle
-from tests.support.lab_python import image_request, image_settings, lab_has, lab_venv
+from tests.support.lab_python import image_request, image_settings, lab_has
+from tests.support.lab_python import lab_project as make_lab_project
 from tests.support.podman import Podman
 
 TRAIN = "import regex\nimport scipy.stats\nimport numpy as np\nimport helper\n"
@@ -38,14 +38,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def lab_project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "train.py").write_text(TRAIN)
-    (root / "helper.py").write_text("VALUE = 1\n")
-    (root / "hello.py").write_text("print('hello from the image', flush=True)\n")
-    lab_venv(root)
-    settle(root)
-    return root
+    hello = "print('hello from the image', flush=True)\n"
+    files = {"train.py": TRAIN, "helper.py": "VALUE = 1\n", "hello.py": hello}
+    return make_lab_project(tmp_path / "proj", files)
 
 
 async def test_a_probed_image_names_what_the_lab_base_adds_and_is_probed_once(

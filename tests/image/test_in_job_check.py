@@ -19,8 +19,8 @@ from j2c_server.image import probe
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import EventKind, JobStatus
-from tests.support.jobs import settle
-from tests.support.lab_python import image_request, image_settings, lab_has, lab_venv
+from tests.support.lab_python import image_request, image_settings, lab_has
+from tests.support.lab_python import lab_project as make_lab_project
 from tests.support.podman import Podman
 
 ENTRY = "print('ENTRY RAN', flush=True)\nimport regex\nimport scipy.stats\n"
@@ -33,13 +33,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def lab_project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "train.py").write_text(ENTRY)
-    (root / "hello.py").write_text("import numpy\nprint('numpy', numpy.__version__)\n")
-    lab_venv(root)
-    settle(root)
-    return root
+    hello = "import numpy\nprint('numpy', numpy.__version__)\n"
+    return make_lab_project(tmp_path / "proj", {"train.py": ENTRY, "hello.py": hello})
 
 
 async def test_an_unknown_image_gets_every_gap_in_the_jobs_log_before_the_entry_runs(

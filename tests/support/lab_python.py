@@ -10,6 +10,7 @@ from pathlib import Path
 
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.wire.api import JobRequest
+from tests.support.jobs import settle
 from tests.support.podman import Podman
 
 LAB_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))
@@ -26,6 +27,17 @@ def lab_venv(root: Path) -> Path:
     venv = root / ".venv"
     subprocess.run([str(LAB_PYTHON), "-m", "venv", "--system-site-packages", str(venv)], check=True)
     return venv
+
+
+def lab_project(root: Path, files: dict[str, str]) -> Path:
+    """A project at ``root`` holding ``files`` (name: text), its venv made with the lab's Python
+    and settled (old enough for the packer's change check)."""
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text)
+    lab_venv(root)
+    settle(root)
+    return root
 
 
 def image_settings(
