@@ -1,5 +1,6 @@
 """How j2c writes quantities in its messages: sizes in decimal units (B, kB, MB, GB, TB, as the
-UI's ``src/format.ts``) and counted nouns. Standard library only: j2c-unpack imports it too."""
+UI's ``src/format.ts``), durations and counted nouns. Standard library only: j2c-unpack imports
+it too."""
 
 from __future__ import annotations
 
@@ -21,3 +22,16 @@ def byte_size(nbytes: float) -> str:
 def count(number: int, noun: str) -> str:
     """``count(1, "file")`` → ``"1 file"``, ``count(3, "file")`` → ``"3 files"``."""
     return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def duration(seconds: float) -> str:
+    """``4.2 s``, ``42 s``, ``3 min 05 s``, ``2 h 07 min`` (as ``formatDuration`` in the UI)."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{round(seconds)} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"

@@ -11,20 +11,8 @@ from __future__ import annotations
 
 import os
 
+from j2c_server.core.units import duration
 from j2c_server.wire.api import JobRecord, JobStatus
-
-
-def duration(seconds: float) -> str:
-    """``4.2 s``, ``42 s``, ``3 min 05 s``, ``2 h 07 min`` (as ``formatDuration`` in the UI)."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 60:
-        return f"{round(seconds)} s"
-    minutes, rest = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {rest:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 def job_seconds(record: JobRecord) -> float:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import stat
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -57,9 +59,21 @@ log = logging.getLogger("j2c")
 
 def _make_job_folder(run_dir: Path) -> None:
     """The job's own folder, 0700 (its script output and logs are the user's alone), in the
-    shared ``job_dir`` (made with ordinary modes when missing: other users share it)."""
+    shared ``job_dir`` (made with ordinary modes when missing: other users share it). A folder
+    already there that is not this user's own (another user may have made it, with files the
+    job would trust, in a ``job_dir`` every user can write) is refused, nothing submitted."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    private_dir(run_dir)
+    if not run_dir.is_symlink():
+        private_dir(run_dir)
+    info = run_dir.lstat()
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        what = "a symlink" if stat.S_ISLNK(info.st_mode) else f"owned by uid {info.st_uid}"
+        raise SchedulerError(
+            f"the job's run folder {run_dir} already exists and is not this user's alone "
+            f"({what}, mode {stat.S_IMODE(info.st_mode):o}): nothing was submitted",
+            hint="someone else made it in scheduler.slurm.job_dir; remove it, or give each "
+            "user a job_dir only they can write",
+        )
 
 
 def _job_dir(settings: J2CSettings) -> Path:
@@ -217,12 +231,16 @@ class SlurmScheduler(SchedulerBase):
         return jobs[0] if jobs and isinstance(jobs[0], dict) else None
 
     async def _find(self, key: str) -> dict[str, Any] | None:
-        """The newest job Slurm still knows that was submitted with ``key``."""
+        """The newest job Slurm still knows that this Slurm user submitted with ``key`` (a
+        job of another user's with the same key in its comment is theirs: never adopted)."""
         body = await self._rest.get("/jobs")
+        user = await self._rest.user()
         matches = [
             job
             for job in body.get("jobs") or []
-            if isinstance(job, dict) and comment_fields(job.get("comment")).get("key") == key
+            if isinstance(job, dict)
+            and comment_fields(job.get("comment")).get("key") == key
+            and job.get("user_name") == user
         ]
         return max(matches, key=lambda job: int(job.get("job_id") or 0), default=None)
 

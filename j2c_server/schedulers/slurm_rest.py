@@ -154,6 +154,19 @@ class SlurmRest:
             base_url=f"{self._url}/slurm/{settings.api_version}", timeout=_TIMEOUT
         )
 
+    async def user(self) -> str:
+        """The Slurm user every request acts as."""
+        return self._user(await self._tokens.current())
+
+    def _user(self, token: _Token) -> str:
+        user = self._settings.user or token.user
+        if not user:
+            raise ConfigError(
+                "scheduler.slurm.user is not set and the token names no user ('sun' claim)",
+                field="scheduler.slurm.user",
+            )
+        return user
+
     async def get(self, path: str) -> dict[str, Any]:
         return await self.request("GET", path)
 
@@ -166,13 +179,7 @@ class SlurmRest:
         params: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         token = await self._tokens.current()
-        user = self._settings.user or token.user
-        if not user:
-            raise ConfigError(
-                "scheduler.slurm.user is not set and the token names no user ('sun' claim)",
-                field="scheduler.slurm.user",
-            )
-        headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token.value}
+        headers = {"X-SLURM-USER-NAME": self._user(token), "X-SLURM-USER-TOKEN": token.value}
         try:
             response = await self._client.request(
                 method, path, json=json_body, params=params, headers=headers

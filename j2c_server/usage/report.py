@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from j2c_server.core.errors import InvalidInput
+from j2c_server.core.units import duration
 from j2c_server.storage.base import ObjectStore
 from j2c_server.usage.records import RECORD_ADAPTER, USAGE_PREFIX, StartRecord, UsageRecord
 from j2c_server.wire.api import JobStatus
@@ -117,18 +118,6 @@ def aggregate(records: Iterable[StartRecord | UsageRecord], by: GroupBy) -> list
     return sorted(rows, key=lambda row: (-row.gpu_hours, -row.jobs, row.group))
 
 
-def duration_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
-
-
 def table(rows: list[UsageGroup], by: GroupBy) -> str:
     """The rows as an aligned text table, with a total line."""
     header = [by.upper(), "JOBS", "FAILED", "CANCELLED", "RUNNING", "GPU-HOURS", "MEDIAN WAIT"]
@@ -140,7 +129,7 @@ def table(rows: list[UsageGroup], by: GroupBy) -> str:
             str(row.cancelled),
             str(row.running),
             f"{row.gpu_hours:.2f}",
-            duration_text(row.median_queue_wait_s),
+            "-" if row.median_queue_wait_s is None else duration(row.median_queue_wait_s),
         ]
         for row in rows
     ]

@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
@@ -132,6 +133,71 @@ async def test_the_jobs_folder_in_the_shared_job_dir_is_private(
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert folder.stat().st_uid == os.getuid()  # the job's user: the token's, this server's
     assert (state.status, lines) == (JobStatus.succeeded, ["private"])  # the job wrote into it
+
+
+@pytest.mark.parametrize("planted", ["another user's folder", "a symlink"])
+async def test_a_run_folder_someone_else_planted_is_refused_and_nothing_is_submitted(
+    slurm_cluster: SlurmCluster, submitted: list[str], tmp_path: Path, planted: str
+) -> None:
+    spec = job_spec("print('must not run')")
+    folder = slurm_cluster.job_dir / spec.job_id
+    if planted == "a symlink":
+        folder.symlink_to(tmp_path, target_is_directory=True)
+    else:
+        if os.getuid() != 0:
+            pytest.skip("making a folder another uid owns needs root")
+        folder.mkdir(mode=0o777)
+        os.chmod(folder, 0o777)
+        os.chown(folder, 65534, 65534)
+    try:
+        async with open_scheduler(slurm_cluster) as scheduler:
+            with pytest.raises(SchedulerError, match="not this user's alone") as caught:
+                await submit(scheduler, spec, submitted)
+            assert str(folder) in str(caught.value)
+            # Nothing reached Slurm: the key's first real submit is a new job.
+            folder.unlink() if folder.is_symlink() else folder.rmdir()
+            handle = await submit(scheduler, spec, submitted)
+            lines = [line.text for line in await read_lines(scheduler, handle)]
+            assert len(submitted) == 1 and lines == ["must not run"]
+    finally:
+        if folder.is_symlink():
+            folder.unlink()
+    assert list(tmp_path.iterdir()) == []  # nothing was written through the symlink
+
+
+async def test_a_job_of_another_slurm_user_with_the_same_key_is_not_adopted(
+    slurm_cluster: SlurmCluster, submitted: list[str]
+) -> None:
+    """Another user submits a job whose comment carries this job's key (it can be read off
+    ``squeue``): a submit with that key starts this user's own job, it does not adopt theirs."""
+    if os.getuid() != 0 or not slurm_cluster.conf or not shutil.which("runuser"):
+        pytest.skip("submitting as another Slurm user needs root, runuser and SLURM_CONF")
+    spec = job_spec("print('mine')")
+    foreign = subprocess.run(
+        [
+            "runuser",
+            "-u",
+            "nobody",
+            "--",
+            "sbatch",
+            "--parsable",
+            "--output=/dev/null",
+            f"--comment=j2c job={spec.job_id} key={spec.key}",
+            "--wrap=sleep 60",
+        ],
+        env={**os.environ, "SLURM_CONF": slurm_cluster.conf},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+    assert foreign.returncode == 0, foreign.stderr
+    theirs = foreign.stdout.strip().split(";")[0]
+    submitted.append(theirs)
+    async with open_scheduler(slurm_cluster) as scheduler:
+        handle = await submit(scheduler, spec, submitted)
+        lines = [line.text for line in await read_lines(scheduler, handle)]
+    assert handle.id != theirs and lines == ["mine"]
 
 
 async def test_carriage_returns_stay_inside_a_line(

@@ -155,8 +155,8 @@ def test_the_table(store: Path) -> None:
     print(done.stdout)  # the sample in the docs
     assert done.stdout.splitlines() == [
         "USER   JOBS  FAILED  CANCELLED  RUNNING  GPU-HOURS  MEDIAN WAIT",
-        "alice     2       1          0        0       2.50       20.0 s",
-        "bob       3       1          1        0       1.00       1m 30s",
+        "alice     2       1          0        0       2.50         20 s",
+        "bob       3       1          1        0       1.00   1 min 30 s",
         "carol     1       0          0        1       0.00            -",
         "total     6       2          1        1       3.50",
     ]
