@@ -19,6 +19,7 @@ import httpx
 
 from j2c_server.core.errors import ConfigError, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers.ray_settings import RaySettings
+from j2c_server.schedulers.rest_answer import json_object
 
 TOKEN_ENV = "RAY_AUTH_TOKEN"  # noqa: S105 - a variable's name, not a token
 _TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -137,16 +138,12 @@ class RayRest:
                 response.status_code,
                 text,
             )
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise SchedulerError(
-                f"the Ray dashboard answered {what} with no JSON object",
-                hint="is scheduler.ray.address the dashboard (port 8265), not another service?",
-            )
-        return body
+        return json_object(
+            response,
+            "the Ray dashboard",
+            what,
+            "is scheduler.ray.address the dashboard (port 8265), not another service?",
+        )
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from j2c_server.core.errors import ConfigError, SchedulerError, SchedulerUnavailable
+from j2c_server.schedulers.rest_answer import json_object
 from j2c_server.schedulers.slurm_settings import SlurmSettings
 
 # Slurm error numbers (slurm_errno.h) that mean "slurmctld is unreachable from slurmrestd".
@@ -209,15 +210,12 @@ class SlurmRest:
                 f"slurmrestd at {self._url} is unavailable (HTTP {response.status_code})",
                 hint=_REACH_HINT,
             )
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise SchedulerError(
-                f"slurmrestd answered {what} with HTTP {response.status_code} and no JSON body",
-                hint="is scheduler.slurm.url the slurmrestd address, not another service?",
-            )
+        body = json_object(
+            response,
+            "slurmrestd",
+            what,
+            "is scheduler.slurm.url the slurmrestd address, not another service?",
+        )
         if response.status_code < 400:
             return body
         numbers, message = _errors(body)
