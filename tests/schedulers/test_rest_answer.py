@@ -28,7 +28,7 @@ class _Page(BaseHTTPRequestHandler):
 
     do_GET = do_POST = _answer
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
