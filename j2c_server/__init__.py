@@ -10,10 +10,7 @@ from typing import Any
 
 __all__ = ["__version__"]
 
-try:
-    from j2c_server._version import __version__
-except ImportError:  # a source checkout that was never built
-    __version__ = "0.0.0+unknown"
+from j2c_server.core.version import __version__
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

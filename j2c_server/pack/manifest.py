@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import PurePosixPath
 
-from j2c_server import __version__
+from j2c_server.core.version import __version__
 from j2c_server.pack.models import PackResult
 from j2c_server.wire.manifest import (
     MANIFEST_FORMAT_VERSION_BASE,

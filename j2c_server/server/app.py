@@ -9,8 +9,8 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Unicode
 
-from j2c_server import __version__
 from j2c_server.config import J2CSettings, load_settings
+from j2c_server.core.version import __version__
 from j2c_server.jobs.service import JobService
 from j2c_server.registry.archive import Compactor
 from j2c_server.server.handlers import routes

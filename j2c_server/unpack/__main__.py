@@ -56,7 +56,7 @@ from j2c_server.unpack.log import Stage, say
 if TYPE_CHECKING:
     from j2c_server.core.manifest_plan import ManifestPlan
     from j2c_server.unpack.cache import Cache
-    from j2c_server.unpack.fetch import Fetched
+    from j2c_server.unpack.downloads import Fetched
     from j2c_server.unpack.homes import Placement
     from j2c_server.unpack.interpreter import Interpreter
     from j2c_server.unpack.outputs import OutputsSync
@@ -192,7 +192,7 @@ def _prepare_uncached(
     workdir: Path,
 ) -> Path:
     """Phases 3 (room) to 6 without a cache: into the workdir and the layers' homes."""
-    from j2c_server.unpack.fetch import download_layers
+    from j2c_server.unpack.downloads import download_layers
     from j2c_server.unpack.space import check_free_space
 
     check_free_space(manifest.layers, placement, workdir / "blobs")

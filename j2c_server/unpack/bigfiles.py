@@ -18,22 +18,17 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from j2c_server.core.manifest_plan import FilePlan
-from j2c_server.core.units import byte_size
+from j2c_server.unpack.downloads import download_files
 from j2c_server.unpack.entry_names import relative_name
 from j2c_server.unpack.errors import (
-    DiskFull,
-    LayerCorrupt,
     LocalIOError,
     ManifestInvalid,
     UnsafeEntry,
 )
-from j2c_server.unpack.fetch import _download, _file_sha256, _Stopped, blob_uri, shown
 from j2c_server.unpack.log import Stage, say
 
 if TYPE_CHECKING:
@@ -69,12 +64,6 @@ def check_files(files: list[FilePlan]) -> list[str]:
     return rels
 
 
-def file_uri(manifest_uri: str, blob: FilePlan) -> str:
-    if blob.url:
-        return blob.url
-    return blob_uri(manifest_uri, blob.digest, ".file", what=f"big file {blob.path}")
-
-
 def place_files(
     manifest_uri: str,
     files: list[FilePlan],
@@ -108,84 +97,6 @@ def place_files(
         _place(code_home, rel, sources[blob.digest], blob.mode, move=move)
     placing.done(f"{len(files)} big files into {code_home}")
     return sum(blob.size for blob in files)
-
-
-def download_files(manifest_uri: str, unique: list[FilePlan], blob_dir: Path) -> dict[str, Path]:
-    """Each blob (one per digest) verified in ``blob_dir``; digest -> path."""
-    total = sum(blob.size for blob in unique)
-    stage = Stage("downloading", f"{len(unique)} big file blobs, {byte_size(total)}")
-    blob_dir.mkdir(parents=True, exist_ok=True)
-    _check_room(blob_dir, [b for b in unique if not _present(blob_dir, b)])
-    stop = threading.Event()
-
-    def one(blob: FilePlan) -> tuple[Path, bool]:
-        try:
-            return _fetch_file(file_uri(manifest_uri, blob), blob, blob_dir, stop)
-        except BaseException:
-            stop.set()
-            raise
-
-    from concurrent.futures import ThreadPoolExecutor  # only when something is downloaded
-
-    with ThreadPoolExecutor(max_workers=max(1, min(4, len(unique)))) as pool:
-        futures = {blob.digest: pool.submit(one, blob) for blob in unique}
-    causes = [e for f in futures.values() if (e := f.exception()) and not isinstance(e, _Stopped)]
-    if causes:
-        raise causes[0]
-    fetched = {digest: future.result() for digest, future in futures.items()}
-    reused = sum(1 for _, was_there in fetched.values() if was_there)
-    stage.done(f"{byte_size(total)} verified, {reused} reused")
-    return {digest: path for digest, (path, _) in fetched.items()}
-
-
-def _present(blob_dir: Path, blob: FilePlan) -> bool:
-    return (blob_dir / f"{blob.digest.removeprefix('sha256:')}.file").exists()
-
-
-def _check_room(blob_dir: Path, wanted: list[FilePlan]) -> None:
-    """DiskFull (74) before downloading when the blobs cannot fit (they are moved, not copied,
-    into the code folder when it is on the same filesystem, which relocate mode's is)."""
-    need = sum(blob.size for blob in wanted)
-    vfs = os.statvfs(blob_dir)
-    free = vfs.f_bavail * vfs.f_frsize
-    if need > free:
-        raise DiskFull(
-            f"not enough free space for this job's big files at {blob_dir}: they need "
-            f"{byte_size(need)}, {byte_size(free)} are free",
-            field="workdir",
-            hint="free some space, choose a --workdir on a larger disk, or read the data from "
-            "storage instead of shipping it",
-        )
-
-
-def _fetch_file(
-    uri: str, blob: FilePlan, blob_dir: Path, stop: threading.Event
-) -> tuple[Path, bool]:
-    started = time.monotonic()
-    expected = blob.digest.removeprefix("sha256:")
-    dest = blob_dir / f"{expected}.file"
-    if dest.exists() and _file_sha256(dest) == expected:
-        return dest, True
-    part = dest.with_name(dest.name + ".part")
-    try:
-        got, size = _download(uri, part, stop)
-        if got != expected or size != blob.size:
-            raise LayerCorrupt(
-                f"the big file {blob.path} from {shown(uri)} does not match the manifest: "
-                f"expected {blob.digest} ({blob.size} bytes), got sha256:{got} ({size} bytes)",
-                field="files.digest",
-                hint="the stored blob is corrupt or was replaced; submit the job again",
-            )
-        os.replace(part, dest)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    say(
-        "verifying",
-        f"big file {blob.path}: sha256 ok ({byte_size(size)} in "
-        f"{time.monotonic() - started:.2f} s)",
-    )
-    return dest, False
 
 
 def _place(root: Path, rel: str, source: Path, mode: int, *, move: bool) -> None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from j2c_server.core.manifest_plan import FilePlan, LayerPlan
 from j2c_server.unpack.cache_files import Refused, rmtree, unsafe, write_json
+from j2c_server.unpack.downloads import download_files, download_layers
+from j2c_server.unpack.fetch import file_sha256
 from j2c_server.unpack.log import say
 from j2c_server.unpack.summary import add_bytes
 
@@ -28,8 +30,6 @@ def layer_blobs(
     cache: Cache, manifest_uri: str, layers: list[LayerPlan], blob_dir: Path
 ) -> dict[str, Path]:
     """Each layer's verified blob in the cache: found, or downloaded (once) and kept."""
-    from j2c_server.unpack.fetch import download_layers
-
     found: dict[str, Path] = {}
     makes: list[int] = []
     wanted: list[LayerPlan] = []
@@ -63,8 +63,6 @@ def layer_blobs(
 def file_blobs(cache: Cache, manifest_uri: str, blobs: list[FilePlan]) -> dict[str, Path]:
     """Each big file's verified blob (one per digest) in the cache, as ``f-<hex>`` entries:
     found, or downloaded once and kept; held (use lock) until the job ends. Digest -> path."""
-    from j2c_server.unpack.bigfiles import download_files
-
     found: dict[str, Path] = {}
     makes: list[int] = []
     wanted: list[FilePlan] = []
@@ -107,9 +105,7 @@ def _cached_blob(
         if why := unsafe(st, cache.owners, folder=False):
             raise Refused(f"its blob {why}")
         if _blob_stat(st) != meta.get("stat"):
-            from j2c_server.unpack.fetch import _file_sha256
-
-            if _file_sha256(data) != layer.digest.removeprefix("sha256:"):
+            if file_sha256(data) != layer.digest.removeprefix("sha256:"):
                 raise Refused("its blob no longer matches its digest")
             meta["stat"] = _blob_stat(st)
             write_json(entry / "meta.json", meta)

@@ -1,4 +1,6 @@
-"""Fetching the manifest and the layers into the workdir, each checked against its sha256.
+"""Reading from the store: the manifest (checked against its pinned sha256), and any object's
+bytes streamed to a file with their sha256 (:func:`download`, which downloads.py runs for the
+layers and big files).
 
 Where a layer comes from: its ``url`` when the manifest has one (e.g. a presigned URL), else the
 store that holds the manifest: ``<root>/blobs/sha256/<hex>.tar.zst`` next to
@@ -7,21 +9,15 @@ storage/base.py's. ``file://`` and ``http(s)://`` are read here with the standar
 ``s3://`` goes through the storage package, imported only then because it brings the S3 client
 (and the storage package's import cost would otherwise land on every job's start-up).
 
-A layer is downloaded to ``<blob>.part`` while its sha256 is computed, then verified, and only
-then renamed to its final name: the extraction never sees bytes that were not verified. A blob
-already in the workdir (a restarted job) is verified again and reused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -32,7 +28,6 @@ from j2c_server.core.manifest_plan import LayerPlan, ManifestPlan
 from j2c_server.core.units import byte_size
 from j2c_server.unpack.errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
 from j2c_server.unpack.log import Stage, say
-from j2c_server.unpack.summary import add_bytes
 
 if TYPE_CHECKING:
     from j2c_server.unpack.plan_cache import PlanCache
@@ -196,94 +191,15 @@ def blob_uri(manifest_uri: str, digest: str, suffix: str, *, what: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-@dataclass(frozen=True)
-class Fetched:
-    layer: LayerPlan
-    path: Path
-    reused: bool
-    seconds: float
+class Stopped(Exception):
+    """Another download failed: this one stopped early on purpose."""
 
 
-def download_layers(manifest_uri: str, layers: list[LayerPlan], blob_dir: Path) -> list[Fetched]:
-    """Fetch every layer concurrently into ``blob_dir``, each verified; in ``layers``' order.
-
-    The first failure (in layer order) is raised once every download has stopped, and a
-    failure stops the downloads still running: nothing is extracted from a partial set.
-    """
-    blob_dir.mkdir(parents=True, exist_ok=True)
-    total = sum(layer.size for layer in layers)
-    stage = Stage("downloading", f"{len(layers)} layers, {byte_size(total)}")
-    stop = threading.Event()
-
-    def one(layer: LayerPlan) -> Fetched:
-        try:
-            return _fetch_layer(layer_uri(manifest_uri, layer), layer, blob_dir, stop)
-        except BaseException:
-            stop.set()
-            raise
-
-    try:
-        from concurrent.futures import ThreadPoolExecutor  # a warm start downloads nothing
-
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(layers)))) as pool:
-            futures = [pool.submit(one, layer) for layer in layers]
-    except BaseException:  # SIGTERM/SIGINT in the main thread: the downloads stop too
-        stop.set()
-        raise
-    # A layer that stopped because another failed says so; the cause is the error to report.
-    causes = [e for f in futures if (e := f.exception()) and not isinstance(e, _Stopped)]
-    if causes:
-        raise causes[0]
-    fetched = [f.result() for f in futures]
-    sent = sum(f.layer.size for f in fetched if not f.reused)
-    add_bytes(downloaded=sent, reused=sum(f.layer.size for f in fetched if f.reused))
-    stage.done(f"{byte_size(sent)} fetched, {sum(f.reused for f in fetched)} reused")
-    return fetched
-
-
-class _Stopped(Exception):
-    """Another layer failed: this download stopped early on purpose."""
-
-
-def _fetch_layer(uri: str, layer: LayerPlan, blob_dir: Path, stop: threading.Event) -> Fetched:
-    started = time.monotonic()
-    expected = layer.digest.removeprefix("sha256:")
-    dest = blob_dir / f"{expected}.tar.zst"
-    if dest.exists() and _file_sha256(dest) == expected:
-        say("verifying", f"{layer.role.value} layer {_short(layer.digest)}: reused from {dest}")
-        return Fetched(layer, dest, True, time.monotonic() - started)
-    part = dest.with_name(dest.name + ".part")
-    try:
-        got, size = _download(uri, part, stop)
-        _verify(layer, uri, got, size)
-        os.replace(part, dest)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    seconds = time.monotonic() - started
-    say(
-        "verifying",
-        f"{layer.role.value} layer {_short(layer.digest)}: sha256 ok "
-        f"({byte_size(size)} in {seconds:.2f} s from {shown(uri)})",
-    )
-    return Fetched(layer, dest, False, seconds)
-
-
-def _verify(layer: LayerPlan, uri: str, got: str, size: int) -> None:
-    if got != layer.digest.removeprefix("sha256:") or size != layer.size:
-        raise LayerCorrupt(
-            f"the {layer.role.value} layer from {shown(uri)} does not match the manifest: "
-            f"expected {layer.digest} ({layer.size} bytes), got sha256:{got} ({size} bytes)",
-            field="layers.digest",
-            hint="the stored blob is corrupt or was replaced; submit the job again to re-upload",
-        )
-
-
-def _download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
+def download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
     """Write the object at ``uri`` to ``dest``; return its sha256 (hex) and size."""
     if urlsplit(uri).scheme == "s3":
         _download_s3(uri, dest)
-        return _file_sha256(dest), dest.stat().st_size
+        return file_sha256(dest), dest.stat().st_size
 
     def attempt() -> tuple[str, int]:
         digest = hashlib.sha256()
@@ -291,7 +207,7 @@ def _download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
         with _open(uri, what="layer") as source, open(dest, "wb") as out:
             while chunk := _read(source, uri):
                 if stop.is_set():
-                    raise _Stopped()
+                    raise Stopped()
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
@@ -380,7 +296,7 @@ def _with_retries(op: Callable[[], T], uri: str) -> T:
     )
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as source:
         while chunk := source.read(CHUNK):
@@ -388,5 +304,5 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _short(digest: str) -> str:
+def short_digest(digest: str) -> str:
     return digest.removeprefix("sha256:")[:12]

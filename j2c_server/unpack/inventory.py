@@ -143,8 +143,8 @@ def collect() -> dict[str, Any]:
     j2c_version: str | None = None  # run as a probe script: no j2c in the image's own path
     reads: int | None = None  # the newest manifest format this j2c-unpack reads
     with contextlib.suppress(ImportError):
-        from j2c_server import __version__ as j2c_version
         from j2c_server.core.manifest_plan import READS_FORMAT_VERSION as reads
+        from j2c_server.core.version import __version__ as j2c_version
     return {
         "format": FORMAT,
         "created_at": time.time(),

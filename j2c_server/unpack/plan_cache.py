@@ -25,8 +25,8 @@ import os
 import stat
 from pathlib import Path
 
-from j2c_server import __version__
 from j2c_server.core.manifest_plan import ManifestPlan, PlanError
+from j2c_server.core.version import __version__
 from j2c_server.unpack.cache_files import unsafe, write_json
 from j2c_server.unpack.log import say
 

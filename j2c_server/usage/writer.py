@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 import logging
 
-from j2c_server import __version__
 from j2c_server.config import J2CSettings
 from j2c_server.core.backoff import Backoff, retry_async
+from j2c_server.core.version import __version__
 from j2c_server.storage.base import ObjectStore
 from j2c_server.usage import metrics
 from j2c_server.usage.records import StartRecord, UsageRecord, end_record, start_record, usage_key
