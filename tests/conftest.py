@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.support.jobs",
     "tests.support.slurm",
     "tests.support.podman",
+    "tests.support.ray",
 ]
 
 
@@ -52,3 +53,9 @@ def jp_server_config(j2c_data_dir: Path) -> dict[str, Any]:
             "allow_root": True,
         }
     }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the real Ray head run last: the head (about 1 GB and a tenth of a core
+    while idle) starts with the first of them and so is up only at the end of the run."""
+    items.sort(key=lambda item: item.get_closest_marker("ray") is not None)

@@ -276,6 +276,19 @@ def kubernetes_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Dri
     _kill_started(driver, tmp / "shared")
 
 
+def ray_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driver]:
+    """The real one-node Ray head of ``scripts/ray-up.sh``: this machine, so the store and the
+    shared folder are local; its jobs find this checkout's ``j2c-unpack`` beside ``ray``."""
+    from tests.support.ray import RayHead
+
+    head: RayHead = request.getfixturevalue("ray_head")
+    store = tmp / "store"
+    driver = Driver("ray", head.settings(store), store, _in_folder(tmp / "shared"))
+    _publish(driver, tmp)
+    yield driver
+    _kill_started(driver, tmp / "shared")
+
+
 @contextlib.contextmanager
 def installed_plugin(site: Path, name: str, target: str) -> Iterator[None]:
     """The test package's plug-in installed as an operator's package is (a dist-info whose
@@ -327,6 +340,10 @@ BACKENDS: dict[str, DriverFactory] = {
     "slurm": slurm_driver,
     "container": container_driver,
     "kubernetes": kubernetes_driver,
+    "ray": ray_driver,
     "remote": plugin_driver,
 }
-MARKS: dict[str, list[pytest.MarkDecorator]] = {"slurm": [pytest.mark.slurm]}
+MARKS: dict[str, list[pytest.MarkDecorator]] = {
+    "slurm": [pytest.mark.slurm],
+    "ray": [pytest.mark.ray],
+}

@@ -1,8 +1,9 @@
 """The behavioural contract every scheduler backend passes, run once per backend of
 :data:`tests.contract.drivers.BACKENDS`: local, Slurm (real, ``scripts/slurm-up.sh``), container
 (real podman), Kubernetes (the repo's fake API server, because no real cluster can run here,
-with :mod:`tests.contract.kubelet` as its node) and ``remote``, the plug-in installed from the
-test package (``tests/plugins/j2c_test_remote``).
+with :mod:`tests.contract.kubelet` as its node), Ray (a real one-node head,
+``scripts/ray-up.sh``) and ``remote``, the plug-in installed from the test package
+(``tests/plugins/j2c_test_remote``).
 
 Every job is the real thing: a tiny project packed and published to the backend's store, run
 by ``j2c-unpack`` with ``--output-uri`` (its outputs index comes back to the store). Where a

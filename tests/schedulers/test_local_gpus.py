@@ -28,6 +28,7 @@ from j2c_server.schedulers.local import LocalScheduler
 from j2c_server.schedulers.local_files import same_process
 from j2c_server.wire.api import JobStatus
 from tests.schedulers.test_local import first_line, gpu_job, wait_status
+from tests.support.other_users import checkout_closed_to_others
 
 OTHER_USER = "nobody"
 OTHER_UID = 65534
@@ -229,6 +230,7 @@ def _release(process: subprocess.Popen[str]) -> None:
     assert process.wait(timeout=30) == 0
 
 
+@pytest.mark.skipif(bool(checkout_closed_to_others()), reason=str(checkout_closed_to_others()))
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("runuser") is None or not Path("/usr/bin/python3").exists(),
     reason="needs root, runuser and /usr/bin/python3 to act as a second user",

@@ -23,6 +23,7 @@ import pytest
 
 from j2c_server.unpack.errors import ExitCode
 from j2c_server.wire.manifest import EntryPoint, LayerRole, Manifest
+from tests.support.other_users import checkout_closed_to_others
 from tests.unpack.conftest import SmallJob
 from tests.unpack.helpers import UNPACK, Entry, publish_layers, run_unpack
 
@@ -262,6 +263,7 @@ def outside_root_tmp() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(SETPRIV is None, reason="needs setpriv (util-linux)")
+@pytest.mark.skipif(bool(checkout_closed_to_others()), reason=str(checkout_closed_to_others()))
 def test_a_non_root_job_user_gets_original_paths_only_in_its_own_folders(
     outside_root_tmp: Path,
 ):
