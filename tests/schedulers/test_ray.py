@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import secrets
 import shlex
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,12 +19,12 @@ import httpx
 import pytest
 
 from j2c_server.core.errors import InvalidInput
-from j2c_server.jobs.service import JobService
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerState
 from j2c_server.schedulers.ray import RayScheduler, submission_id
 from j2c_server.wire.api import JobHandle, JobRequest, JobStatus, Resources
 from tests.support.projects import write
 from tests.support.ray import RayHead
+from tests.support.service_run import run_job
 
 pytestmark = pytest.mark.ray
 
@@ -212,20 +211,12 @@ async def test_a_project_runs_through_the_job_service_and_its_outputs_come_back(
         "pathlib.Path(os.environ['J2C_OUTPUT_DIR'], 'metrics.json').write_text("
         "json.dumps({'loss': 0.5}))\n",
     )
-    service = JobService(ray_head.settings(tmp_path / "store"))
-    service.start()
-    try:
-        record = await service.submit(
-            JobRequest(code_path=str(project), call_path=str(project / "train.py"), scheduler="ray")
-        )
-        async with asyncio.timeout(120):
-            final = await service.wait(record.id)
-        lines = [e.text or "" for e in await service.events(record.id) if e.kind.value == "log"]
-    finally:
-        await service.stop()
+    final, lines = await run_job(
+        ray_head.settings(tmp_path / "store"),
+        JobRequest(code_path=str(project), call_path=str(project / "train.py"), scheduler="ray"),
+    )
     assert final.status == JobStatus.succeeded, (final.message, lines[-5:])
     assert final.exit_code == 0 and "training on ray" in lines
     assert final.results is not None
     names = sorted(artifact.name for artifact in final.results.artifacts)
     assert names == ["metrics.json", "models/a.bin"], names
-    assert sys.executable  # the lab's Python packed the project; the head's ran it

@@ -29,6 +29,7 @@ from j2c_server.core.errors import ConfigError, InvalidInput, SchedulerError, Sc
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerState
 from j2c_server.schedulers.slurm import SlurmScheduler
 from j2c_server.wire.api import JobHandle, JobRequest, JobStatus, Resources
+from tests.support.service_run import run_job
 from tests.support.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -451,29 +452,20 @@ async def test_slurmrestd_outage_is_scheduler_unavailable_until_it_is_back(
 async def test_example_project_succeeds_through_the_job_service(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    from j2c_server.jobs.service import JobService
-
     project = tmp_path / "digits"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns(".venv", "outputs"))
     # The job runs on this machine: j2c-unpack and numpy come from this interpreter's venv.
     settings = slurm_cluster.settings(env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
     settings = settings.model_copy(update={"data_dir": str(tmp_path / "data")})
-    service = JobService(settings)
-    service.start()
-    try:
-        record = await service.submit(
-            JobRequest(
-                code_path=str(project),
-                call_path=str(project / "train.py"),
-                args=["--epochs", "2", "--samples", "200"],
-                scheduler="slurm",
-            )
-        )
-        async with asyncio.timeout(120):
-            final = await service.wait(record.id)
-        lines = [e.text or "" for e in await service.events(record.id) if e.kind.value == "log"]
-    finally:
-        await service.stop()
+    final, lines = await run_job(
+        settings,
+        JobRequest(
+            code_path=str(project),
+            call_path=str(project / "train.py"),
+            args=["--epochs", "2", "--samples", "200"],
+            scheduler="slurm",
+        ),
+    )
     assert final.status == JobStatus.succeeded, (final.message, lines[-5:])
     assert final.exit_code == 0
     assert any(line.startswith("epoch 2/2") for line in lines)
