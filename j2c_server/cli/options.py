@@ -176,6 +176,12 @@ def submit_options(func: F) -> F:
             "--call-path",
             help="Entry point: a .py script or .ipynb notebook in the project, or '-m module'.",
         ),
+        click.option(
+            "-m",
+            "--module",
+            metavar="MODULE",
+            help="Entry point: run MODULE as `python -m MODULE` (like python's own -m).",
+        ),
         click.option("--venv-path", type=click.Path(file_okay=False), help="Venv to ship."),
         click.option("--no-venv", is_flag=True, help="Ship no venv, even if one is active."),
         click.option("--image", help="Container image (default: this lab's image)."),
@@ -265,12 +271,18 @@ def script_args(ctx: click.Context) -> list[str]:
 
 def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> dict[str, Any]:
     """The job parameters given as flags (only those given), in :class:`JobRequest`'s shape."""
-    entry, call_path = params.get("entry"), params.get("call_path")
-    if entry and call_path:
+    given = {
+        repr(params["entry"]) if params.get("entry") else None,
+        f"--call-path {params['call_path']!r}" if params.get("call_path") else None,
+        f"-m {params['module']}" if params.get("module") else None,
+    } - {None}
+    if len(given) > 1:
         raise InvalidInput(
-            f"give the entry point once: {entry!r} or --call-path {call_path!r}",
+            f"give the entry point once: {' or '.join(sorted(str(g) for g in given))}",
             field="call_path",
         )
+    entry = f"-m {params['module']}" if params.get("module") else params.get("entry")
+    call_path = params.get("call_path")
     out: dict[str, Any] = {}
     for key in ("code_path", "venv_path"):
         if params.get(key):

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
+from j2c_server.core.units import count
 from j2c_server.image.base_layer import ShipChoice, select
 from j2c_server.image.diff import compare, lab_glibc
 from j2c_server.image.job_needs import lab_side
@@ -160,5 +161,5 @@ class InventoryLearner:
             _log.warning("j2c: a job's inventory line was not kept: %s", exc)
             return f"{PREFIX}(not kept: {str(exc)[:200]})"
         python = inventory.python.version
-        dists = len(inventory.distributions)
-        return f"{PREFIX}Python {python}, {dists} distributions: kept for {self.target.label}"
+        dists = count(len(inventory.distributions), "distribution")
+        return f"{PREFIX}Python {python}, {dists}: kept for {self.target.label}"

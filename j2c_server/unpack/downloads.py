@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from j2c_server.core.manifest_plan import FilePlan, LayerPlan
-from j2c_server.core.units import byte_size
+from j2c_server.core.units import byte_size, count
 from j2c_server.unpack.errors import DiskFull, LayerCorrupt
 from j2c_server.unpack.fetch import (
     Stopped,
@@ -53,7 +53,7 @@ def download_layers(manifest_uri: str, layers: list[LayerPlan], blob_dir: Path) 
     a partial set: a failure is raised only after every download has stopped."""
     blob_dir.mkdir(parents=True, exist_ok=True)
     total = sum(layer.size for layer in layers)
-    stage = Stage("downloading", f"{len(layers)} layers, {byte_size(total)}")
+    stage = Stage("downloading", f"{count(len(layers), 'layer')}, {byte_size(total)}")
 
     def one(layer: LayerPlan, stop: threading.Event) -> Fetched:
         return _fetch_layer(layer_uri(manifest_uri, layer), layer, blob_dir, stop)

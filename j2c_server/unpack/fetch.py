@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from j2c_server.core.backoff import Backoff, retry_sync
 from j2c_server.core.errors import J2CError
 from j2c_server.core.manifest_plan import LayerPlan, ManifestPlan
-from j2c_server.core.units import byte_size
+from j2c_server.core.units import byte_size, count
 from j2c_server.unpack.errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
 from j2c_server.unpack.log import Stage, say
 
@@ -73,7 +73,8 @@ def read_manifest(
         how = "validated"
         if plans is not None:
             plans.put(sha256, raw, dumped)
-    stage.done(f"{shown(uri)}: {len(plan.layers)} layers, entry {plan.entry.describe()} ({how})")
+    layers = count(len(plan.layers), "layer")
+    stage.done(f"{shown(uri)}: {layers}, entry {plan.entry.describe()} ({how})")
     return plan
 
 

@@ -80,6 +80,19 @@ def test_module_entry_point_passes_through(project: Path) -> None:
     assert request_for(project, "--call-path", "-m pkg.train").call_path == "-m pkg.train"
 
 
+def test_dash_m_runs_a_module_as_python_does(project: Path) -> None:
+    request = request_for(project, "-m", "pytest", "--", "tests", "-q")
+    assert (request.call_path, request.args) == ("-m pytest", ["tests", "-q"])
+
+
+@pytest.mark.parametrize(
+    "argv", [("train.py", "-m", "pytest"), ("--call-path", "train.py", "--module", "pytest")]
+)
+def test_two_entry_points_are_refused_naming_both(project: Path, argv: tuple[str, ...]) -> None:
+    with pytest.raises(InvalidInput, match=r"give the entry point once: .*-m pytest"):
+        request_for(project, *argv)
+
+
 def test_arguments_after_double_dash_go_to_the_script(project: Path) -> None:
     request = request_for(project, "train.py", "--gpus", "1", "--", "--gpus", "8", "-x")
     assert request.args == ["--gpus", "8", "-x"]

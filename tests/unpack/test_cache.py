@@ -260,7 +260,7 @@ def test_a_changed_blob_is_checked_again(small_job: SmallJob, tmp_path: Path) ->
     again = unpack(uri, cache)
 
     assert "no longer matches its digest" in again.stderr
-    assert "downloading: 1 layers" in again.stderr  # the code's blob; the venv's tree is there
+    assert "downloading: 1 layer," in again.stderr  # the code's blob; the venv's tree is there
 
 
 def test_each_placement_has_its_own_relocated_venv(tmp_path: Path, store: Path) -> None:

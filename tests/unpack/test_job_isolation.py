@@ -334,7 +334,7 @@ def test_sigterm_while_downloading_removes_the_original_path_copies(store: Path,
     try:
         assert job.stderr is not None
         seen = ""
-        while "j2c: downloading: 1 layers" not in seen:
+        while "j2c: downloading: 1 layer," not in seen:
             seen += job.stderr.readline()
         assert (source / "code").is_dir()  # placed and waiting for its layer
         job.send_signal(signal.SIGTERM)
