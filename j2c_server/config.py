@@ -37,7 +37,15 @@ _ENV_NOT_SETTINGS = {"J2C_CONFIG", "J2C_DATA_DIR", "J2C_OUTPUT_DIR", "J2C_JOB_ID
 _ENV_NOT_SETTINGS.add("J2C_SERVER_ROOT")
 # What scripts/slurm-up.sh exports for the tests: a test cluster's address, not settings.
 _ENV_NOT_SETTINGS |= {
-    f"J2C_SLURM_{name}" for name in ("DIR", "URL", "USER", "TOKEN", "TOKEN_FILE", "JOB_DIR")
+    f"J2C_SLURM_{name}"
+    for name in ("DIR", "URL", "USER", "TOKEN", "TOKEN_FILE", "JOB_DIR", "NODES")
+}
+# What scripts/ray-up.sh exports beside the Ray setting (`eval "$(scripts/ray-up.sh DIR)"` then
+# `j2c submit --scheduler ray` must work), and the mark its head's processes carry.
+_ENV_NOT_SETTINGS |= {f"J2C_RAY_{name}" for name in ("DIR", "BIN", "GCS", "HEAD")}
+# What scripts/hub-up.sh exports for the hub's tests (its labs may inherit them).
+_ENV_NOT_SETTINGS |= {
+    f"J2C_HUB_{name}" for name in ("DIR", "PASSWORD", "ADMIN_TOKEN", "PROXY_TOKEN")
 }
 # Where scripts/platform-image.sh keeps the test engine's exports (the container tests).
 _ENV_NOT_SETTINGS.add("J2C_PODMAN_DIR")
