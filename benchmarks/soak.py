@@ -10,18 +10,21 @@ The fault driver, seeded and logged (``--seed`` replays a run), picks at random 
 ``server`` (``kill -9`` of the Jupyter server, restarted at once on the same port and data dir:
 the restarted server adopts the jobs by their leases), ``unpack`` (``kill -9`` of a running
 job's ``j2c-unpack``: that job must end failed, never succeeded), ``viewer`` (a viewer's socket
-dropped; it reconnects from its last seq). Left out and why: S3 resets (this soak runs on the
-file:// store; the S3 retry loop has its own tests against moto), a full disk (needs a tmpfs
-mount), the container and Slurm legs (the same driver; they need their engines' process
-names) — each is a fault of its own for a next step.
+dropped; it reconnects from its last seq). With ``--store s3`` the store is a real moto S3
+server behind a fault proxy (``tests/storage/fault_proxy.py``) that both the server and the
+jobs' ``j2c-unpack`` go through, and the driver adds ``s3``: a burst of one to three failed
+requests (503 SlowDown, 500, a connection reset) to whoever asks next. Left out and why: a full
+disk (needs a tmpfs mount), the container and Slurm legs (the same driver; they need their
+engines' process names) — each is a fault of its own for a next step.
 
 At the end it checks and prints the invariants: every job ended in the state its history calls
 for; one job per send (an unchanged re-send or a POST retried across a server kill attaches);
 every viewer saw every event from seq 1 to the terminal status exactly once, in order, across
-its reconnects; one usage record per job; no process left that carries a soak job's id.
+its reconnects; one usage record per job; no process left that carries a soak job's id; on S3,
+no multipart upload left open.
 
-Run: ``python benchmarks/soak.py [--jobs 200 --seed 7]``; the test suite runs a short form
-(``tests/soak/test_soak_short.py``).
+Run: ``python benchmarks/soak.py [--jobs 200 --seed 7] [--store s3]``; the test suite runs a
+short form of each store (``tests/soak/test_soak_short.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import signal
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.storage.fault_proxy
 import wsreader
 from pipeline import Server
 from tornado.httpclient import HTTPClientError
@@ -58,6 +63,60 @@ sys.exit(3 if kind == "fail" else 0)
 """
 KINDS = ("ok", "ok", "ok", "fail", "cancel", "resend", "edit")
 FAULTS = ("server", "unpack", "viewer", "viewer")
+S3_FAULTS = ("s3", "s3")  # added with --store s3
+S3_BURSTS = (("503",), ("reset",), ("503", "reset"), ("500", "503", "reset"))
+BUCKET, PREFIX = "soak", "j2c"
+
+
+class S3Leg:
+    """A moto S3 server, its bucket and the fault proxy in front of it; the server's and the
+    jobs' settings point at the proxy (the environment the server and its jobs inherit)."""
+
+    def __init__(self, seed: int) -> None:
+        import boto3
+        from botocore.config import Config
+        from moto.server import ThreadedMotoServer
+
+        from tests.storage.fault_proxy import FaultProxy
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's line per request
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.moto.start()
+        host, port = self.moto.get_host_and_port()
+        os.environ.update(
+            {
+                "AWS_ACCESS_KEY_ID": "AKIAJ2CSOAKFAKEKEY00",
+                "AWS_SECRET_ACCESS_KEY": "j2c-soak-fake-secret",
+                "AWS_DEFAULT_REGION": "us-east-1",
+            }
+        )
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=f"http://{host}:{port}",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+        self.client.create_bucket(Bucket=BUCKET)
+        self.proxy = FaultProxy(f"http://{host}:{port}", seed=seed).start()
+        os.environ.update(
+            {
+                "J2C_STORAGE__URL": f"s3://{BUCKET}/{PREFIX}",
+                "J2C_STORAGE__ENDPOINT_URL": self.proxy.url,
+                "J2C_STORAGE__ADDRESSING_STYLE": "path",
+                "J2C_STORAGE__REGION": "us-east-1",
+            }
+        )
+
+    def keys(self, prefix: str) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2")
+        found = pages.paginate(Bucket=BUCKET, Prefix=f"{PREFIX}/{prefix}")
+        return [item["Key"] for page in found for item in page.get("Contents", [])]
+
+    def open_uploads(self) -> int:
+        return len(self.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []))
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.moto.stop()
 
 
 class SoakServer(Server):
@@ -154,9 +213,13 @@ def job_processes(job_ids: set[str]) -> dict[int, tuple[str, str]]:
 
 
 class Soak:
-    def __init__(self, server: SoakServer, args: argparse.Namespace) -> None:
+    def __init__(
+        self, server: SoakServer, args: argparse.Namespace, s3: S3Leg | None = None
+    ) -> None:
         self.server = server
         self.args = args
+        self.s3 = s3
+        self.fault_kinds = FAULTS + (S3_FAULTS if s3 else ())
         self.rng = random.Random(args.seed)
         self.sends: list[Send] = []
         self.viewers: list[Viewer] = []
@@ -208,8 +271,12 @@ class Soak:
             await asyncio.sleep(self.rng.expovariate(self.args.faults_per_min / 60))
             if self.ending:
                 return
-            kind = self.rng.choice(FAULTS)
-            if kind == "server":
+            kind = self.rng.choice(self.fault_kinds)
+            if kind == "s3" and self.s3 is not None:
+                burst = self.rng.choice(S3_BURSTS)
+                self.s3.proxy.queue(*burst)
+                self.log_fault("s3", "+".join(burst))
+            elif kind == "server":
                 self.log_fault(
                     "server", f"pid {self.server.process.pid if self.server.process else '-'}"
                 )
@@ -292,7 +359,7 @@ class Soak:
         # A job whose driver was killed before its usage record gets it from the next
         # service's sweep, after a grace (jobs/service_lifecycle.py ACCOUNT_GRACE_S): wait for it.
         for _ in range(60):
-            usage = {p.stem for p in self.server.data.rglob("usage/**/*.json")}
+            usage = self.usage_ids()
             missing_usage = sorted(set(records) - usage)
             if not missing_usage:
                 break
@@ -310,7 +377,14 @@ class Soak:
                     for e in events
                     if e["kind"] != "log"
                 ]
+        if self.s3 is not None and (open_uploads := self.s3.open_uploads()):
+            problems.append(f"{open_uploads} multipart uploads left open in the store")
         return {"records": records, "problems": problems, "ended": ended}
+
+    def usage_ids(self) -> set[str]:
+        if self.s3 is not None:
+            return {Path(key).stem for key in self.s3.keys("usage/") if key.endswith(".json")}
+        return {p.stem for p in self.server.data.rglob("usage/**/*.json")}
 
     @staticmethod
     def check_send(send: Send, records: dict[str, dict[str, Any]]) -> list[str]:
@@ -344,12 +418,17 @@ async def main(args: argparse.Namespace) -> int:
         root.mkdir()
         data = Path(tmp) / "data"
         data.mkdir()
+        s3 = S3Leg(args.seed) if args.store == "s3" else None
         server = SoakServer(root, data)
-        async with server:
-            soak = Soak(server, args)
-            result = await soak.run()
+        try:
+            async with server:
+                soak = Soak(server, args, s3)
+                result = await soak.run()
+        finally:
+            if s3 is not None:
+                s3.stop()
         wall = time.monotonic() - soak.started
-        kinds = {kind: sum(1 for f in soak.faults if f[1] == kind) for kind in FAULTS}
+        kinds = {kind: sum(1 for f in soak.faults if f[1] == kind) for kind in soak.fault_kinds}
         reconnects = sum(v.reconnects for v in soak.viewers)
         print(f"{'what':44} {'value':>8}  goal")
         rows = [
@@ -359,6 +438,12 @@ async def main(args: argparse.Namespace) -> int:
             ("viewers", len(soak.viewers), "-"),
             ("viewer reconnect attempts", reconnects, "-"),
             *((f"faults: {kind}", count, "-") for kind, count in kinds.items()),
+            *(
+                [(f"S3 requests failed: {k}", n, "-") for k, n in sorted(s3.proxy.injected.items())]
+                if s3
+                else []
+            ),
+            ("store", args.store, "-"),
             ("invariant violations", len(result["problems"]), "0"),
             ("seed", args.seed, "-"),
             ("wall time s", round(wall), "-"),
@@ -383,6 +468,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spread", type=float, default=0.5, help="most seconds between sends")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the viewers")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--store", choices=("file", "s3"), default="file", help="file:// or S3")
     parser.add_argument("--report", help="write the violations and faults as JSON here")
     parser.add_argument("--verbose", action="store_true", help="a line per fault")
     return parser.parse_args(argv)

@@ -43,3 +43,23 @@ def test_thirty_sends_under_faults_keep_every_invariant(tmp_path: Path):
     kinds = {fault[1] for fault in result["faults"]}
     assert "server" in kinds, f"the seed drove no server kill: {result['faults']}"
     assert "invariant violations                                0  0" in done.stdout
+
+
+def test_sends_through_a_failing_s3_store_keep_every_invariant(tmp_path: Path):
+    """The S3 leg: moto behind the fault proxy, for the server and the jobs' j2c-unpack alike;
+    bursts of 503s, 500s and resets beside the server kills."""
+    report = tmp_path / "report.json"
+    argv = ["--jobs", "12", "--seed", "11", "--faults-per-min", "30", "--store", "s3"]
+    done = subprocess.run(
+        [sys.executable, str(SOAK), *argv, "--report", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["problems"] == []
+    kinds = {fault[1] for fault in result["faults"]}
+    assert {"s3", "server"} <= kinds, f"the seed drove no S3 fault or server kill: {kinds}"
+    failed = [line for line in done.stdout.splitlines() if line.startswith("S3 requests failed")]
+    assert failed, done.stdout  # the proxy did fail requests, not only queue them
