@@ -17,12 +17,12 @@ from j2c_server.storage.base import ObjectStore
 class Clients:
     """Opens each client on first use and closes them all at the end."""
 
-    def __init__(self, settings: J2CSettings) -> None:
+    def __init__(self, settings: J2CSettings, *, in_process: bool = False) -> None:
         self.settings = settings
         limit = settings.pack.max_concurrent_packs
         self.pack_slots = asyncio.Semaphore(limit)
         # One more worker than packs: a preflight never waits behind a long pack.
-        self.packers = PackWorkers(limit + 1)
+        self.packers = PackWorkers(limit + 1, in_process=in_process)
         # A send's scan, by job id, until that job's pipeline packs from it.
         self.scans: dict[str, Scan] = {}
         self._store: ObjectStore | None = None

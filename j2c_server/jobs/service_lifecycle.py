@@ -57,7 +57,9 @@ class ServiceLifecycle:
             idle_s=LEASE_TTL_S,
         )
         self.owner = new_owner()
-        self.clients = Clients(settings)
+        # A CLI command is one send its user waits for, with no event loop to keep responsive:
+        # it packs in its own process (jobs/pack_worker.py says why).
+        self.clients = Clients(settings, in_process=frontend == "cli")
         self.clients.drive = self._drive  # a sweep's parent hands each submitted variant over
         self._drivers: dict[str, JobDriver] = {}
         self._background: set[asyncio.Task[Any]] = set()
