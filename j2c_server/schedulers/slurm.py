@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -42,11 +43,12 @@ from j2c_server.schedulers.slurm_job import (
 )
 from j2c_server.schedulers.slurm_rest import SlurmFailure, SlurmRest
 from j2c_server.schedulers.slurm_settings import SlurmSettings
-from j2c_server.schedulers.slurm_state import exit_code, job_state
+from j2c_server.schedulers.slurm_state import exit_code, job_state, jobs_ahead, place_words
 from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
 
 # How often a log follower asks whether the job has ended (the file itself is polled faster).
 STATUS_POLL_S = 1.0
+PLACE_REFRESH_S = 5.0  # a pending job's place in the queue, read again after this
 _CANCEL_POLL_S = 0.25
 # Slurm error numbers: unknown job id; job cannot be signalled in its current state.
 _INVALID_JOB_ID = 2017
@@ -133,6 +135,7 @@ class SlurmScheduler(SchedulerBase):
         self._rest = SlurmRest(self._slurm, environ)
         self._submit_lock = asyncio.Lock()
         self._escalations: set[asyncio.Task[None]] = set()
+        self._places: dict[str, tuple[float, str | None]] = {}  # Slurm id -> (when, place)
 
     # ------------------------------------------------------------------ protocol
 
@@ -170,7 +173,29 @@ class SlurmScheduler(SchedulerBase):
                 message=f"Slurm no longer knows job {handle.id} (it forgets finished jobs after "
                 f"MinJobAge); its output stays in {handle.data.get('output', 'the job folder')}",
             )
-        return job_state(job)
+        state = job_state(job)
+        if state.status != JobStatus.queued:
+            self._places.pop(str(job.get("job_id")), None)
+        elif place := await self._place(job):
+            state = state.model_copy(update={"message": f"{state.message}; {place}"})
+        return state
+
+    async def _place(self, job: dict[str, Any]) -> str | None:
+        """A pending job's place in its partition's queue, from the job list (read at most
+        every :data:`PLACE_REFRESH_S` per job: on a big cluster the list is large)."""
+        slurm_id, now = str(job.get("job_id")), time.monotonic()
+        kept = self._places.get(slurm_id)
+        if kept is not None and now - kept[0] < PLACE_REFRESH_S:
+            return kept[1]
+        try:
+            listed = (await self._rest.get("/jobs")).get("jobs") or []
+        except SlurmFailure as exc:
+            log.debug("j2c: no queue place for Slurm job %s: %s", slurm_id, exc)
+            return None
+        ahead = jobs_ahead(job, [other for other in listed if isinstance(other, dict)])
+        place = None if ahead is None else place_words(ahead, str(job.get("partition") or ""))
+        self._places[slurm_id] = (now, place)
+        return place
 
     def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
         _slurm_id(handle)

@@ -1,6 +1,7 @@
 """Slurm's job record (``GET /job/{id}``, API v0.0.38) read as a j2c :class:`SchedulerState`.
 
-A pending job's reason is put in words ("waiting for GPUs (Resources)"). The exit code in the
+A pending job's reason is put in words ("waiting for GPUs (Resources)"), and its place in its
+partition's queue counted (:func:`jobs_ahead`). The exit code in the
 record is a raw wait status: a job killed by signal N reads as exit code 128+N, as a shell shows
 it. A job j2c was asked to cancel (its comment carries the cancel mark) reads as cancelled
 however it ended, unless it completed successfully first.
@@ -9,8 +10,10 @@ however it ended, unless it completed successfully first.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterable
 from typing import Any
 
+from j2c_server.core.units import count
 from j2c_server.schedulers.base import SchedulerState
 from j2c_server.schedulers.slurm_job import CANCEL_MARK
 from j2c_server.wire.api import JobStatus
@@ -122,3 +125,53 @@ def job_state(job: dict[str, Any]) -> SchedulerState:
             exit_code=code,
         )
     return SchedulerState(status=JobStatus.running, message=f"Slurm state {state}")
+
+
+# --------------------------------------------------------------------------- place in the queue
+
+
+def _number(value: Any) -> float | None:
+    """A number in either of slurmrestd's shapes: ``5``, or ``{"set": true, "number": 5}``."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _pending(job: dict[str, Any]) -> bool:
+    state = job.get("job_state")
+    return "PENDING" in (state if isinstance(state, list) else [state])
+
+
+def _order(job: dict[str, Any]) -> tuple[float, float, int] | None:
+    """Where Slurm's main scheduler takes a pending job: by priority, highest first, then by
+    submission (the job id breaks ties)."""
+    priority = _number(job.get("priority"))
+    if priority is None:
+        return None
+    return (-priority, _number(job.get("submit_time")) or 0.0, int(job.get("job_id") or 0))
+
+
+def jobs_ahead(job: dict[str, Any], jobs: Iterable[dict[str, Any]]) -> int | None:
+    """How many pending jobs of its partition Slurm considers before ``job``; None when it is
+    not pending or Slurm shows no priority. Backfill may still start a smaller job sooner: the
+    count is the queue's order, not a promise."""
+    mine = _order(job)
+    if mine is None or not _pending(job):
+        return None
+    return sum(
+        1
+        for other in jobs
+        if other.get("job_id") != job.get("job_id")
+        and other.get("partition") == job.get("partition")
+        and _pending(other)
+        and (theirs := _order(other)) is not None
+        and theirs < mine
+    )
+
+
+def place_words(ahead: int, partition: str) -> str:
+    """ "next in partition gpu" / "2 jobs ahead in partition gpu"."""
+    where = f"in partition {partition}" if partition else "in the queue"
+    return f"next {where}" if ahead == 0 else f"{count(ahead, 'job')} ahead {where}"

@@ -313,11 +313,44 @@ async def test_gpu_job_waits_with_its_reason_while_both_gpus_are_held(
             third = await submit(scheduler, job_spec("print('ran')", gpus=1), submitted)
             async with asyncio.timeout(TIMEOUT_S):
                 # Until Slurm's scheduler has looked at it, a new job has no reason yet.
-                while (state := await scheduler.status(third)).message == UNSCHEDULED:
+                while (state := await scheduler.status(third)).message.startswith(UNSCHEDULED):
                     await asyncio.sleep(0.1)
         assert state.status == JobStatus.queued
-        assert state.message == "waiting for GPUs (Resources)"
+        assert state.message == "waiting for GPUs (Resources); next in partition debug"
         done = await wait_for_status(scheduler, third, JobStatus.succeeded, JobStatus.failed)
+        assert done.status == JobStatus.succeeded
+
+
+async def test_a_waiting_jobs_place_in_the_queue_moves_as_jobs_ahead_start(
+    slurm_cluster: SlurmCluster, submitted: list[str], gates: Path
+) -> None:
+    """Two GPUs held, two GPU jobs waiting: the second waiter is one job behind the first, and
+    next once the first starts (on the GPU the first holder gives back)."""
+
+    def held_by(gate: str) -> JobSpec:
+        return job_spec("wait_for(sys.argv[1])", str(gates / gate), gpus=1)
+
+    async def place(handle: JobHandle, wanted: str) -> str:
+        async with asyncio.timeout(TIMEOUT_S):  # the place is read again every few seconds
+            while not (message := (await scheduler.status(handle)).message or "").endswith(wanted):
+                await asyncio.sleep(0.2)
+        return message
+
+    async with open_scheduler(slurm_cluster) as scheduler:
+        try:
+            for holder in [await submit(scheduler, held_by(g), submitted) for g in ("a", "b")]:
+                await wait_for_status(scheduler, holder, JobStatus.running)
+            first = await submit(scheduler, held_by("c"), submitted)
+            second = await submit(scheduler, job_spec("print('ran')", gpus=1), submitted)
+            assert (await place(first, "; next in partition debug")).startswith("waiting")
+            await place(second, "; 1 job ahead in partition debug")
+            (gates / "a").touch()
+            await wait_for_status(scheduler, first, JobStatus.running)
+            await place(second, "; next in partition debug")
+        finally:
+            for gate in ("a", "b", "c"):
+                (gates / gate).touch()
+        done = await wait_for_status(scheduler, second, JobStatus.succeeded, JobStatus.failed)
         assert done.status == JobStatus.succeeded
 
 
