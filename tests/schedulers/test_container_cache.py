@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from j2c_server.schedulers.base import JobSpec
@@ -16,7 +17,7 @@ from j2c_server.schedulers.container_engine import Access
 from j2c_server.schedulers.container_folders import cache_folder, prepare_cache
 from j2c_server.schedulers.container_settings import ContainerSettings
 from j2c_server.schedulers.unpack_cache import tenant_name
-from j2c_server.wire.api import Event, EventKind, JobStatus
+from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, log_lines, submit
 from tests.support.podman import Podman
 
@@ -43,10 +44,14 @@ async def test_the_second_job_of_a_manifest_starts_warm_and_leaves_no_container(
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("a root server gives the cache folder to the jobs' uid 1000")
-    runs = []
+    runs, names = [], []
     for lines in (2, 3):  # two requests (the same one twice would attach to the first job)
         record = await submit(jp_fetch, scheduler="container", args=["--lines", str(lines)])
         events = await follow(jp_ws_fetch, record.id)
+        answer = await jp_fetch("j2c", "api", "jobs", record.id)
+        handle = JobRecord.model_validate_json(answer.body).handle
+        assert handle is not None
+        names.append(handle.id)
         assert final_status(events) == JobStatus.succeeded, "\n".join(str(e.text) for e in events)
         assert log_lines(events)[1:] == [f"line {i}" for i in range(lines)]
         runs.append(_unpack_lines(events))
@@ -61,9 +66,13 @@ async def test_the_second_job_of_a_manifest_starts_warm_and_leaves_no_container(
         st = os.stat(level)
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700)
     assert any((folder / "entries").iterdir())
-    # Both containers were removed once their results were in.
+    # Both containers were removed once their results were in: the engine knows neither.
     left = list((j2c_data_dir / "containers").iterdir())
     assert len(left) == 2 and all((run / "final.json").is_file() for run in left)
+    transport = httpx.AsyncHTTPTransport(uds=podman.socket)
+    async with httpx.AsyncClient(transport=transport, base_url="http://engine/v1.41") as engine:
+        for name in names:
+            assert (await engine.get(f"/containers/{name}/json")).status_code == 404, name
 
 
 def _spec(image: str) -> JobSpec:

@@ -1,0 +1,116 @@
+"""The preflight's image check (``j2c_server/image/``) through the container backend on real
+podman and the platform image: what knowing the job's image costs a send, before any upload.
+
+A lab project whose ``--system-site-packages`` venv leans on this machine's Python (regex,
+scipy, numpy 2: the platform image lacks them or has numpy 1.24). Per round, interleaved, each
+with a fresh data dir: a preflight with no image check (``probe_images: false``: the scan
+alone), the first preflight for the image (it is probed: one container through the engine),
+and the next one (the inventory is known by the image's ID: nothing started). Beside them, the
+way a user would ask the image by hand: ``podman run --rm IMAGE python3 -c <list the
+distributions>`` (the minimal image has no pip).
+
+Run: ``J2C_PODMAN_DIR=DIR python benchmarks/image_preflight.py [--rounds 3]``
+(``scripts/platform-image.sh DIR`` starts podman and builds the image; without the variable it
+is run into a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from j2c_server.jobs.service import JobService  # noqa: E402
+from tests.support.lab_python import image_request, image_settings, lab_has  # noqa: E402
+from tests.support.lab_python import lab_project as make_lab_project  # noqa: E402
+from tests.support.podman import Podman  # noqa: E402
+
+TRAIN = "import regex\nimport scipy.stats\nimport numpy as np\n"
+
+
+def podman_here() -> tuple[Podman, dict[str, str]]:
+    folder = os.environ.get("J2C_PODMAN_DIR") or tempfile.mkdtemp(prefix="j2c-bench-podman-")
+    if not (Path(folder) / "env").is_file():
+        subprocess.run([ROOT / "scripts" / "platform-image.sh", folder], check=True)
+    values = {}
+    for line in (Path(folder) / "env").read_text().splitlines():
+        name, sep, value = line.removeprefix("export ").partition("=")
+        if line.startswith("export ") and sep:
+            values[name] = value
+    podman = Podman(values["J2C_SCHEDULER__CONTAINER__SOCKET"], values["PLATFORM_IMAGE"])
+    return podman, values
+
+
+async def preflight(podman: Podman, project: Path, data: Path, *, probe: bool) -> float:
+    service = JobService(image_settings(podman, data, probe=probe))
+    try:
+        start = time.perf_counter()
+        await service.preflight(image_request(project, "train.py"))
+        return time.perf_counter() - start
+    finally:
+        await service.stop()
+
+
+LIST = (
+    "import importlib.metadata as m\n"
+    "for d in m.distributions(): print(d.metadata['Name'], d.version)"
+)
+
+
+def by_hand(podman: Podman, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        ["podman", "--runtime", "runc", "run", "--rm", podman.image, "python3", "-c", LIST],
+        env={**os.environ, **env},
+        capture_output=True,
+        check=True,
+    )
+    return time.perf_counter() - start
+
+
+async def main_async(rounds: int) -> None:
+    if not lab_has("regex", "scipy", "numpy"):
+        raise SystemExit("this machine's Python has no regex/scipy/numpy: no gap to find")
+    podman, exported = podman_here()
+    env = {k: v for k, v in exported.items() if k == "CONTAINERS_CONF"}
+    times: dict[str, list[float]] = {"none": [], "first": [], "next": [], "hand": []}
+    with tempfile.TemporaryDirectory(prefix="j2c-bench-image-") as tmp:
+        project = make_lab_project(Path(tmp) / "proj", {"train.py": TRAIN})
+        for n in range(rounds):
+            times["none"].append(await preflight(podman, project, Path(tmp) / f"n{n}", probe=False))
+            data = Path(tmp) / f"d{n}"
+            times["first"].append(await preflight(podman, project, data, probe=True))
+            times["next"].append(await preflight(podman, project, data, probe=True))
+            times["hand"].append(by_hand(podman, env))
+    med = {kind: statistics.median(values) for kind, values in times.items()}
+    print(f"\nThe preflight's image check, {rounds} interleaved rounds (medians, seconds)\n")
+    print("| what | seconds | best | over the scan alone |")
+    print("|---|---|---|---|")
+    rows = [
+        ("preflight, no image check (the scan alone)", "none"),
+        ("preflight, first for the image (probed: one container)", "first"),
+        ("preflight, next (inventory known by image ID)", "next"),
+        ("by hand: podman run --rm IMAGE python3 -c <list distributions>", "hand"),
+    ]
+    for what, kind in rows:
+        extra = f"{med[kind] - med['none']:+.3f}" if kind != "hand" else "-"
+        print(f"| {what} | {med[kind]:.3f} | {min(times[kind]):.3f} | {extra} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    asyncio.run(main_async(parser.parse_args().rounds))
+
+
+if __name__ == "__main__":
+    main()
