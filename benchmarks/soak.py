@@ -348,7 +348,10 @@ class Soak:
             for job_id in send.ids:
                 records[job_id] = await retrying(self.server.get, f"j2c/api/jobs/{job_id}")
         for send in self.sends:
-            problems += self.check_send(send, records)
+            found = self.check_send(send, records)
+            problems += found
+            for job_id in {j for j in send.ids if any(j in problem for problem in found)}:
+                await self.keep_evidence(job_id, records[job_id])
         for viewer in self.viewers:
             last = records[viewer.job_id]["last_seq"]
             if viewer.seqs != list(range(1, last + 1)):
@@ -380,6 +383,19 @@ class Soak:
         if self.s3 is not None and (open_uploads := self.s3.open_uploads()):
             problems.append(f"{open_uploads} multipart uploads left open in the store")
         return {"records": records, "problems": problems, "ended": ended}
+
+    async def keep_evidence(self, job_id: str, record: dict[str, Any]) -> None:
+        """A job that broke an invariant: its message, non-log events and last lines."""
+        events = await retrying(self.server.get, f"j2c/api/jobs/{job_id}/events")
+        self.evidence[job_id] = {
+            "message": record.get("message"),
+            "events": [
+                {k: e.get(k) for k in ("seq", "kind", "status", "stage", "message")}
+                for e in events
+                if e["kind"] != "log"
+            ],
+            "last_lines": [e.get("text") for e in events if e["kind"] == "log"][-8:],
+        }
 
     def usage_ids(self) -> set[str]:
         if self.s3 is not None:
