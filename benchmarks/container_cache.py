@@ -28,14 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def _exports(folder: Path) -> dict[str, str]:
-    values = {}
-    for line in (folder / "env").read_text().splitlines():
-        if line.startswith("export ") and "=" in line:
-            name, _, value = line[len("export ") :].partition("=")
-            values[name] = value
-    return values
+from tests.support.exports import read_exports  # noqa: E402
 
 
 def _publish(work: Path, venv: Path | None, store: Path) -> str:
@@ -101,7 +94,7 @@ def main() -> None:
     podman = Path(os.environ.get("J2C_PODMAN_DIR", "/nonexistent"))
     if not (podman / "env").is_file():
         raise SystemExit("set J2C_PODMAN_DIR to a folder scripts/platform-image.sh started")
-    values = _exports(podman)
+    values = read_exports(podman)
     os.environ["CONTAINERS_CONF"] = values["CONTAINERS_CONF"]
     from j2c_server.config import load_settings
 

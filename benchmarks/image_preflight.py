@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from j2c_server.jobs.service import JobService  # noqa: E402
+from tests.support.exports import read_exports  # noqa: E402
 from tests.support.lab_python import image_request, image_settings, lab_has  # noqa: E402
 from tests.support.lab_python import lab_project as make_lab_project  # noqa: E402
 from tests.support.podman import Podman  # noqa: E402
@@ -41,11 +42,7 @@ def podman_here() -> tuple[Podman, dict[str, str]]:
     folder = os.environ.get("J2C_PODMAN_DIR") or tempfile.mkdtemp(prefix="j2c-bench-podman-")
     if not (Path(folder) / "env").is_file():
         subprocess.run([ROOT / "scripts" / "platform-image.sh", folder], check=True)
-    values = {}
-    for line in (Path(folder) / "env").read_text().splitlines():
-        name, sep, value = line.removeprefix("export ").partition("=")
-        if line.startswith("export ") and sep:
-            values[name] = value
+    values = read_exports(Path(folder))
     podman = Podman(values["J2C_SCHEDULER__CONTAINER__SOCKET"], values["PLATFORM_IMAGE"])
     return podman, values
 

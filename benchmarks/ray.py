@@ -44,8 +44,11 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(ROOT))
 
 from inputs import BENCH_PACKAGES, bench_project, bench_venv  # noqa: E402
+
+from tests.support.exports import parse_exports, read_exports  # noqa: E402
 
 MARKER = "epoch 0:"
 J2C = Path(sys.executable).parent / "j2c"
@@ -61,25 +64,16 @@ class Head:
     started_in: Path | None  # a head this run started (stopped at the end)
 
 
-def _exports(text: str) -> dict[str, str]:
-    values = {}
-    for line in text.splitlines():
-        name, sep, value = line.removeprefix("export ").partition("=")
-        if line.startswith("export ") and sep:
-            values[name] = value
-    return values
-
-
 def start_head() -> Head:
     named = os.environ.get("J2C_RAY_DIR")
     if named and (Path(named) / "env").is_file():
-        values, started = _exports((Path(named) / "env").read_text()), None
+        values, started = read_exports(Path(named)), None
     else:
         started = Path(tempfile.mkdtemp(prefix="j2c-bench-ray-"))
         out = subprocess.run(
             [ROOT / "scripts" / "ray-up.sh", started], capture_output=True, text=True, check=True
         )
-        values = _exports(out.stdout)
+        values = parse_exports(out.stdout)
     return Head(values["J2C_SCHEDULER__RAY__ADDRESS"], Path(values["J2C_RAY_BIN"]) / "ray", started)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings, load_settings
+from tests.support.exports import parse_exports
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "platform-image.sh"
 
@@ -39,20 +40,11 @@ class Podman:
         )
 
 
-def _parse_exports(text: str) -> dict[str, str]:
-    values = {}
-    for line in text.splitlines():
-        if line.startswith("export ") and "=" in line:
-            name, _, value = line[len("export ") :].partition("=")
-            values[name] = value
-    return values
-
-
 @pytest.fixture(scope="session")
 def podman() -> Iterator[Podman]:
     started_by_ci = Path(os.environ.get("J2C_PODMAN_DIR", "/nonexistent")) / "env"
     if started_by_ci.is_file():
-        values = _parse_exports(started_by_ci.read_text())
+        values = parse_exports(started_by_ci.read_text())
         os.environ["CONTAINERS_CONF"] = values["CONTAINERS_CONF"]
         yield Podman(values["J2C_SCHEDULER__CONTAINER__SOCKET"], values["PLATFORM_IMAGE"])
         return
@@ -63,7 +55,7 @@ def podman() -> Iterator[Podman]:
     if started.returncode == 2:
         pytest.skip(f"no podman here: {started.stderr.strip().splitlines()[-1]}")
     assert started.returncode == 0, started.stderr[-3000:]
-    values = _parse_exports(started.stdout)
+    values = parse_exports(started.stdout)
     os.environ["CONTAINERS_CONF"] = values["CONTAINERS_CONF"]
     try:
         yield Podman(values["J2C_SCHEDULER__CONTAINER__SOCKET"], values["PLATFORM_IMAGE"])

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings
+from tests.support.exports import parse_exports
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_UP = REPO / "scripts" / "ray-up.sh"
@@ -51,11 +52,7 @@ class RayHead:
 
 
 def _parse(text: str) -> RayHead:
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        name, sep, value = line.removeprefix("export ").partition("=")
-        if line.startswith("export ") and sep:
-            values[name] = value
+    values = parse_exports(text)
     return RayHead(address=values["J2C_SCHEDULER__RAY__ADDRESS"], bin=Path(values["J2C_RAY_BIN"]))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings
+from tests.support.exports import parse_exports
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_UP = REPO / "scripts" / "slurm-up.sh"
@@ -100,15 +101,6 @@ def _from_exports(values: dict[str, str]) -> SlurmCluster:
     )
 
 
-def _parse_exports(text: str) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        name, sep, value = line.removeprefix("export ").partition("=")
-        if line.startswith("export ") and sep:
-            values[name] = value
-    return values
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     if os.environ.get(f"{SETTING}URL"):
@@ -116,7 +108,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         return
     exported = Path(os.environ.get("J2C_SLURM_DIR") or "/nonexistent") / "env"
     if exported.is_file():
-        yield _from_exports(_parse_exports(exported.read_text()))
+        yield _from_exports(parse_exports(exported.read_text()))
         return
     # Not under pytest's tmp folder: slurmrestd runs as user slurm and must read the config,
     # and pytest's folders are private to root.
@@ -131,7 +123,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         shutil.rmtree(directory, ignore_errors=True)
         pytest.fail(f"scripts/slurm-up.sh failed:\n{started.stderr}")
     try:
-        yield _from_exports(_parse_exports(started.stdout))
+        yield _from_exports(parse_exports(started.stdout))
     finally:
         subprocess.run([SLURM_DOWN, directory], timeout=120, check=False)
         shutil.rmtree(directory, ignore_errors=True)
