@@ -271,24 +271,22 @@ def script_args(ctx: click.Context) -> list[str]:
 
 def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> dict[str, Any]:
     """The job parameters given as flags (only those given), in :class:`JobRequest`'s shape."""
-    given = {
-        repr(params["entry"]) if params.get("entry") else None,
-        f"--call-path {params['call_path']!r}" if params.get("call_path") else None,
-        f"-m {params['module']}" if params.get("module") else None,
-    } - {None}
+    module = params.get("module")
+    given = [
+        str(value)
+        for value in (params.get("entry"), params.get("call_path"), module and f"-m {module}")
+        if value
+    ]
     if len(given) > 1:
         raise InvalidInput(
-            f"give the entry point once: {' or '.join(sorted(str(g) for g in given))}",
-            field="call_path",
+            f"give the entry point once: {' or '.join(map(repr, given))}", field="call_path"
         )
-    entry = f"-m {params['module']}" if params.get("module") else params.get("entry")
-    call_path = params.get("call_path")
     out: dict[str, Any] = {}
     for key in ("code_path", "venv_path"):
         if params.get(key):
             out[key] = absolute_path(str(params[key]), cwd)
-    if entry or call_path:
-        out["call_path"] = str(entry or call_path)
+    if given:
+        out["call_path"] = given[0]
         out[CALL_FROM] = str(cwd)
     if params.get("no_venv"):
         if params.get("venv_path"):
