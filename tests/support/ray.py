@@ -13,9 +13,6 @@ its jobs find this checkout's ``j2c-unpack`` (ray-up.sh puts it beside ``ray``).
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +21,11 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings
-from tests.support.exports import parse_exports
+from tests.support.exports import parse_exports, started_service
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_UP = REPO / "scripts" / "ray-up.sh"
 RAY_DOWN = REPO / "scripts" / "ray-down.sh"
-NOT_INSTALLABLE = 2  # ray-up.sh's exit code when Ray cannot be installed
 
 
 @dataclass
@@ -51,8 +47,7 @@ class RayHead:
         )
 
 
-def _parse(text: str) -> RayHead:
-    values = parse_exports(text)
+def _parse(values: dict[str, str]) -> RayHead:
     return RayHead(address=values["J2C_SCHEDULER__RAY__ADDRESS"], bin=Path(values["J2C_RAY_BIN"]))
 
 
@@ -60,21 +55,7 @@ def _parse(text: str) -> RayHead:
 def ray_head() -> Iterator[RayHead]:
     exported = Path(os.environ.get("J2C_RAY_DIR") or "/nonexistent") / "env"
     if exported.is_file():
-        yield _parse(exported.read_text())
+        yield _parse(parse_exports(exported.read_text()))
         return
-    directory = Path(tempfile.mkdtemp(prefix="j2c-ray-head-"))
-    started = subprocess.run(
-        [RAY_UP, directory], capture_output=True, text=True, timeout=900, check=False
-    )
-    if started.returncode == NOT_INSTALLABLE:
-        shutil.rmtree(directory, ignore_errors=True)
-        pytest.skip(f"no Ray here: {started.stderr.strip().splitlines()[-1]}")
-    if started.returncode != 0:
-        subprocess.run([RAY_DOWN, directory], timeout=120, check=False)
-        shutil.rmtree(directory, ignore_errors=True)
-        pytest.fail(f"scripts/ray-up.sh failed:\n{started.stderr}")
-    try:
-        yield _parse(started.stdout)
-    finally:
-        subprocess.run([RAY_DOWN, directory], timeout=120, check=False)
-        shutil.rmtree(directory, ignore_errors=True)
+    with started_service(RAY_UP, RAY_DOWN, "Ray") as exports:
+        yield _parse(exports)

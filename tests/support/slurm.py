@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,11 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings
-from tests.support.exports import parse_exports
+from tests.support.exports import parse_exports, started_service
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_UP = REPO / "scripts" / "slurm-up.sh"
 SLURM_DOWN = REPO / "scripts" / "slurm-down.sh"
-NOT_INSTALLABLE = 2  # slurm-up.sh's exit code when Slurm is missing and cannot be installed
 
 
 @dataclass
@@ -110,20 +108,5 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     if exported.is_file():
         yield _from_exports(parse_exports(exported.read_text()))
         return
-    # Not under pytest's tmp folder: slurmrestd runs as user slurm and must read the config,
-    # and pytest's folders are private to root.
-    directory = Path(tempfile.mkdtemp(prefix="j2c-slurm-"))
-    started = subprocess.run(
-        [SLURM_UP, directory], capture_output=True, text=True, timeout=900, check=False
-    )
-    if started.returncode == NOT_INSTALLABLE:
-        shutil.rmtree(directory, ignore_errors=True)
-        pytest.skip(f"no Slurm here: {started.stderr.strip().splitlines()[-1]}")
-    if started.returncode != 0:
-        shutil.rmtree(directory, ignore_errors=True)
-        pytest.fail(f"scripts/slurm-up.sh failed:\n{started.stderr}")
-    try:
-        yield _from_exports(parse_exports(started.stdout))
-    finally:
-        subprocess.run([SLURM_DOWN, directory], timeout=120, check=False)
-        shutil.rmtree(directory, ignore_errors=True)
+    with started_service(SLURM_UP, SLURM_DOWN, "Slurm") as exports:
+        yield _from_exports(exports)
