@@ -6,7 +6,9 @@
   variant, each a normal job (own log, status, results, cancel) that names its parent.
 - The parent's pipeline packs and uploads once; ``with_variants`` writes the variant table into
   that one manifest (format 5), and ``run_children`` submits every child pinned to it by
-  ``--manifest-digest`` with ``--variant N`` (at most ``max_parallel`` going at once), then keeps
+  ``--manifest-digest``: as one native array job where the backend has them (each task picks
+  its row by the scheduler's index variable; the scheduler throttles to ``max_parallel``), else
+  one job per child with ``--variant N`` (at most ``max_parallel`` going at once); then it keeps
   the parent's aggregate status until every child has ended.
 - ``cancel_children``: cancelling the parent cancels every child.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from j2c_server.core.errors import Conflict
 from j2c_server.jobs.job_inputs import job_spec, presigned_manifest
@@ -27,7 +29,9 @@ from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.presigned_outputs import outputs_policy
 from j2c_server.jobs.send_rule import job_key
 from j2c_server.jobs.sweep_grid import DEFAULT_MAX_VARIANTS, expand
-from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.schedulers.base import ArrayScheduler, Scheduler
+from j2c_server.unpack.variant import PLACEHOLDER
+from j2c_server.wire.api import Capabilities, EventKind, JobHandle, JobRecord, JobRequest, JobStatus
 from j2c_server.wire.manifest import MANIFEST_FORMAT_VERSION_VARIANTS, Manifest, Variant
 from j2c_server.wire.sweep import SweepInfo
 
@@ -176,8 +180,16 @@ async def run_children(
     store = clients.store()
     limit = info.max_parallel or max(1, len(info.children))
     journal = pipeline.journal
-    await journal.status(JobStatus.submitted, f"submitting {len(info.children)} variants")
     pending = list(info.children)
+    scheduler = clients.scheduler(record.scheduler)
+    if native_array(scheduler, pipeline.settings, record):
+        await journal.status(
+            JobStatus.submitted, f"submitting {len(info.children)} variants as one array job"
+        )
+        await _submit_array(pipeline, record, info, manifest, manifest_uri, store, scheduler)
+        pending = []  # the scheduler throttles the array's tasks itself
+    else:
+        await journal.status(JobStatus.submitted, f"submitting {len(info.children)} variants")
     last = ""
     while True:
         parent = await registry.get(record.id)
@@ -208,6 +220,91 @@ async def run_children(
             else:
                 await journal.write([], change=apply)
         await asyncio.sleep(POLL_S)
+
+
+def native_array(
+    scheduler: Scheduler, settings: object, record: JobRecord
+) -> TypeGuard[ArrayScheduler]:
+    """Whether the sweep goes to its scheduler as one array job: a backend that has arrays,
+    single-node variants, and jobs that read the store itself (a presigned job's manifest URL
+    and upload policy are each variant's own: those run as N jobs)."""
+    storage = getattr(settings, "storage", None)
+    return (
+        isinstance(scheduler, ArrayScheduler)
+        and getattr(type(scheduler), "capabilities", Capabilities()).arrays
+        and record.request.resources.nodes == 1
+        and not getattr(storage, "presign_for_jobs", False)
+    )
+
+
+async def _submit_array(
+    pipeline: Pipeline,
+    parent: JobRecord,
+    info: SweepInfo,
+    manifest: Manifest,
+    manifest_uri: str,
+    store: object,
+    scheduler: ArrayScheduler,
+) -> None:
+    """One array job for every variant; each child gets its task's handle. The command and env
+    are the same for all tasks: each picks its row by the scheduler's index variable, and
+    j2c-unpack fills ``{variant}`` in the job id and outputs address (unpack/variant.py)."""
+    children = [await pipeline.registry.get(child_id) for child_id in info.children]
+    if all(child.handle is not None for child in children):
+        return
+    bare = parent.request.model_copy(update={"args": [], "sweep": None})
+    template = parent.model_copy(update={"id": f"{parent.id}-{PLACEHOLDER}", "request": bare})
+    spec = job_spec(
+        pipeline.settings,
+        template,
+        manifest_uri,
+        store,  # type: ignore[arg-type]
+        manifest_digest=manifest.digest(),
+    )
+    cut = spec.command.index("--")
+    pick = ["--variant-env", scheduler.array_index_env]
+    spec = spec.model_copy(
+        update={
+            "command": [*spec.command[:cut], *pick, *spec.command[cut:]],
+            "key": f"j2c-{parent.id}",
+            "job_id": parent.id,
+        }
+    )
+    try:
+        handles = await scheduler.submit_array(spec, len(children), info.max_parallel)
+    except Exception as exc:  # the array's refusal ends every variant still waiting for it
+        for child in children:
+            if child.handle is None and child.status == JobStatus.pending:
+                journal = Journal(pipeline.registry, pipeline.journal.bus, child.id)
+                with contextlib.suppress(Conflict):
+                    await journal.status(JobStatus.failed, f"submit failed: {exc}")
+        return
+    drive = getattr(pipeline.clients, "drive", None)
+    for child, handle in zip(children, handles, strict=True):
+        if child.handle is not None:
+            continue
+        if child.status != JobStatus.pending:  # cancelled before the array existed
+            with contextlib.suppress(Exception):
+                await scheduler.cancel(handle)
+            continue
+        await _record_task(pipeline, child, handle, manifest_uri)
+        if drive is not None:
+            drive(child.id)
+
+
+async def _record_task(
+    pipeline: Pipeline, child: JobRecord, handle: JobHandle, manifest_uri: str
+) -> None:
+    def apply(job: JobRecord) -> None:
+        job.handle = handle
+        job.manifest_uri = manifest_uri
+
+    index = child.sweep.index if child.sweep is not None else 0
+    array_id = handle.data.get("array", "")
+    words = f"submitted as {handle.id} (task {index} of the sweep's array job {array_id})"
+    journal = Journal(pipeline.registry, pipeline.journal.bus, child.id)
+    with contextlib.suppress(Conflict):
+        await journal.status(JobStatus.submitted, words, change=apply)
 
 
 async def _finish(

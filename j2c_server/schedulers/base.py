@@ -83,6 +83,21 @@ class Scheduler(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class ArrayScheduler(Scheduler, Protocol):
+    """A backend that runs a sweep as one native array job (``Capabilities.arrays``)."""
+
+    array_index_env: str  # the variable that holds each task's index
+
+    async def submit_array(
+        self, spec: JobSpec, size: int, max_parallel: int | None
+    ) -> list[JobHandle]:
+        """Submit ``spec`` as ``size`` tasks, at most ``max_parallel`` running at once; one
+        handle per task, in index order, each read, followed and cancelled as a job. Idempotent
+        on ``spec.key`` like ``submit``."""
+        ...
+
+
 def required_image(spec: JobSpec, settings: J2CSettings) -> str:
     """The image a container-running backend starts: the job's, else the configured default."""
     image = spec.image or settings.lab_image()

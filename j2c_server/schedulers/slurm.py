@@ -10,6 +10,9 @@
 - cancel: mark the job's comment, ``DELETE /job/{id}?signal=SIGTERM``, and after
   ``cancel_grace_s`` ``SIGKILL`` if it still runs (from a task of this scheduler: if the server
   stops first, the job keeps only its SIGTERM). A pending job is removed at once.
+- arrays: ``submit_array`` submits a sweep as one array job (``array`` with a ``%`` throttle);
+  each task has a handle ``<array id>_<task>`` with its own output file, read and cancelled as
+  a job of its own (:mod:`.slurm_array`; a task's comment is not marked: the array shares it).
 
 slurmrestd unreachable raises :class:`SchedulerUnavailable`; the watcher retries with backoff.
 """
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -32,6 +36,15 @@ from j2c_server.core.errors import ConfigError, InvalidInput, J2CError, Schedule
 from j2c_server.core.file_modes import private_dir
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
+from j2c_server.schedulers.slurm_array import (
+    TASK_ENV,
+    TASK_OUTPUT,
+    array_field,
+    split_task_id,
+    task_handle_id,
+    task_output,
+    task_record,
+)
 from j2c_server.schedulers.slurm_job import (
     CANCEL_MARK,
     OUTPUT_NAME,
@@ -50,6 +63,9 @@ from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
 STATUS_POLL_S = 1.0
 PLACE_REFRESH_S = 5.0  # a pending job's place in the queue, read again after this
 _CANCEL_POLL_S = 0.25
+# An array's tasks all poll its one list: read it at most this often for all of them.
+ARRAY_REFRESH_S = 0.5
+_TASK_ID_RE = re.compile(r"^\d+(?:_\d+)?$")
 # Slurm error numbers: unknown job id; job cannot be signalled in its current state.
 _INVALID_JOB_ID = 2017
 _NOT_ALTERABLE = 2020
@@ -96,7 +112,7 @@ def _job_dir(settings: J2CSettings) -> Path:
 
 
 def _slurm_id(handle: JobHandle) -> str:
-    if not handle.id.isdigit():
+    if not _TASK_ID_RE.match(handle.id):
         raise InvalidInput(f"{handle.id!r} is not a Slurm job id", field="handle")
     return handle.id
 
@@ -126,8 +142,11 @@ class SlurmScheduler(SchedulerBase):
 
     name = "slurm"
     settings_model = SlurmSettings
-    capabilities = Capabilities(gpus=True, gpu_types=True, queues=True, multi_node=True)
+    capabilities = Capabilities(
+        gpus=True, gpu_types=True, queues=True, multi_node=True, arrays=True
+    )
     remote = True
+    array_index_env = TASK_ENV
 
     def __init__(self, settings: J2CSettings, *, environ: Mapping[str, str] | None = None) -> None:
         self._slurm = settings.scheduler.section("slurm", SlurmSettings)
@@ -136,20 +155,61 @@ class SlurmScheduler(SchedulerBase):
         self._submit_lock = asyncio.Lock()
         self._escalations: set[asyncio.Task[None]] = set()
         self._places: dict[str, tuple[float, str | None]] = {}  # Slurm id -> (when, place)
+        self._arrays: dict[str, tuple[float, list[dict[str, Any]]]] = {}  # id -> (when, tasks)
 
     # ------------------------------------------------------------------ protocol
 
     async def submit(self, spec: JobSpec) -> JobHandle:
-        check_spec(spec)
+        output = self._job_dir / spec.job_id / OUTPUT_NAME
+        job_id, existing = await self._submit(spec, output, None)
+        if existing is not None:
+            return self._handle(existing)
+        data: dict[str, Any] = {"output": str(output)}
+        if spec.resources.nodes > 1:
+            data["nodes"] = spec.resources.nodes
+        return JobHandle(scheduler=self.name, id=job_id, data=data)
+
+    async def submit_array(
+        self, spec: JobSpec, size: int, max_parallel: int | None
+    ) -> list[JobHandle]:
+        """One array job of ``size`` tasks running ``spec`` (whose command picks its row by
+        :data:`TASK_ENV`); one handle per task, in task order."""
+        if spec.resources.nodes > 1:
+            raise InvalidInput(
+                "a Slurm array runs single-node tasks; this sweep asks for "
+                f"{spec.resources.nodes} nodes per variant",
+                field="resources.nodes",
+            )
         run_dir = self._job_dir / spec.job_id
-        output = run_dir / OUTPUT_NAME
+        job_id, existing = await self._submit(
+            spec, run_dir / TASK_OUTPUT, array_field(size, max_parallel)
+        )
+        if existing is not None:
+            job_id = str(existing.get("array_job_id") or existing["job_id"])
+        return [
+            JobHandle(
+                scheduler=self.name,
+                id=task_handle_id(job_id, task),
+                data={"output": str(task_output(run_dir, task)), "array": job_id},
+            )
+            for task in range(size)
+        ]
+
+    async def _submit(
+        self, spec: JobSpec, output: Path, array: str | None
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The new job's id, or the job this key already made (a retried submit adopts it)."""
+        check_spec(spec)
+        run_dir = output.parent
         job = job_description(spec, self._slurm, output)
+        if array is not None:
+            job["array"] = array
         script = batch_script(spec, self._slurm, run_dir)
         # One submit at a time: two retries of one key in this process never both create a job.
         async with self._submit_lock:
             existing = await self._find(spec.key)
             if existing is not None:
-                return self._handle(existing)
+                return str(existing["job_id"]), existing
             await asyncio.to_thread(_make_job_folder, run_dir)
             try:
                 answer = await self._rest.request(
@@ -160,13 +220,12 @@ class SlurmScheduler(SchedulerBase):
         job_id = answer.get("job_id")
         if not isinstance(job_id, int):
             raise SchedulerError("slurmrestd accepted the job but returned no job id")
-        data: dict[str, Any] = {"output": str(output)}
-        if spec.resources.nodes > 1:
-            data["nodes"] = spec.resources.nodes
-        return JobHandle(scheduler=self.name, id=str(job_id), data=data)
+        return str(job_id), None
 
     async def status(self, handle: JobHandle) -> SchedulerState:
         job = await self._job(_slurm_id(handle))
+        if job is None and (gone := await self._task_gone(handle.id)) is not None:
+            return gone
         if job is None:
             return SchedulerState(
                 status=JobStatus.lost,
@@ -211,7 +270,8 @@ class SlurmScheduler(SchedulerBase):
         if state.status.terminal:
             return
         comment = str(job.get("comment") or "")
-        if CANCEL_MARK not in comment.split():
+        is_task = split_task_id(slurm_id)[1] is not None
+        if not is_task and CANCEL_MARK not in comment.split():
             await self._rest.request(
                 "POST", f"/job/{slurm_id}", json_body={"comment": f"{comment} {CANCEL_MARK}"}
             )
@@ -245,7 +305,11 @@ class SlurmScheduler(SchedulerBase):
     # ------------------------------------------------------------------ helpers
 
     async def _job(self, slurm_id: str) -> dict[str, Any] | None:
-        """The job's record, or None when Slurm does not know the id."""
+        """The job's record (an array task's: see :mod:`.slurm_array`), or None when Slurm
+        does not know the id."""
+        array_id, task = split_task_id(slurm_id)
+        if task is not None:
+            return task_record(await self._array(array_id), task)
         try:
             body = await self._rest.get(f"/job/{slurm_id}")
         except SlurmFailure as exc:
@@ -254,6 +318,32 @@ class SlurmScheduler(SchedulerBase):
             raise
         jobs = body.get("jobs") or []
         return jobs[0] if jobs and isinstance(jobs[0], dict) else None
+
+    async def _array(self, array_id: str) -> list[dict[str, Any]]:
+        """The records of an array's tasks, read once per :data:`ARRAY_REFRESH_S` for all."""
+        now = time.monotonic()
+        kept = self._arrays.get(array_id)
+        if kept is not None and now - kept[0] < ARRAY_REFRESH_S:
+            return kept[1]
+        try:
+            body = await self._rest.get(f"/job/{array_id}")
+        except SlurmFailure as exc:
+            if _INVALID_JOB_ID not in exc.numbers:
+                raise
+            body = {}
+        tasks = [job for job in body.get("jobs") or [] if isinstance(job, dict)]
+        self._arrays[array_id] = (now, tasks)
+        return tasks
+
+    async def _task_gone(self, slurm_id: str) -> SchedulerState | None:
+        """An array task its still-known array no longer lists: removed before it started."""
+        array_id, task = split_task_id(slurm_id)
+        if task is None or not await self._array(array_id):
+            return None
+        return SchedulerState(
+            status=JobStatus.cancelled,
+            message=f"Slurm array task {slurm_id} was removed from the queue before it started",
+        )
 
     async def _find(self, key: str) -> dict[str, Any] | None:
         """The newest job Slurm still knows that this Slurm user submitted with ``key`` (a

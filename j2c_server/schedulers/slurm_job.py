@@ -188,7 +188,8 @@ def job_environment(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
         **settings.env,
         **spec.env,
         **cache,
-        "J2C_JOB_ID": spec.job_id,
+        # An array's template (``<sweep>-{variant}``, filled in by j2c-unpack) where it has one.
+        "J2C_JOB_ID": spec.env.get("J2C_JOB_ID") or spec.job_id,
         # Python buffers stdout in a file: without this no line shows until the job ends.
         "PYTHONUNBUFFERED": "1",
     }

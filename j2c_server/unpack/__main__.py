@@ -116,10 +116,12 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
     plans = cache.plans if cache is not None else None
     manifest = read_manifest(options.manifest, plans, options.manifest_digest)
     if options.variant is not None or options.variant_env or manifest.variants is not None:
-        from j2c_server.unpack.variant import pick_variant, variant_index
+        from j2c_server.unpack.variant import fill_placeholders, pick_variant, variant_index
 
         index = variant_index(options.variant, options.variant_env)
         manifest = pick_variant(manifest, index)
+        if index is not None:
+            fill_placeholders(options, index)
     if manifest.files:
         from j2c_server.unpack.bigfiles import check_files
 

@@ -1,10 +1,15 @@
 """A sweep's row: which variant this task runs (``--variant N`` or ``--variant-env VAR``, e.g.
 ``SLURM_ARRAY_TASK_ID`` or ``JOB_COMPLETION_INDEX``) and the manifest plan with that row's args
 and env in place of the base ones. A sweep's manifest never runs without a valid row.
+
+An array task's command line and env are the same for every task, so the names that differ
+per variant carry a ``{variant}`` placeholder that the picked row's index fills in: the job id
+(``J2C_JOB_ID``, ``<sweep>-{variant}``) and ``--output-uri`` (each variant's outputs its own).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 
@@ -13,6 +18,17 @@ from j2c_server.unpack.errors import ManifestInvalid
 from j2c_server.unpack.log import say
 
 VARIANT_INDEX_ENV = "J2C_VARIANT_INDEX"
+PLACEHOLDER = "{variant}"
+JOB_ID_ENV = "J2C_JOB_ID"
+
+
+def fill_placeholders(options: argparse.Namespace, index: int) -> None:
+    """Variant ``index``'s own job id and outputs address, where the array left a placeholder."""
+    if isinstance(options.output_uri, str):
+        options.output_uri = options.output_uri.replace(PLACEHOLDER, str(index))
+    job_id = os.environ.get(JOB_ID_ENV)
+    if job_id is not None and PLACEHOLDER in job_id:
+        os.environ[JOB_ID_ENV] = job_id.replace(PLACEHOLDER, str(index))
 
 
 def variant_index(number: int | None, env_name: str | None) -> int | None:

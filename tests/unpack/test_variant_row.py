@@ -3,11 +3,14 @@ a sweep's manifest never runs without a valid row, and a plain one never takes a
 
 from __future__ import annotations
 
+import argparse
+import os
+
 import pytest
 
 from j2c_server.core.manifest_plan import ManifestPlan
 from j2c_server.unpack.errors import ManifestInvalid
-from j2c_server.unpack.variant import pick_variant, variant_index
+from j2c_server.unpack.variant import fill_placeholders, pick_variant, variant_index
 from j2c_server.wire.manifest import EntryPoint, Manifest, Variant
 
 
@@ -63,3 +66,18 @@ def test_a_missing_or_wrong_row_is_refused(
 def test_a_plain_manifest_runs_as_before() -> None:
     plan = _plan(None)
     assert pick_variant(plan, None) is plan
+
+
+def test_an_array_tasks_job_id_and_outputs_are_its_variants_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One command line for every task: ``{variant}`` becomes the picked row's index."""
+    options = argparse.Namespace(output_uri="s3://b/jobs/ab12-{variant}/outputs")
+    monkeypatch.setenv("J2C_JOB_ID", "ab12-{variant}")
+    fill_placeholders(options, 4)
+    assert options.output_uri == "s3://b/jobs/ab12-4/outputs"
+    assert os.environ["J2C_JOB_ID"] == "ab12-4"
+    plain = argparse.Namespace(output_uri=None)
+    monkeypatch.setenv("J2C_JOB_ID", "cd34-2")
+    fill_placeholders(plain, 7)  # a child submitted on its own already has its own names
+    assert plain.output_uri is None and os.environ["J2C_JOB_ID"] == "cd34-2"
