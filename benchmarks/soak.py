@@ -6,7 +6,10 @@ a varied rate, exits 0), ``fail`` (exits 3), ``cancel`` (runs long; cancelled on
 project edited, then sent again: a new job, both succeed). Every job has viewers on its
 websocket that reconnect from the last seq they saw whenever their connection ends early.
 
-The fault driver, seeded and logged (``--seed`` replays a run), picks at random among:
+The fault driver, seeded and logged (``--seed`` replays a run), picks at random among the
+kinds below, drawn as from a shuffled deck (every kind once in each round of draws, so a short
+run meets each of them, however long its jobs take; the driver has its own random stream, so
+the sequence of faults replays whatever the interleaving of the sends):
 ``server`` (``kill -9`` of the Jupyter server, restarted at once on the same port and data dir:
 the restarted server adopts the jobs by their leases), ``unpack`` (``kill -9`` of a running
 job's ``j2c-unpack``: that job must end failed, never succeeded), ``viewer`` (a viewer's socket
@@ -221,6 +224,8 @@ class Soak:
         self.s3 = s3
         self.fault_kinds = FAULTS + (S3_FAULTS if s3 else ())
         self.rng = random.Random(args.seed)
+        self.fault_rng = random.Random(f"faults-{args.seed}")
+        self.deck: list[str] = []
         self.sends: list[Send] = []
         self.viewers: list[Viewer] = []
         self.faults: list[tuple[float, str, str]] = []
@@ -268,12 +273,12 @@ class Soak:
 
     async def fault_driver(self) -> None:
         while not self.ending:
-            await asyncio.sleep(self.rng.expovariate(self.args.faults_per_min / 60))
+            await asyncio.sleep(self.fault_rng.expovariate(self.args.faults_per_min / 60))
             if self.ending:
                 return
-            kind = self.rng.choice(self.fault_kinds)
+            kind = self.next_kind()
             if kind == "s3" and self.s3 is not None:
-                burst = self.rng.choice(S3_BURSTS)
+                burst = self.fault_rng.choice(S3_BURSTS)
                 self.s3.proxy.queue(*burst)
                 self.log_fault("s3", "+".join(burst))
             elif kind == "server":
@@ -284,11 +289,17 @@ class Soak:
             elif kind == "viewer":
                 live = [v for v in self.viewers if v.status not in TERMINAL]
                 if live:
-                    viewer = self.rng.choice(live)
+                    viewer = self.fault_rng.choice(live)
                     self.log_fault("viewer", viewer.job_id)
                     viewer.drop.set()
             elif kind == "unpack":
                 self.kill_an_unpack()
+
+    def next_kind(self) -> str:
+        if not self.deck:
+            self.deck = list(self.fault_kinds)
+            self.fault_rng.shuffle(self.deck)
+        return self.deck.pop()
 
     def kill_an_unpack(self) -> None:
         by_id = {job_id: send for send in self.sends for job_id in send.ids}
@@ -299,7 +310,7 @@ class Soak:
         ]
         if not unpacks:
             return
-        pid, job_id = self.rng.choice(sorted(unpacks))
+        pid, job_id = self.fault_rng.choice(sorted(unpacks))
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
