@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -44,10 +43,11 @@ from j2c_server.schedulers.local_files import (
     write_json_atomic,
 )
 from j2c_server.schedulers.local_gpus import LedgerError, check_ledger_dir, detect_gpu_ids
+from j2c_server.schedulers.local_prune import key_index, mark_collected, prune_collected
 from j2c_server.schedulers.local_settings import LocalSchedulerSettings
 from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
 from j2c_server.schedulers.multinode import follow_ranks, parse_rank_cursor
-from j2c_server.schedulers.unpack_cache import CACHE_ENV, tenant_name
+from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
 from j2c_server.wire.api import Artifact, Capabilities, JobHandle, JobResults, JobStatus
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -132,7 +132,16 @@ class LocalScheduler(SchedulerBase):
         await asyncio.to_thread(_cancel, self._run(handle))
 
     async def results(self, handle: JobHandle) -> JobResults:
-        return await asyncio.to_thread(_collect_results, self._run(handle))
+        return await asyncio.to_thread(self._collect, self._run(handle))
+
+    def _collect(self, run: RunDir) -> JobResults:
+        """The run's results, then the runs folder bounded (:mod:`.local_prune`)."""
+        results = _collect_results(run)
+        if _has_ended(run):
+            mark_collected(run)
+            with exclusive_lock(self._runs / "submit.lock"):  # never beside a submit's index
+                prune_collected(self._runs, self._settings.keep_runs)
+        return results
 
     async def close(self) -> None:
         """Nothing to release: every job belongs to its supervisor, not to this object."""
@@ -181,7 +190,7 @@ class LocalScheduler(SchedulerBase):
         return JobHandle(scheduler=self.name, id=run.path.name, data=data)
 
     def _key_index(self, key: str) -> Path:
-        return self._runs / "keys" / hashlib.sha256(key.encode()).hexdigest()
+        return key_index(self._runs, key)
 
     def _existing_run(self, spec: JobSpec) -> RunDir | None:
         """The run a previous submit of this key started, if any."""
@@ -279,6 +288,8 @@ class LocalScheduler(SchedulerBase):
             # (j2c-unpack would make the leaf private but its parents with the umask).
             private_dir(self._cache)
             env[CACHE_ENV] = str(self._cache)
+            if self._settings.cache_max:
+                env[CACHE_MAX_ENV] = self._settings.cache_max
         return env
 
     # ------------------------------------------------------------------ reading a run

@@ -21,6 +21,13 @@ class LocalSchedulerSettings(BaseModel):
         description="Folder of the machine-wide GPU ledger, shared by every user's servers: "
         "root-owned with mode 1777 (sticky), or the user's own.",
     )
+    keep_runs: int = Field(
+        100,
+        ge=0,
+        description="Finished runs whose folders (<data dir>/runs/<job id>) are kept after "
+        "their results were collected, newest first; older ones are removed (their logs stay "
+        "in the registry, their outputs in the store). A run with files in outputs/ is kept.",
+    )
     cache: bool = Field(
         True,
         description="Keep j2c-unpack's layer cache between jobs (a warm start extracts "
@@ -28,4 +35,9 @@ class LocalSchedulerSettings(BaseModel):
     )
     cache_dir: str | None = Field(
         None, description="Folder of the layer cache; default: <data dir>/unpack-cache."
+    )
+    cache_max: str | None = Field(
+        None,
+        description="Size cap of that cache, e.g. 20G (j2c-unpack's J2C_UNPACK_CACHE_MAX; "
+        "default: j2c-unpack's own, 20G); least recently used entries go beyond it.",
     )
