@@ -45,7 +45,9 @@ async def test_fifty_jobs_leave_only_what_the_settings_keep(
             ids = []
             for index in range(batch, batch + 5):
                 (project / "data.bin").write_bytes(os.urandom(NEW_BYTES))
-                request = JobRequest(code_path=str(project), call_path="train.py", args=[str(index)])
+                request = JobRequest(
+                    code_path=str(project), call_path="train.py", args=[str(index)]
+                )
                 ids.append((await service.submit(request)).id)
             async with asyncio.timeout(180):
                 finals += [await service.wait(job_id) for job_id in ids]
