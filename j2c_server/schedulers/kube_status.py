@@ -64,6 +64,12 @@ def job_finished(job: dict[str, Any]) -> bool:
     return bool(_condition(job, "Complete") or _condition(job, "Failed"))
 
 
+def failure_words(job: dict[str, Any]) -> str | None:
+    """The reason and message of the Job's Failed condition (None: it has not failed)."""
+    failed = _condition(job, "Failed")
+    return None if failed is None else _words(failed.get("reason"), failed.get("message"))
+
+
 def was_cancelled(job: dict[str, Any]) -> bool:
     return ANNOTATION_CANCELLED in (job.get("metadata", {}).get("annotations") or {})
 
@@ -72,7 +78,7 @@ def _words(reason: str | None, message: str | None) -> str:
     return f"{reason}: {message}" if reason and message else (reason or message or "")
 
 
-def _container_detail(pod: dict[str, Any]) -> str | None:
+def container_detail(pod: dict[str, Any]) -> str | None:
     """Why the container ended (OOMKilled, exit code), or why it does not run yet."""
     status = container_status(pod)
     state = status.get("state") or {}
@@ -110,14 +116,14 @@ def _pending_words(pod: dict[str, Any]) -> str:
         return _words(scheduled.get("reason"), scheduled.get("message"))
     if scheduled is None:
         return "waiting for the scheduler to place the pod"
-    return _container_detail(pod) or "starting the container"
+    return container_detail(pod) or "starting the container"
 
 
 def job_state(job: dict[str, Any], pods: list[dict[str, Any]]) -> SchedulerState:
     """The status of an existing Job; a missing Job is the caller's decision (lost/cancelled)."""
     pod = newest_pod(pods)
     code = exit_code(pod)
-    detail = _container_detail(pod) if pod is not None else None
+    detail = container_detail(pod) if pod is not None else None
     if _condition(job, "Complete"):
         return SchedulerState(status=JobStatus.succeeded, exit_code=0 if code is None else code)
     failed = _condition(job, "Failed")
@@ -132,10 +138,18 @@ def job_state(job: dict[str, Any], pods: list[dict[str, Any]]) -> SchedulerState
         return SchedulerState(
             status=JobStatus.queued, message="waiting for admission (the Job is suspended)"
         )
+    return pod_state(pod)
+
+
+def pod_state(pod: dict[str, Any] | None) -> SchedulerState:
+    """What one pod of a Job that is still going says: why it waits, that it runs, or how its
+    container ended before the Job controller wrote its verdict."""
     if pod is None:
         return SchedulerState(
             status=JobStatus.submitted, message="waiting for the Job controller to create a pod"
         )
+    code = exit_code(pod)
+    detail = container_detail(pod)
     phase = pod.get("status", {}).get("phase", "Pending")
     if phase == "Pending":
         return SchedulerState(status=JobStatus.queued, message=_pending_words(pod))

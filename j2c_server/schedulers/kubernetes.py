@@ -11,6 +11,11 @@
 - multi-node (``resources.nodes > 1``): an Indexed Job plus a headless Service for its pods'
   names (see :mod:`.kube_spec`); status, logs (tagged with their rank) and the exit code read
   every rank's pod (:mod:`.kube_ranks`); cancel deletes the Job, its pods and the Service.
+- sweeps (``submit_array``): ONE Indexed Job of all the variants, ``max_parallel`` at a time;
+  each variant's handle is its index (``<job>/<index>``), whose status, log, exit code and cancel
+  are that index's pod's; cancelling one index deletes its pod, and the whole Job goes once only
+  cancelled indexes are left (why: :mod:`.kube_array`; the requests: :mod:`.kube_indexed`).
+  The Job and its pods are read at most twice a second for all its variants.
 
 The connection (kubeconfig or service account, :mod:`.kube_auth`) is resolved on first use, in a
 worker thread, so constructing a scheduler never touches the disk or the network.
@@ -20,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -29,9 +33,29 @@ from typing import Any
 import httpx
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError, SchedulerUnavailable
+from j2c_server.core.errors import Conflict, SchedulerError
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.kube_array import (
+    INDEX_ENV,
+    per_index_limit_kept,
+    render_array,
+    task_handle_id,
+)
 from j2c_server.schedulers.kube_auth import SERVICE_ACCOUNT_DIR, KubeConnection, load_connection
+from j2c_server.schedulers.kube_errors import api_error, transport_error
+from j2c_server.schedulers.kube_handles import (
+    BACKGROUND,
+    JSON_MERGE_PATCH,
+    index_of,
+    job_name_of,
+    jobs_url,
+    lost,
+    namespace_of,
+    nodes_of,
+    pods_url,
+    services_url,
+)
+from j2c_server.schedulers.kube_indexed import IndexedJobs, Snapshot
 from j2c_server.schedulers.kube_logs import LogCursor, LogReader
 from j2c_server.schedulers.kube_ranks import first_failed_code, rank_pods, ranked_state
 from j2c_server.schedulers.kube_settings import KubernetesSettings
@@ -56,14 +80,14 @@ from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
 # A follow stream that stays silent this long is re-opened from its cursor: a half-dead
 # connection must not hang the watcher forever, and a reconnect costs nothing.
 _FOLLOW_IDLE_S = 300.0
-_JSON_MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubernetesScheduler(SchedulerBase):
     name = "kubernetes"
     settings_model = KubernetesSettings
-    capabilities = Capabilities(gpus=True, gpu_types=True, multi_node=True)
+    capabilities = Capabilities(gpus=True, gpu_types=True, multi_node=True, arrays=True)
     remote = True
+    array_index_env = INDEX_ENV
 
     @classmethod
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
@@ -89,6 +113,7 @@ class KubernetesScheduler(SchedulerBase):
         self._client: httpx.AsyncClient | None = None
         self._connect_lock = asyncio.Lock()
         self._cancelled: set[str] = set()  # uids of Jobs this process deleted
+        self._indexed = IndexedJobs(self, self._kube.poll_interval_s)  # sweeps' variants
 
     async def __aenter__(self) -> KubernetesScheduler:
         return self
@@ -121,9 +146,9 @@ class KubernetesScheduler(SchedulerBase):
         try:
             response = await client.request(method, url, **kwargs)
         except httpx.TransportError as exc:
-            raise _transport_error(exc, conn) from None
+            raise transport_error(exc, conn) from None
         if response.status_code >= 400 and response.status_code not in allow:
-            raise _api_error(response, conn)
+            raise api_error(response, conn)
         return response
 
     # ------------------------------------------------------------------ the protocol
@@ -131,49 +156,79 @@ class KubernetesScheduler(SchedulerBase):
     async def submit(self, spec: JobSpec) -> JobHandle:
         _, conn = await self._api()
         manifest = render_job(spec, self._settings, namespace=conn.namespace)
-        name = manifest["metadata"]["name"]
-        url = _jobs_url(conn.namespace)
-        response = await self._request("POST", url, json=manifest, allow=(409,))
-        if response.status_code == 409:
-            existing = await self._get_job(conn.namespace, name)
-            annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
-            if existing is None or annotations.get(ANNOTATION_KEY) != spec.key:
-                raise Conflict(
-                    f"a Job named {name} already exists in namespace {conn.namespace} and was not "
-                    "created for this request",
-                    field="key",
-                    hint="delete that Job, or submit with a different request",
-                )
-            job = existing
-        else:
-            job = response.json()
+        job = await self._create(spec, manifest, conn.namespace)
+        name = str(job["metadata"]["name"])
         data: dict[str, Any] = {"namespace": conn.namespace, "uid": job["metadata"].get("uid")}
         if spec.resources.nodes > 1:
             service = render_service(
                 spec, self._settings, owner_uid=job["metadata"]["uid"], namespace=conn.namespace
             )
             # A retried submit finds its Service there already (409): the same one.
-            await self._request("POST", _services_url(conn.namespace), json=service, allow=(409,))
+            await self._request("POST", services_url(conn.namespace), json=service, allow=(409,))
             data["nodes"] = spec.resources.nodes
         return JobHandle(scheduler=self.name, id=name, data=data)
 
+    async def submit_array(
+        self, spec: JobSpec, size: int, max_parallel: int | None
+    ) -> list[JobHandle]:
+        """ONE Indexed Job of ``size`` indexes running ``spec`` (whose command picks its row by
+        :data:`~.kube_array.INDEX_ENV`), ``max_parallel`` at a time; one handle per index,
+        ``<job>/<index>``, in index order. A retried submit adopts the Job, like ``submit``."""
+        _, conn = await self._api()
+        manifest = render_array(spec, self._settings, size, max_parallel, namespace=conn.namespace)
+        job = await self._create(spec, manifest, conn.namespace)
+        name, uid = str(job["metadata"]["name"]), job["metadata"].get("uid")
+        if not per_index_limit_kept(job):
+            # Without it every variant's failure would count against them all: never run so.
+            await self._request("DELETE", f"{jobs_url(conn.namespace)}/{name}", json=BACKGROUND)
+            raise SchedulerError(
+                f"the Kubernetes API server dropped backoffLimitPerIndex from the sweep's Job "
+                f"{name} (it needs Kubernetes 1.29 or newer); the Job was deleted",
+                hint="upgrade the cluster, or enable the JobBackoffLimitPerIndex feature gate "
+                "(Kubernetes 1.28)",
+            )
+        data = {"namespace": conn.namespace, "uid": uid, "array": name}
+        return [
+            JobHandle(scheduler=self.name, id=task_handle_id(name, i), data={**data, "index": i})
+            for i in range(size)
+        ]
+
+    async def _create(
+        self, spec: JobSpec, manifest: dict[str, Any], namespace: str
+    ) -> dict[str, Any]:
+        """POST ``manifest``; a 409 adopts the Job this request's key made before."""
+        name = manifest["metadata"]["name"]
+        response = await self._request("POST", jobs_url(namespace), json=manifest, allow=(409,))
+        if response.status_code != 409:
+            created: dict[str, Any] = response.json()
+            return created
+        existing = await self._get_job(namespace, name)
+        annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
+        if existing is None or annotations.get(ANNOTATION_KEY) != spec.key:
+            raise Conflict(
+                f"a Job named {name} already exists in namespace {namespace} and was not "
+                "created for this request",
+                field="key",
+                hint="delete that Job, or submit with a different request",
+            )
+        return existing
+
     async def status(self, handle: JobHandle) -> SchedulerState:
+        index = index_of(handle)
+        if index is not None:
+            return await self._indexed.status(handle, index)
         job, pods = await self._job_and_pods(handle)
         if job is None:
             if self._was_cancelled(handle):
                 return SchedulerState(status=JobStatus.cancelled, message="cancelled")
-            return SchedulerState(
-                status=JobStatus.lost,
-                message=f"Job {handle.id} no longer exists (deleted, or removed after "
-                "ttlSecondsAfterFinished)",
-            )
-        nodes = _nodes(handle)
+            return lost(handle)
+        nodes = nodes_of(handle)
         return ranked_state(job, pods, nodes) if nodes > 1 else job_state(job, pods)
 
     def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
-        nodes = _nodes(handle)
+        nodes = nodes_of(handle)
         if nodes == 1:
-            return self._follow_pod(handle, cursor, None)
+            return self._follow_pod(handle, cursor, index_of(handle))
         for inner in parse_rank_cursor(cursor, nodes).values():
             if inner:
                 LogCursor.parse(inner)  # a bad cursor fails here, not at the first line
@@ -182,7 +237,8 @@ class KubernetesScheduler(SchedulerBase):
     async def _follow_pod(
         self, handle: JobHandle, cursor: str | None, rank: int | None
     ) -> AsyncIterator[LogLine]:
-        """One pod's lines (the newest pod's, or rank ``rank``'s) from ``cursor`` to the end."""
+        """One pod's lines (the newest pod's, or rank or index ``rank``'s) from ``cursor`` to
+        the end."""
         position = LogCursor.parse(cursor) if cursor else None
         while True:
             pod = await self._started_pod(handle, rank)
@@ -206,26 +262,26 @@ class KubernetesScheduler(SchedulerBase):
                 await asyncio.sleep(self._kube.poll_interval_s)
 
     async def cancel(self, handle: JobHandle) -> None:
-        namespace = _namespace(handle)
+        index = index_of(handle)
+        if index is not None:
+            return await self._indexed.cancel(handle, index)
+        namespace = namespace_of(handle)
         job = await self._get_job(namespace, handle.id)
         if job is None or job_finished(job) or job["metadata"].get("uid") != handle.data.get("uid"):
             return
-        url = f"{_jobs_url(namespace)}/{handle.id}"
-        patch = {"metadata": {"annotations": {ANNOTATION_CANCELLED: "true"}}}
-        headers = {"Content-Type": _JSON_MERGE_PATCH}
-        await self._request("PATCH", url, json=patch, headers=headers, allow=(404,))
-        self._cancelled.add(str(job["metadata"]["uid"]))
         handle.data["cancelled"] = True
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        await self._request("DELETE", url, json=body, allow=(404,))
-        if _nodes(handle) > 1:
+        await self._delete_job(namespace, handle.id, str(job["metadata"]["uid"]))
+        if nodes_of(handle) > 1:
             # Owned by the Job, so the garbage collector would take it too; now is sooner.
-            service = f"{_services_url(namespace)}/{handle.id}"
-            await self._request("DELETE", service, json=body, allow=(404,))
+            service = f"{services_url(namespace)}/{handle.id}"
+            await self._request("DELETE", service, json=BACKGROUND, allow=(404,))
 
     async def results(self, handle: JobHandle) -> JobResults:
+        index = index_of(handle)
+        if index is not None:
+            return JobResults(exit_code=await self._indexed.exit_code(handle, index))
         job, pods = await self._job_and_pods(handle)
-        if _nodes(handle) > 1:
+        if nodes_of(handle) > 1:
             failed = first_failed_code(pods)
             return JobResults(exit_code=failed[1] if failed else (0 if pods else None))
         code = exit_code(newest_pod(pods))
@@ -244,38 +300,51 @@ class KubernetesScheduler(SchedulerBase):
         return bool(handle.data.get("cancelled")) or handle.data.get("uid") in self._cancelled
 
     async def _get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        response = await self._request("GET", f"{_jobs_url(namespace)}/{name}", allow=(404,))
+        response = await self._request("GET", f"{jobs_url(namespace)}/{name}", allow=(404,))
         if response.status_code == 404:
             return None
         job: dict[str, Any] = response.json()
         return job
 
-    async def _job_and_pods(
-        self, handle: JobHandle
-    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        namespace = _namespace(handle)
-        job = await self._get_job(namespace, handle.id)
+    async def _job_and_pods(self, handle: JobHandle) -> Snapshot:
+        namespace = namespace_of(handle)
+        job = await self._get_job(namespace, job_name_of(handle))
         uid = handle.data.get("uid")
         if job is None or (uid and job["metadata"].get("uid") != uid):
             return None, []
         selector = f"controller-uid={job['metadata']['uid']}"
         response = await self._request(
-            "GET", f"/api/v1/namespaces/{namespace}/pods", params={"labelSelector": selector}
+            "GET", pods_url(namespace), params={"labelSelector": selector}
         )
         pods: list[dict[str, Any]] = response.json().get("items") or []
         return job, pods
 
     async def _started_pod(self, handle: JobHandle, rank: int | None) -> dict[str, Any] | None:
-        """The pod whose log to read (of rank ``rank``, if given), once its container started;
-        None if none ever will."""
+        """The pod whose log to read (of rank or index ``rank``, if given), once its container
+        started; None if none ever will."""
+        index = index_of(handle)
         while True:
-            job, pods = await self._job_and_pods(handle)
+            if index is None:
+                job, pods = await self._job_and_pods(handle)
+                over = job is None or job_finished(job)
+            else:
+                job, pods = await self._indexed.read(handle)
+                over = job is None or self._indexed.state_of(job, pods, index).status.terminal
             pod = newest_pod(pods if rank is None else rank_pods(pods, rank))
             if pod is not None and container_started(pod):
                 return pod
-            if job is None or job_finished(job):
+            if over:
                 return None
             await asyncio.sleep(self._kube.poll_interval_s)
+
+    async def _delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """Mark the Job cancelled, then delete it in the background (its pods get SIGTERM)."""
+        url = f"{jobs_url(namespace)}/{name}"
+        patch = {"metadata": {"annotations": {ANNOTATION_CANCELLED: "true"}}}
+        headers = {"Content-Type": JSON_MERGE_PATCH}
+        await self._request("PATCH", url, json=patch, headers=headers, allow=(404,))
+        self._cancelled.add(uid)
+        await self._request("DELETE", url, json=BACKGROUND, allow=(404,))
 
     async def _read_log(
         self, handle: JobHandle, reader: LogReader, *, follow: bool
@@ -283,7 +352,7 @@ class KubernetesScheduler(SchedulerBase):
         """Lines of one log request after the reader's cursor. A dropped stream just ends;
         ``reader.ended`` tells the two apart."""
         client, conn = await self._api()
-        namespace = _namespace(handle)
+        namespace = namespace_of(handle)
         params = {"container": CONTAINER_NAME, "timestamps": "true"}
         if follow:
             params["follow"] = "true"
@@ -301,12 +370,12 @@ class KubernetesScheduler(SchedulerBase):
                     return
                 if response.status_code >= 400:
                     await response.aread()
-                    raise _api_error(response, conn)
+                    raise api_error(response, conn)
                 async for chunk in response.aiter_bytes():
                     for line in reader.feed(chunk):
                         yield line
         except httpx.ConnectError as exc:
-            raise _transport_error(exc, conn) from None
+            raise transport_error(exc, conn) from None
         except httpx.TransportError:
             return  # dropped mid-stream: the caller reconnects from the cursor
         # A follow stream's unterminated last line is left for the final plain read.
@@ -314,66 +383,3 @@ class KubernetesScheduler(SchedulerBase):
         reader.ended = True
         for line in lines:
             yield line
-
-
-def _namespace(handle: JobHandle) -> str:
-    namespace = handle.data.get("namespace")
-    if not isinstance(namespace, str) or not namespace:
-        raise InvalidInput("handle: a Kubernetes job handle needs its namespace", field="handle")
-    return namespace
-
-
-def _jobs_url(namespace: str) -> str:
-    return f"/apis/batch/v1/namespaces/{namespace}/jobs"
-
-
-def _services_url(namespace: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/services"
-
-
-def _nodes(handle: JobHandle) -> int:
-    return int(handle.data.get("nodes", 1))
-
-
-def _transport_error(exc: httpx.TransportError, conn: KubeConnection) -> SchedulerError:
-    """Unreachable is worth retrying; a certificate that does not verify is not."""
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
-        cause = cause.__cause__ or cause.__context__
-    if cause is not None:
-        return SchedulerError(
-            f"the Kubernetes API server at {conn.server} has a certificate that does not "
-            f"verify: {cause}",
-            hint=f"check the certificate authority of {conn.source}",
-        )
-    return SchedulerUnavailable(
-        f"cannot reach the Kubernetes API server at {conn.server}: {exc!s}",
-        hint=f"check the server of {conn.source} and the network",
-    )
-
-
-def _api_error(response: httpx.Response, conn: KubeConnection) -> SchedulerError:
-    """A Kubernetes ``Status`` reply as an error that says what to check (never a token)."""
-    try:
-        body = response.json()
-        message = str(body.get("message") or response.reason_phrase)
-    except ValueError:
-        message = response.reason_phrase
-    code = response.status_code
-    if code == 401:
-        return SchedulerError(
-            f"the Kubernetes API server rejected the credentials of {conn.source} "
-            "(401 Unauthorized)",
-            hint="the token or client certificate is wrong or expired; renew it",
-        )
-    if code == 403:
-        return SchedulerError(
-            f"Kubernetes refused the request (403 Forbidden): {message}",
-            hint=f"grant create/get/patch/delete on jobs and get/list on pods and pods/log in "
-            f"namespace {conn.namespace}",
-        )
-    if code == 422:
-        return SchedulerError(f"Kubernetes rejected the Job (422 Invalid): {message}")
-    if code == 429 or code >= 500:
-        return SchedulerUnavailable(f"the Kubernetes API server is unavailable ({code}): {message}")
-    return SchedulerError(f"Kubernetes answered {code}: {message}")

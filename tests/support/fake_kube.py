@@ -5,13 +5,21 @@ backend is tested against this stand-in. It is a real HTTPS server (tornado, 127
 thread and event loop) that speaks the real batch/v1 and core/v1 JSON for the endpoints j2c uses:
 
 - ``POST/GET/PATCH/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}]`` (409 on a duplicate
-  create, 422 on an invalid Job, merge-patch, ``DeleteOptions.propagationPolicy`` recorded);
-- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...`` and ``.../pods/{name}``;
+  create, 422 on an invalid Job, merge-patch with the ``resourceVersion`` precondition (409 when
+  it is stale), ``DeleteOptions.propagationPolicy`` recorded);
+- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...``, ``GET/DELETE .../pods/{name}``;
 - ``POST/GET/DELETE /api/v1/namespaces/{ns}/services[/{name}]``, garbage-collected with their
   owner Job;
 - Indexed Jobs (``completionMode: Indexed``): one pod per index, with the index annotation and
-  label and the hostname ``<job>-<index>``; a failed pod fails the Job (podFailurePolicy) and
-  the controller removes the other pods;
+  label and the hostname ``<job>-<index>``, at most ``parallelism`` at once (the next index's
+  pod is created when one ends, lowest index first). A multi-node Job (podFailurePolicy
+  FailJob): a failed pod fails the Job and the controller removes the other pods. A sweep's Job
+  (``backoffLimitPerIndex: 0``): each index ends on its own in ``completedIndexes`` /
+  ``failedIndexes``, the Job is Complete once all succeeded, else Failed (``FailedIndexes``)
+  once all ended; a pod deleted before it ended fails its index (it is removed at once: the
+  fake has no grace period, and no container that a SIGTERM could reach);
+- ``drop_job_fields``: Job spec fields the fake drops on create, as an older API server drops
+  fields it does not know (``backoffLimitPerIndex`` before Kubernetes 1.29);
 - ``GET .../pods/{name}/log`` with ``follow``, ``timestamps``, ``sinceTime`` (applied at whole
   seconds, the coarsest a real server does) and ``container``; a test can make it drop the
   connection mid-stream, in the middle of a line;
@@ -57,6 +65,7 @@ CLIENT_USER = "alice"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # the pod's annotation and label
 
 
 # --------------------------------------------------------------------------- TLS material
@@ -184,6 +193,26 @@ def _condition(kind: str, reason: str, message: str, status: str = "True") -> di
     }
 
 
+def _index_set(text: object) -> set[int]:
+    """``"0-2,5"`` (completedIndexes, failedIndexes) as a set."""
+    indexes: set[int] = set()
+    for part in filter(None, str(text or "").split(",")):
+        first, _, last = part.partition("-")
+        indexes.update(range(int(first), int(last or first) + 1))
+    return indexes
+
+
+def _index_text(indexes: set[int]) -> str:
+    """A set as the controller writes it: ascending, runs of consecutive indexes as ranges."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and runs[-1][-1] == index - 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
 def _merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
     for key, value in patch.items():
         if value is None:
@@ -203,6 +232,15 @@ def _invalid_job(job: dict[str, Any]) -> str | None:
     if not _DNS1123.match(name) or len(name) > 63:
         return f"metadata.name: Invalid value: {name!r}"
     pod = (spec.get("template") or {}).get("spec") or {}
+    if spec.get("backoffLimitPerIndex") is not None and (
+        spec.get("completionMode") != "Indexed" or pod.get("restartPolicy") != "Never"
+    ):
+        return (
+            "spec.backoffLimitPerIndex: Invalid value: requires completionMode Indexed and "
+            "restartPolicy Never"
+        )
+    if spec.get("completionMode") == "Indexed" and not spec.get("completions"):
+        return "spec.completions: Required value: when completionMode is Indexed"
     if pod.get("restartPolicy") not in ("Never", "OnFailure"):
         return 'spec.template.spec.restartPolicy: Unsupported value: must be "OnFailure" or "Never"'
     containers = pod.get("containers") or []
@@ -239,6 +277,8 @@ class FakeKube:
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.logs: dict[str, list[tuple[int, str]]] = {}
         self.requests: list[tuple[str, str, str]] = []  # (method, path, who)
+        self.pod_deletes: list[str] = []  # names of the pods deleted through the API
+        self.drop_job_fields: set[str] = set()  # spec fields an older API server drops
         self.deletes: list[dict[str, Any]] = []  # DeleteOptions received
         self.log_requests: list[dict[str, str]] = []
         self.drops: list[int] = []  # next log responses: cut after this many lines
@@ -326,6 +366,8 @@ class FakeKube:
 
     def create_job(self, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
         meta, spec = job["metadata"], job["spec"]
+        for field in self.drop_job_fields:
+            spec.pop(field, None)
         uid = str(uuid.uuid4())
         name = meta["name"]
         meta.update(namespace=namespace, uid=uid, resourceVersion="1", generation=1)
@@ -346,9 +388,7 @@ class FakeKube:
         self.jobs[(namespace, name)] = job
         if not spec["suspend"]:
             if spec.get("completionMode") == "Indexed":
-                for index in range(int(spec["completions"])):
-                    self._create_pod(namespace, job, index)
-                job["status"]["active"] = int(spec["completions"])
+                self._start_indexes(namespace, job)
             else:
                 self._create_pod(namespace, job)
         return job
@@ -360,8 +400,8 @@ class FakeKube:
         annotations = {}
         if index is not None:
             name = f"{job_name}-{index}-{secrets.token_hex(3)[:5]}"
-            annotations["batch.kubernetes.io/job-completion-index"] = str(index)
-            template["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(index)
+            annotations[INDEX_KEY] = str(index)
+            template["metadata"]["labels"][INDEX_KEY] = str(index)
             template["spec"]["hostname"] = f"{job_name}-{index}"
         pod = {
             "apiVersion": "v1",
@@ -389,19 +429,85 @@ class FakeKube:
         }
         self.pods[(namespace, name)] = pod
         self.logs[name] = []
-        job["status"].update(active=1, startTime=_now())
+        job["status"]["active"] = job["status"].get("active", 0) + 1
+        job["status"].setdefault("startTime", _now())
+
+    def _job_pods(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"]["uid"]
+        return [
+            p
+            for (ns, _), p in self.pods.items()
+            if ns == namespace and p["metadata"]["labels"].get("controller-uid") == uid
+        ]
+
+    def _start_indexes(self, namespace: str, job: dict[str, Any]) -> None:
+        """The Job controller's loop for an Indexed Job: a pod for each index that has none and
+        has not ended, lowest first, while fewer than ``parallelism`` run or wait."""
+        spec, status = job["spec"], job["status"]
+        pods = self._job_pods(namespace, job)
+        going = [p for p in pods if p["status"].get("phase") in ("Pending", "Running")]
+        status["active"] = len(going)
+        have = {p["metadata"]["annotations"].get(INDEX_KEY) for p in pods}
+        ended = _index_set(status.get("completedIndexes")) | _index_set(status.get("failedIndexes"))
+        for index in range(int(spec["completions"])):
+            if status["active"] >= int(spec["parallelism"]):
+                break
+            if str(index) not in have and index not in ended:
+                self._create_pod(namespace, job, index)
+
+    def _end_index(self, namespace: str, job: dict[str, Any], index: int, ok: bool) -> None:
+        """A sweep's index ended (``backoffLimitPerIndex: 0``: never retried); the next pending
+        index gets its pod, and the Job ends once every index has."""
+        status = job["status"]
+        field = "completedIndexes" if ok else "failedIndexes"
+        status[field] = _index_text(_index_set(status.get(field)) | {index})
+        counter = "succeeded" if ok else "failed"
+        status[counter] = status.get(counter, 0) + 1
+        self._start_indexes(namespace, job)
+        failed = _index_set(status.get("failedIndexes"))
+        ended = _index_set(status.get("completedIndexes")) | failed
+        if len(ended) < int(job["spec"]["completions"]):
+            return
+        status.pop("active", None)
+        if failed:
+            message = "Job has failed indexes"
+            status["conditions"] = [
+                _condition("FailureTarget", "FailedIndexes", message),
+                _condition("Failed", "FailedIndexes", message),
+            ]
+        else:
+            status["completionTime"] = _now()
+            status["conditions"] = [_condition("Complete", "CompletionsReached", "done")]
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """A pod deleted through the API; one of a sweep's Job that had not ended fails its
+        index, as the Job controller counts a deleted pod that did not succeed."""
+        pod = self.pods.pop((namespace, name), None)
+        if pod is None:
+            return False
+        self.pod_deletes.append(name)
+        uid = pod["metadata"]["labels"].get("controller-uid")
+        job = next((j for j in self.jobs.values() if j["metadata"]["uid"] == uid), None)
+        index = pod["metadata"]["annotations"].get(INDEX_KEY)
+        if (
+            job is not None
+            and index is not None
+            and job["spec"].get("backoffLimitPerIndex") is not None
+            and pod["status"].get("phase") in ("Pending", "Running")
+        ):
+            self._end_index(namespace, job, int(index), ok=False)
+        return True
 
     def pod_of(
         self, job: str, namespace: str = "default", rank: int | None = None
     ) -> dict[str, Any]:
         uid = self.jobs[(namespace, job)]["metadata"]["uid"]
-        index = "batch.kubernetes.io/job-completion-index"
         return next(
             p
             for (ns, _), p in self.pods.items()
             if ns == namespace
             and p["metadata"]["labels"].get("controller-uid") == uid
-            and (rank is None or p["metadata"]["annotations"].get(index) == str(rank))
+            and (rank is None or p["metadata"]["annotations"].get(INDEX_KEY) == str(rank))
         )
 
     def _container_status(self, pod: dict[str, Any], state: dict[str, Any]) -> None:
@@ -533,6 +639,8 @@ class FakeKube:
         self._container_status(pod, {"terminated": terminated})
         pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
         record = self.jobs[("default", job)]
+        if record["spec"].get("backoffLimitPerIndex") is not None:
+            return self._end_index("default", record, rank, ok=exit_code == 0)
         status = record["status"]
         status["active"] = status.get("active", 1) - 1
         if exit_code == 0:
@@ -679,10 +787,21 @@ class JobHandler(_KubeHandler):
         if self.request.headers.get("Content-Type") != "application/merge-patch+json":
             return self.reply(415, _status(415, "UnsupportedMediaType", "unsupported patch type"))
         job = self._job(namespace, name)
-        if job is not None:
-            _merge_patch(job, json.loads(self.request.body))
-            self.fake._touch()
-            self.reply(200, job)
+        if job is None:
+            return
+        patch = json.loads(self.request.body)
+        meta = job["metadata"]
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != meta["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on jobs.batch "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again"
+            )
+            return self.reply(409, _status(409, "Conflict", message))
+        _merge_patch(job, patch)
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        self.fake._touch()
+        self.reply(200, job)
 
     def delete(self, namespace: str, name: str) -> None:
         options = json.loads(self.request.body or b"{}")
@@ -746,6 +865,13 @@ class PodHandler(_KubeHandler):
         pod = self.fake.pods.get((namespace, name))
         if pod is None:
             return self.not_found("pods", name)
+        self.reply(200, pod)
+
+    def delete(self, namespace: str, name: str) -> None:
+        pod = self.fake.pods.get((namespace, name))
+        if pod is None or not self.fake.delete_pod(namespace, name):
+            return self.not_found("pods", name)
+        self.fake._touch()
         self.reply(200, pod)
 
 
