@@ -53,10 +53,20 @@ def _publish(work: Path, venv: Path | None, store: Path) -> str:
 
 
 async def _one(settings: object, image: str, manifest: str, placement: str) -> tuple[float, str]:
-    from j2c_server.schedulers.base import JobSpec
     from j2c_server.schedulers.container import ContainerScheduler
 
     scheduler = ContainerScheduler(settings)  # type: ignore[arg-type]
+    return await first_line(scheduler, image, manifest, placement)
+
+
+async def first_line(
+    scheduler: object, image: str | None, manifest: str, placement: str
+) -> tuple[float, str]:
+    """Seconds from submit to the job's ``FIRST LINE``, and its cache line; closes
+    ``scheduler`` (any backend: ``slurm_cache.py`` times Slurm with it)."""
+    from j2c_server.schedulers.base import JobSpec, Scheduler
+
+    assert isinstance(scheduler, Scheduler)
     spec = JobSpec(
         key=f"bench-{time.monotonic_ns()}",
         job_id=f"b{time.monotonic_ns()}",
@@ -76,6 +86,8 @@ async def _one(settings: object, image: str, manifest: str, placement: str) -> t
                 first = time.perf_counter() - started
             if "layers from the cache" in line.text:
                 cache_line = line.text
+            if placement == "original" and "relocating under" in line.text:
+                raise SystemExit(f"--paths original fell back to relocating: {line.text}")
             if os.environ.get("BENCH_VERBOSE") and line.text.startswith("j2c: "):
                 print(f"    {time.perf_counter() - started:6.2f}  {line.text[:110]}")
         await scheduler.results(handle)
@@ -84,6 +96,18 @@ async def _one(settings: object, image: str, manifest: str, placement: str) -> t
     if first is None:
         raise SystemExit(f"the job printed no FIRST LINE ({placement}):\n" + "\n".join(seen[-15:]))
     return first, cache_line
+
+
+def cold_warm_table(samples: dict[tuple[str, str], list[float]]) -> None:
+    """Medians (best) per placement, cold beside warm, and their ratio."""
+    print("\nplacement  | cold median (best) | warm median (best) | cold / warm")
+    for placement in ("original", "relocate"):
+        cold, warm = samples[(placement, "cold")], samples[(placement, "warm")]
+        ratio = statistics.median(cold) / statistics.median(warm)
+        print(
+            f"{placement:10} | {statistics.median(cold):.2f} s ({min(cold):.2f}) | "
+            f"{statistics.median(warm):.2f} s ({min(warm):.2f}) | {ratio:.1f}x"
+        )
 
 
 def main() -> None:
@@ -129,14 +153,7 @@ def main() -> None:
                 )
                 samples.setdefault((placement, kind), []).append(seconds)
                 print(f"round {round_ + 1} {placement:8} {kind}: {seconds:.2f} s  {line}")
-    print("\nplacement  | cold median (best) | warm median (best) | cold / warm")
-    for placement in ("original", "relocate"):
-        cold, warm = samples[(placement, "cold")], samples[(placement, "warm")]
-        ratio = statistics.median(cold) / statistics.median(warm)
-        print(
-            f"{placement:10} | {statistics.median(cold):.2f} s ({min(cold):.2f}) | "
-            f"{statistics.median(warm):.2f} s ({min(warm):.2f}) | {ratio:.1f}x"
-        )
+    cold_warm_table(samples)
 
 
 if __name__ == "__main__":
