@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,28 @@ async def test_a_store_that_keeps_failing_gives_up_with_a_hint(
     assert "kept failing (SlowDown" in caught.value.message
     assert "storage.concurrency" in (caught.value.hint or "")
     assert fault_proxy.requests == 2
+
+
+def test_a_put_cut_off_mid_body_stores_nothing(
+    s3_bucket: S3Target, fault_proxy: FaultProxy
+) -> None:
+    """A client that dies mid-request (the soak kills the server) leaves no object: a real
+    store never acts on a short body. The proxy once forwarded it with its length corrected,
+    and moto stored an empty manifest that jobs then refused (exit 65, the soak's bursts)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from tests.support.s3 import boto3_client
+
+    key = f"{s3_bucket.prefix}/cut-off"
+    address = urlsplit(fault_proxy.url)
+    with socket.create_connection((address.hostname, address.port)) as client:
+        head = (
+            f"PUT /{s3_bucket.bucket}/{key} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+            "Content-Length: 4096\r\n\r\n"
+        )
+        client.sendall(head.encode() + b"x" * 100)  # then gone, 3996 bytes short
+    s3 = boto3_client(s3_bucket.endpoint)
+    for _ in range(15):  # the proxy's thread had time to forward it, if it were to
+        time.sleep(0.1)
+        assert s3.list_objects_v2(Bucket=s3_bucket.bucket, Prefix=key).get("KeyCount") == 0
