@@ -36,6 +36,7 @@ from j2c_server.wire.manifest import MANIFEST_FORMAT_VERSION_VARIANTS, Manifest,
 from j2c_server.wire.sweep import SweepInfo
 
 if TYPE_CHECKING:
+    from j2c_server.config import J2CSettings
     from j2c_server.jobs.audit import Actor
     from j2c_server.jobs.pipeline import Pipeline
     from j2c_server.jobs.service import JobService
@@ -223,17 +224,16 @@ async def run_children(
 
 
 def native_array(
-    scheduler: Scheduler, settings: object, record: JobRecord
+    scheduler: Scheduler, settings: J2CSettings, record: JobRecord
 ) -> TypeGuard[ArrayScheduler]:
     """Whether the sweep goes to its scheduler as one array job: a backend that has arrays,
     single-node variants, and jobs that read the store itself (a presigned job's manifest URL
     and upload policy are each variant's own: those run as N jobs)."""
-    storage = getattr(settings, "storage", None)
     return (
         isinstance(scheduler, ArrayScheduler)
         and getattr(type(scheduler), "capabilities", Capabilities()).arrays
         and record.request.resources.nodes == 1
-        and not getattr(storage, "presign_for_jobs", False)
+        and not settings.storage.presign_for_jobs
     )
 
 

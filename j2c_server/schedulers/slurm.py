@@ -332,6 +332,8 @@ class SlurmScheduler(SchedulerBase):
                 raise
             body = {}
         tasks = [job for job in body.get("jobs") or [] if isinstance(job, dict)]
+        # Keep only arrays read lately: a long-running server sees many sweeps.
+        self._arrays = {k: v for k, v in self._arrays.items() if now - v[0] < 60.0}
         self._arrays[array_id] = (now, tasks)
         return tasks
 

@@ -9,11 +9,14 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
+
+if TYPE_CHECKING:
+    from j2c_server.jobs.service import JobService
 
 TRAIN_PY = """\
 import argparse, os, sys, time
@@ -117,3 +120,16 @@ def stage_events(events: list[Event], state: str | None = None) -> dict[str, Eve
 def final_status(events: list[Event]) -> JobStatus | None:
     statuses = [e.status for e in events if e.kind == EventKind.status]
     return statuses[-1] if statuses else None
+
+
+async def sweep_children_submitted(
+    service: JobService, parent: JobRecord, timeout_s: float
+) -> list[JobRecord]:
+    """A sweep's children, once every one has its scheduler handle (task, index or job)."""
+    assert parent.sweep is not None
+    async with asyncio.timeout(timeout_s):
+        while True:
+            children = [await service.get(c) for c in parent.sweep.children]
+            if len(children) == parent.sweep.size and all(c.handle for c in children):
+                return children
+            await asyncio.sleep(0.1)

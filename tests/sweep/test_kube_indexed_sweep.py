@@ -25,9 +25,10 @@ import pytest
 
 from j2c_server.config import load_settings
 from j2c_server.jobs.service import JobService
-from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
 from tests.support.fake_kube import FakeKube, write_kubeconfig
+from tests.support.jobs import sweep_children_submitted
 
 IMAGE = "registry.example/ml/pytorch:2.4"
 GRID = {"lr": ["1e-3", "3e-4", "1e-4"], "seed": ["0", "1"]}
@@ -110,17 +111,6 @@ async def kubelet(fake: FakeKube, *, finish: bool) -> AsyncIterator[Kubelet]:
             await task
 
 
-async def _children(service: JobService, parent: JobRecord) -> list[JobRecord]:
-    """The six children, once each has its index's handle."""
-    assert parent.sweep is not None
-    async with asyncio.timeout(60):
-        while True:
-            children = [await service.get(c) for c in parent.sweep.children]
-            if len(children) == 6 and all(c.handle is not None for c in children):
-                return children
-            await asyncio.sleep(0.1)
-
-
 async def _log(service: JobService, job_id: str) -> list[str]:
     return [e.text or "" for e in await service.events(job_id) if e.kind == EventKind.log]
 
@@ -131,7 +121,7 @@ async def test_six_variants_run_as_one_indexed_job(
     try:
         async with kubelet(fake_kube, finish=True) as nodes:
             parent = await service.submit(_request(tmp_path / "proj"))
-            children = await _children(service, parent)
+            children = await sweep_children_submitted(service, parent, 60)
             async with asyncio.timeout(120):
                 final = await service.wait(parent.id)
                 ended = [await service.wait(c.id) for c in children]
@@ -168,7 +158,7 @@ async def test_cancelling_the_parent_ends_all_six_and_nothing_keeps_running(
     try:
         async with kubelet(fake_kube, finish=False):
             parent = await service.submit(_request(tmp_path / "proj"))
-            children = await _children(service, parent)
+            children = await sweep_children_submitted(service, parent, 60)
             async with asyncio.timeout(60):  # two variants running, four queued
                 while [(await service.get(c.id)).status for c in children[:2]] != [
                     JobStatus.running

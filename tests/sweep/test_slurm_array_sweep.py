@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from j2c_server.jobs.service import JobService
-from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
+from tests.support.jobs import sweep_children_submitted
 from tests.support.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -46,16 +47,6 @@ def _service(slurm_cluster: SlurmCluster, tmp_path: Path, project: Path) -> JobS
     return service
 
 
-async def _children_submitted(service: JobService, parent: JobRecord) -> list[JobRecord]:
-    assert parent.sweep is not None
-    async with asyncio.timeout(120):
-        while True:
-            children = [await service.get(c) for c in parent.sweep.children]
-            if len(children) == 6 and all(c.handle is not None for c in children):
-                return children
-            await asyncio.sleep(0.2)
-
-
 def _squeue(cluster: SlurmCluster, array_id: str) -> list[str]:
     """The array's tasks as ``squeue`` lists them, one line a task (``-r``)."""
     if not cluster.conf:
@@ -77,7 +68,7 @@ async def test_six_variants_run_as_one_array_job(
     service = _service(slurm_cluster, tmp_path, tmp_path / "proj")
     try:
         parent = await service.submit(_request(tmp_path / "proj", "3", max_parallel=2))
-        children = await _children_submitted(service, parent)
+        children = await sweep_children_submitted(service, parent, 120)
         arrays = {c.handle.data["array"] for c in children if c.handle is not None}
         assert len(arrays) == 1, arrays  # one Slurm job for the whole sweep
         (array_id,) = arrays
@@ -114,7 +105,7 @@ async def test_cancelling_the_parent_stops_running_and_queued_tasks(
     array_id = ""
     try:
         parent = await service.submit(_request(tmp_path / "proj", "120", max_parallel=2))
-        children = await _children_submitted(service, parent)
+        children = await sweep_children_submitted(service, parent, 120)
         array_id = str(children[0].handle.data["array"]) if children[0].handle else ""
         async with asyncio.timeout(60):  # two tasks running, four still queued
             while (await service.get(children[0].id)).status != JobStatus.running:
