@@ -132,6 +132,7 @@ async def test_cancelling_the_parent_cancels_every_variant(
         ({"grid": {"a": [str(i) for i in range(300)]}}, ["{a}"], "more than the limit of 256"),
         ({"grid": {"a": ["1"]}}, ["{a", "{a}"], "unbalanced brace"),
         ({"variants": [{"params": {"a": "1"}}, {"params": {"a": "1"}}]}, ["{a}"], "exactly like"),
+        ({"grid": {"a": ["1", "2"]}, "retries": 1}, ["{a}"], "not supported yet"),
     ],
 )
 async def test_bad_grids_are_refused_before_anything_is_sent(
