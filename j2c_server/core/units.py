@@ -1,6 +1,6 @@
 """How j2c writes quantities in its messages: sizes in decimal units (B, kB, MB, GB, TB, as the
-UI's ``src/format.ts``), durations and counted nouns. Standard library only: j2c-unpack imports
-it too."""
+UI's ``src/format.ts``), durations, counted nouns and a time limit reached. Standard library
+only: j2c-unpack imports it too."""
 
 from __future__ import annotations
 
@@ -35,3 +35,11 @@ def duration(seconds: float) -> str:
         return f"{minutes} min {rest:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+def timed_out(minutes: float) -> str:
+    """What every backend says of a job stopped at its time limit: ``timed out after 30 min``.
+
+    One wording on every scheduler (the status stays ``failed``: a time limit is one way of
+    failing, and each front end already explains ``failed`` with its message)."""
+    return f"timed out after {minutes:g} min"

@@ -47,10 +47,6 @@ def time_limit_s(spec: JobSpec, cfg: ContainerSettings) -> float | None:
     return min(minutes) * 60 if minutes else None
 
 
-def limit_minutes(seconds: float) -> str:
-    return f"{seconds / 60:g}"
-
-
 def labels(info: dict[str, Any]) -> dict[str, str]:
     return dict((info.get("Config") or {}).get("Labels") or {})
 

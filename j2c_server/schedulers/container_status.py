@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from j2c_server.core.units import timed_out
 from j2c_server.schedulers.base import SchedulerState
-from j2c_server.schedulers.container_lifecycle import limit_minutes
 from j2c_server.wire.api import Artifact, JobResults, JobStatus
 
 CANCELLED = "cancelled"  # the marker a cancel leaves in the job's folder
@@ -32,7 +32,7 @@ def container_state(
         if cancelled:
             return SchedulerState(status=JobStatus.cancelling, message="stopping the container")
         if timed_out_s is not None:
-            message = f"time limit of {limit_minutes(timed_out_s)} min reached: stopping"
+            message = f"{timed_out(timed_out_s / 60)}: stopping"
             return SchedulerState(status=JobStatus.running, message=message)
         return SchedulerState(status=JobStatus.running)
     code = state.get("ExitCode")
@@ -40,7 +40,7 @@ def container_state(
         return SchedulerState(status=JobStatus.cancelled, message="cancelled", exit_code=code)
     if timed_out_s is not None:
         # As the other backends report a time limit: failed, with why (no status of its own).
-        message = f"timed out after {limit_minutes(timed_out_s)} min (stopped: exit code {code})"
+        message = f"{timed_out(timed_out_s / 60)} (stopped: exit code {code})"
         return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
     if code == 0:
         return SchedulerState(status=JobStatus.succeeded, exit_code=0)

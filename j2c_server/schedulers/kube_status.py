@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from j2c_server.core.units import timed_out
 from j2c_server.schedulers.base import SchedulerState
 from j2c_server.schedulers.kube_spec import ANNOTATION_CANCELLED, CONTAINER_NAME
 from j2c_server.wire.api import JobStatus
@@ -130,6 +131,9 @@ def job_state(job: dict[str, Any], pods: list[dict[str, Any]]) -> SchedulerState
     if failed:
         status = JobStatus.cancelled if was_cancelled(job) else JobStatus.failed
         words = _words(failed.get("reason"), failed.get("message"))
+        deadline = job.get("spec", {}).get("activeDeadlineSeconds")
+        if failed.get("reason") == "DeadlineExceeded" and isinstance(deadline, int):
+            words = f"{timed_out(deadline / 60)} ({words})"  # the one wording of every backend
         message = "; ".join(w for w in (words, detail) if w) or None
         return SchedulerState(status=status, message=message, exit_code=code)
     if was_cancelled(job):

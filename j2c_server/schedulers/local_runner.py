@@ -32,6 +32,7 @@ from types import FrameType
 from typing import Any
 
 from j2c_server.core.file_modes import private_dir, private_opener
+from j2c_server.core.units import timed_out
 from j2c_server.schedulers.local_files import (
     RunDir,
     process_start_time,
@@ -234,7 +235,7 @@ class Supervisor:
     def finish(self, code: int | None, *, error: str | None = None) -> None:
         signum = -code if code is not None and code < 0 else None
         if self.timed_out:
-            error = f"time limit of {self.spec['time_limit_s']:g} s reached"
+            error = timed_out(self.spec["time_limit_s"] / 60)
         ranks: dict[str, Any] = {}
         if self.nodes > 1 and self.rank_codes:
             failed = next((rank for rank, raw in self.rank_codes if raw != 0), None)

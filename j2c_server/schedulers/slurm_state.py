@@ -13,7 +13,7 @@ import signal
 from collections.abc import Iterable
 from typing import Any
 
-from j2c_server.core.units import count
+from j2c_server.core.units import count, timed_out
 from j2c_server.schedulers.base import SchedulerState
 from j2c_server.schedulers.slurm_job import CANCEL_MARK
 from j2c_server.wire.api import JobStatus
@@ -30,7 +30,7 @@ _QUEUED = {
 _RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
 _FAILED = {
     "FAILED": "failed",
-    "TIMEOUT": "hit its time limit",
+    "TIMEOUT": "timed out (its time limit)",
     "OUT_OF_MEMORY": "ran out of memory",
     "NODE_FAIL": "lost its node (node failure)",
     "BOOT_FAIL": "could not boot its node",
@@ -117,7 +117,7 @@ def job_state(job: dict[str, Any]) -> SchedulerState:
     if state in _FAILED:
         what = _FAILED[state]
         if state == "TIMEOUT" and isinstance(job.get("time_limit"), int):
-            what += f" of {job['time_limit']} min"
+            what = timed_out(job["time_limit"])  # the one wording of every backend
         detail = f"; {job['state_description']}" if job.get("state_description") else ""
         return SchedulerState(
             status=JobStatus.failed,

@@ -350,14 +350,18 @@ async def test_out_of_memory_is_said_in_words(fake_kube: FakeKube, tmp_path: Pat
     assert state.message is not None and "ran out of memory (OOMKilled" in state.message
 
 
-async def test_deadline_exceeded_fails_with_the_reason(fake_kube: FakeKube, tmp_path: Path) -> None:
+async def test_deadline_exceeded_fails_timed_out_with_the_reason(
+    fake_kube: FakeKube, tmp_path: Path
+) -> None:
     async with connect(fake_kube, tmp_path) as kube:
-        handle = await kube.submit(make_spec())
+        handle = await kube.submit(make_spec(resources=Resources(time_limit_minutes=30)))
         fake_kube.start(handle.id)
         fake_kube.exceed_deadline(handle.id)
         state = await kube.status(handle)
     assert state.status == JobStatus.failed
-    assert state.message == "DeadlineExceeded: Job was active longer than specified deadline"
+    assert state.message == (
+        "timed out after 30 min (DeadlineExceeded: Job was active longer than specified deadline)"
+    )
 
 
 async def test_job_removed_behind_our_back_is_lost(fake_kube: FakeKube, tmp_path: Path) -> None:

@@ -384,7 +384,7 @@ async def test_a_job_that_reaches_its_time_limit_is_stopped_and_failed(
     handle = JobHandle(scheduler="local", id="limited", data={"run_dir": str(run)})
     state = await scheduler.status(handle)
     assert (state.status, state.exit_code) == (JobStatus.failed, 143)
-    assert state.message == "time limit of 0.3 s reached: exit code 143 (killed by SIGTERM)"
+    assert state.message == "timed out after 0.005 min: exit code 143 (killed by SIGTERM)"
 
 
 # --------------------------------------------------------------------------- idempotency

@@ -210,7 +210,7 @@ def test_completed_is_succeeded() -> None:
 @pytest.mark.parametrize(
     ("state", "words"),
     [
-        ("TIMEOUT", "hit its time limit of 30 min"),
+        ("TIMEOUT", "timed out after 30 min"),
         ("OUT_OF_MEMORY", "ran out of memory"),
         ("NODE_FAIL", "lost its node"),
     ],
