@@ -1,0 +1,97 @@
+"""A local job whose data dir runs full for a moment: the supervisor's records wait for space.
+
+Found by the chaos soak's ``disk_full`` leg (benchmarks/soak.py): a supervisor that met a full
+disk writing ``job.json`` or ``exit.json`` died, and its job read ``lost`` ("the supervisor is
+gone and left no exit record") although it ran, or was about to run, to its end. The data dir is
+a real 4 MB tmpfs filled by a ballast file; the tests skip, saying why, where it cannot be
+mounted (not root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from j2c_server.config import J2CSettings
+from j2c_server.schedulers.base import JobSpec
+from j2c_server.schedulers.local import LocalScheduler
+from j2c_server.schedulers.local_files import same_process
+from j2c_server.wire.api import JobHandle, JobStatus, Resources
+from tests.support.full_disk import mount_tmpfs, take_all_space, unmount
+
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture
+def small_data_dir(tmp_path: Path) -> Iterator[Path]:
+    """The scheduler's data dir on a 4 MB tmpfs; its jobs killed and it unmounted at the end."""
+    data = tmp_path / "data"
+    if (reason := mount_tmpfs(data, 4)) is not None:
+        pytest.skip(f"no small disk to fill: {reason}")
+    try:
+        yield data
+    finally:
+        (data / "ballast").unlink(missing_ok=True)
+        for record_path in (data / "runs").glob("*/job.json"):
+            record = json.loads(record_path.read_text())
+            for proc in (record.get("child"), record.get("supervisor")):
+                if proc and same_process(proc["pid"], proc["start_time"]):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc["pid"], signal.SIGKILL)
+        unmount(data)
+
+
+def scheduler_on(data: Path, ledger: Path) -> LocalScheduler:
+    local = {"gpu_ledger": str(ledger), "pass_env": ["PYTHONPATH"]}
+    return LocalScheduler(
+        J2CSettings.model_validate({"data_dir": str(data), "scheduler": {"local": local}})
+    )
+
+
+def gated_job(job_id: str, gate: Path) -> JobSpec:
+    """A job that prints nothing (its own output is not what is tested) and ends at the gate."""
+    code = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
+    return JobSpec(
+        job_id=job_id,
+        name=job_id,
+        key=f"key-{job_id}",
+        command=[sys.executable, "-c", code],
+        resources=Resources(),
+    )
+
+
+async def wait_status(scheduler: LocalScheduler, handle: JobHandle, *wanted: JobStatus) -> str:
+    deadline = time.monotonic() + TIMEOUT_S
+    while (state := await scheduler.status(handle)).status not in wanted:
+        assert time.monotonic() < deadline, f"still {state} after {TIMEOUT_S}s"
+        await asyncio.sleep(0.05)
+    return state.status
+
+
+async def test_a_job_that_ends_while_the_disk_is_full_succeeds_once_space_returns(
+    small_data_dir: Path, tmp_path: Path
+) -> None:
+    scheduler = scheduler_on(small_data_dir, tmp_path / "gpu-ledger")
+    gate = tmp_path / "gate"
+    handle = await scheduler.submit(gated_job("full-1", gate))
+    await wait_status(scheduler, handle, JobStatus.running)
+
+    assert take_all_space(small_data_dir / "ballast") > 0
+    gate.touch()  # the job ends now; its exit record cannot be written yet
+    await asyncio.sleep(1.5)
+    during = await scheduler.status(handle)
+    assert during.status == JobStatus.running, during  # still being recorded, not lost
+    (small_data_dir / "ballast").unlink()
+
+    ended = await wait_status(scheduler, handle, JobStatus.succeeded, JobStatus.lost)
+    assert ended == JobStatus.succeeded, await scheduler.status(handle)
+    await scheduler.close()
