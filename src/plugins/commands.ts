@@ -2,7 +2,7 @@
  * Ways to send a job: the "Send to Compute" button of notebook and Python editor toolbars
  * (declared in the settings schema), the file browser's context menu on .py/.ipynb files,
  * the command palette, and the sidebar's own button. All go through one flow: fill the form
- * for the file, save what is unsaved, send, open the log.
+ * for the file, save what is unsaved, send, open the log (a sweep's: the sweep view).
  */
 import {
   ILabShell,
@@ -29,6 +29,7 @@ import { Widget } from '@lumino/widgets';
 import { computeIcon } from '../icons';
 import { JobRecord } from '../models';
 import { SIDEBAR_ID } from '../sidebar/widget';
+import { sweepOf } from '../sweep/records';
 import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
 import { isRunnable, saveBeforeSending } from './documents';
 
@@ -118,21 +119,31 @@ export const commandsPlugin: JupyterFrontEndPlugin<void> = {
       if (decided !== null) {
         Notification.info(decided, { autoClose: 8000 });
       }
+      // A sweep opens as the jobs list's "Open sweep view" does: its variants, not one log.
+      const sweep = sweepOf(record)?.role === 'parent';
+      const open = (): Promise<unknown> =>
+        sweep
+          ? commands.execute(CommandIDs.openSweep, { id: record.id })
+          : panels.open(record.id);
       if (form.values.noWait) {
         Notification.info(
-          trans.__('Sent %1 as job %2.', record.name, record.id),
+          sweep
+            ? trans.__('Sent %1 as sweep %2.', record.name, record.id)
+            : trans.__('Sent %1 as job %2.', record.name, record.id),
           {
             autoClose: 5000,
             actions: [
               {
-                label: trans.__('Open log'),
-                callback: () => void panels.open(record.id)
+                label: sweep
+                  ? trans.__('Open sweep view')
+                  : trans.__('Open log'),
+                callback: () => void open()
               }
             ]
           }
         );
       } else {
-        await panels.open(record.id);
+        await open();
       }
     };
 

@@ -1,11 +1,17 @@
 /** The Compute form: labelled fields bound to a `ComputeForm`, errors inline. */
 import { TranslationBundle } from '@jupyterlab/translation';
-import { Button, HTMLSelect, ReactWidget } from '@jupyterlab/ui-components';
+import {
+  Button,
+  HTMLSelect,
+  ReactWidget,
+  addIcon,
+  closeIcon
+} from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { ComputeForm } from './model';
 import { PreflightSummary } from './preflight';
-import { FormField } from './values';
+import { FormField, filledParams } from './values';
 
 const fieldId = (field: string): string => `j2c-field-${field}`;
 
@@ -223,6 +229,210 @@ function AdvancedFields(props: IFormProps): JSX.Element {
   );
 }
 
+/** "3 × 2 = 6 variants" (one parameter: "3 variants"). */
+function variantCount(
+  size: { factors: number[]; total: number },
+  trans: TranslationBundle
+): string {
+  const variants = trans._n('%1 variant', '%1 variants', size.total);
+  return size.factors.length > 1
+    ? trans.__('%1 = %2', size.factors.join(' × '), variants)
+    : variants;
+}
+
+/** The swept names typed so far, as the `{name}` placeholders Arguments can use. */
+function placeholderList(form: ComputeForm): string {
+  return filledParams(form.values.sweepParams)
+    .map(param => param.name.trim())
+    .filter(name => name)
+    .map(name => `{${name}}`)
+    .join(', ');
+}
+
+/**
+ * The Sweep section, folded by default: one row per parameter (NAME = comma-separated values),
+ * add/remove, max parallel, the live variant count, and the section's errors (the server's
+ * refusal of the sweep included). The rows live in the model; this only renders them.
+ */
+function SweepSection(props: IFormProps): JSX.Element {
+  const { form, trans } = props;
+  const params = form.values.sweepParams;
+  const size = form.sweepSize;
+  const error = form.errors.sweep;
+  // The row (by id) or control whose input takes the focus after an add or a remove.
+  const [focus, setFocus] = React.useState<string | null>(null);
+  React.useEffect(() => {
+    if (focus) {
+      document.getElementById(focus)?.focus();
+      setFocus(null);
+    }
+  }, [focus]);
+  const rowId = (id: number, part: 'name' | 'values') =>
+    fieldId(`sweep-${id}-${part}`);
+  const addId = fieldId('sweep-add');
+  const hintId = fieldId('sweep-hint');
+  const errorId = fieldId('sweep-error');
+  const remove = (index: number) => {
+    const next = params[index + 1] ?? params[index - 1];
+    form.removeSweepParam(params[index].id);
+    setFocus(next ? rowId(next.id, 'name') : addId);
+  };
+  return (
+    <details
+      className="j2c-SweepForm"
+      data-j2c="sweep-section"
+      open={form.sweepOpen}
+      onToggle={event => form.setSweepOpen(event.currentTarget.open)}
+    >
+      <summary>
+        {trans.__('Sweep')}
+        {size ? (
+          <span className="j2c-SweepForm-badge" data-j2c="sweep-summary-count">
+            {' '}
+            {trans._n('(%1 variant)', '(%1 variants)', size.total)}
+          </span>
+        ) : null}
+      </summary>
+      <div id={hintId} className="j2c-Field-hint">
+        {trans.__(
+          'Send one job per combination of values. Write {name} in Arguments (or an environment value) where each value goes.'
+        )}
+      </div>
+      {params.length ? (
+        <ol
+          className="j2c-SweepForm-params"
+          aria-label={trans.__('Swept parameters')}
+          aria-describedby={hintId}
+        >
+          {params.map((param, index) => {
+            const rowError = form.errors[`sweep.${param.id}`];
+            const noteId = rowError ? `${rowId(param.id, 'name')}-note` : '';
+            const number = index + 1;
+            return (
+              <li
+                key={param.id}
+                className="j2c-SweepForm-param"
+                data-j2c="sweep-param"
+              >
+                <div className="j2c-SweepForm-row">
+                  <label
+                    htmlFor={rowId(param.id, 'name')}
+                    className="j2c-u-screenReader"
+                  >
+                    {trans.__('Name of parameter %1', number)}
+                  </label>
+                  <input
+                    id={rowId(param.id, 'name')}
+                    className="jp-mod-styled j2c-Input j2c-SweepForm-name"
+                    data-j2c="sweep-name"
+                    value={param.name}
+                    placeholder={trans.__('name')}
+                    spellCheck={false}
+                    aria-invalid={!!rowError}
+                    aria-describedby={noteId || undefined}
+                    onChange={event =>
+                      form.setSweepParam(param.id, 'name', event.target.value)
+                    }
+                  />
+                  <span className="j2c-SweepForm-equals" aria-hidden="true">
+                    =
+                  </span>
+                  <label
+                    htmlFor={rowId(param.id, 'values')}
+                    className="j2c-u-screenReader"
+                  >
+                    {trans.__(
+                      'Values of parameter %1, comma-separated',
+                      number
+                    )}
+                  </label>
+                  <input
+                    id={rowId(param.id, 'values')}
+                    className="jp-mod-styled j2c-Input j2c-SweepForm-values"
+                    data-j2c="sweep-values"
+                    value={param.values}
+                    placeholder="1e-3, 3e-4, 1e-4"
+                    spellCheck={false}
+                    aria-invalid={!!rowError}
+                    aria-describedby={noteId || undefined}
+                    onChange={event =>
+                      form.setSweepParam(param.id, 'values', event.target.value)
+                    }
+                  />
+                  <Button
+                    type="button"
+                    minimal
+                    small
+                    className="j2c-SweepForm-remove"
+                    data-j2c="sweep-remove"
+                    aria-label={trans.__('Remove parameter %1', number)}
+                    title={trans.__('Remove parameter %1', number)}
+                    onClick={() => remove(index)}
+                  >
+                    <closeIcon.react tag="span" elementPosition="center" />
+                  </Button>
+                </div>
+                {rowError ? (
+                  <div id={noteId} className="j2c-Field-error" role="alert">
+                    {rowError}
+                  </div>
+                ) : null}
+              </li>
+            );
+          })}
+        </ol>
+      ) : null}
+      <Button
+        type="button"
+        id={addId}
+        className="jp-mod-styled j2c-SweepForm-add"
+        data-j2c="sweep-add"
+        onClick={() => setFocus(rowId(form.addSweepParam(), 'name'))}
+      >
+        <addIcon.react tag="span" elementPosition="center" />
+        {trans.__('Add parameter')}
+      </Button>
+      <Field
+        form={form}
+        field="maxParallel"
+        label={trans.__('Max parallel')}
+        hint={trans.__('Variants running at once; empty: all')}
+      >
+        {control => (
+          <input
+            {...control}
+            type="number"
+            min={1}
+            step={1}
+            placeholder={trans.__('all')}
+            className="jp-mod-styled j2c-Input"
+          />
+        )}
+      </Field>
+      <div
+        className="j2c-SweepForm-count"
+        data-j2c="sweep-count"
+        role="status"
+        aria-live="polite"
+      >
+        {size
+          ? variantCount(size, trans)
+          : trans.__('No parameters: a single job.')}
+      </div>
+      {error ? (
+        <div
+          id={errorId}
+          className="j2c-Field-error j2c-SweepForm-error"
+          data-j2c="sweep-error"
+          role="alert"
+        >
+          {error}
+        </div>
+      ) : null}
+    </details>
+  );
+}
+
 /** The ship/skip choice for lab-base packages the image lacks, shown once the preflight
  * found some; the conflicts' choice when the image has some at other versions. */
 function BaseFields(props: IFormProps): JSX.Element | null {
@@ -281,6 +491,7 @@ function BaseFields(props: IFormProps): JSX.Element | null {
 /** The whole form; Enter runs the preflight check, the button sends. */
 export function ComputeFormView(props: IFormProps): JSX.Element {
   const { form, trans, onSend } = props;
+  const placeholders = placeholderList(form);
   return (
     <form
       className="j2c-Form"
@@ -321,7 +532,16 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       </Field>
       <ImageField {...props} />
       <ResourceFields {...props} />
-      <Field form={form} field="args" label={trans.__('Arguments')}>
+      <Field
+        form={form}
+        field="args"
+        label={trans.__('Arguments')}
+        hint={
+          placeholders
+            ? trans.__('Each variant fills in %1 here', placeholders)
+            : undefined
+        }
+      >
         {input('--epochs 10 --lr 0.01')}
       </Field>
       <Field
@@ -332,6 +552,7 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       >
         {textarea('WANDB_MODE=offline')}
       </Field>
+      <SweepSection {...props} />
       <AdvancedFields {...props} />
       <PreflightSummary preflight={form.preflight} trans={trans} />
       <BaseFields {...props} />

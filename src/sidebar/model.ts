@@ -1,7 +1,8 @@
 /**
  * `ComputeForm`: the state of the Compute form outside React, so that commands (toolbar,
- * context menu) can fill and send it too: values, defaults from the server config and the
- * user's settings, inline field errors, the debounced preflight, and sending.
+ * context menu) can fill and send it too: values (the Sweep section's parameters included),
+ * defaults from the server config and the user's settings, inline field errors, the debounced
+ * preflight, and sending.
  */
 import { Contents, Kernel } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
@@ -16,11 +17,14 @@ import { J2CRequestError } from '../request';
 import { IJ2CSettings, J2CSettings } from '../settings';
 import {
   EMPTY_VALUES,
+  ErrorKey,
   FieldErrors,
   FormField,
   IFormValues,
+  ISweepParam,
   buildRequest,
-  formFieldOf
+  formFieldOf,
+  sweepSize
 } from './values';
 
 /** Fields whose change changes what would be packed: they re-run the preflight. */
@@ -121,6 +125,48 @@ export class ComputeForm {
     this._changed.emit();
   }
 
+  /** Whether the Sweep section is unfolded (it unfolds by itself to show its error). */
+  get sweepOpen(): boolean {
+    return this._sweepOpen;
+  }
+
+  setSweepOpen(open: boolean): void {
+    if (open !== this._sweepOpen) {
+      this._sweepOpen = open;
+      this._changed.emit();
+    }
+  }
+
+  /** Each filled parameter's count of values and their product; null: no sweep. */
+  get sweepSize(): { factors: number[]; total: number } | null {
+    return sweepSize(this._values.sweepParams);
+  }
+
+  /** A new, empty parameter row at the end; its id (the view focuses it). */
+  addSweepParam(): number {
+    const id = ++this._sweepIds;
+    this._updateSweep([
+      ...this._values.sweepParams,
+      { id, name: '', values: '' }
+    ]);
+    return id;
+  }
+
+  /** A user's edit of one parameter row's name or values. */
+  setSweepParam(id: number, part: 'name' | 'values', value: string): void {
+    this._updateSweep(
+      this._values.sweepParams.map(param =>
+        param.id === id ? { ...param, [part]: value } : param
+      )
+    );
+  }
+
+  removeSweepParam(id: number): void {
+    this._updateSweep(
+      this._values.sweepParams.filter(param => param.id !== id)
+    );
+  }
+
   /**
    * Describe the project of `path` (a .py or .ipynb file): folder, entry point and venv, by
    * the server's one rule (given the sys.prefix of `kernel`, the notebook's running kernel),
@@ -172,7 +218,7 @@ export class ComputeForm {
    */
   async check(quiet = false): Promise<void> {
     await this._followProject();
-    const request = this._build(quiet);
+    const request = this._build(quiet, false);
     if (!request) {
       this._setPreflight({ plan: null, running: false, error: null });
       return;
@@ -252,6 +298,9 @@ export class ComputeForm {
       error instanceof J2CRequestError ? formFieldOf(error.field) : null;
     if (field) {
       this._errors = { ...this._errors, [field]: messageOf(error) };
+      if (isSweepKey(field)) {
+        this._sweepOpen = true;
+      }
     } else {
       this._formError = messageOf(error);
     }
@@ -263,22 +312,53 @@ export class ComputeForm {
     Signal.clearData(this);
   }
 
-  /** The request, or null after showing what is wrong (unless `quiet`). */
-  private _build(quiet = false): JobRequest | null {
+  /**
+   * The request, or null after showing what is wrong (unless `quiet`). The preflight's
+   * (`sweep: false`) leaves the sweep out: it asks what would be packed, the same either way.
+   */
+  private _build(quiet = false, sweep = true): JobRequest | null {
     const t = this._trans;
-    const { request, errors } = buildRequest(this._values, {
-      entryRequired: t.__('Choose the script or notebook to run.'),
-      wholeNumber: t.__('Enter a whole number (0 or more).'),
-      positiveNumber: t.__('Enter a number above 0, or leave empty.'),
-      nodeCount: t.__('Enter a whole number of nodes (1 or more).'),
-      compressionRange: t.__('Enter a level from 1 to 22, or leave empty.'),
-      openQuote: t.__('A quote is not closed.')
-    });
+    const { request, errors } = buildRequest(
+      this._values,
+      {
+        entryRequired: t.__('Choose the script or notebook to run.'),
+        wholeNumber: t.__('Enter a whole number (0 or more).'),
+        positiveNumber: t.__('Enter a number above 0, or leave empty.'),
+        nodeCount: t.__('Enter a whole number of nodes (1 or more).'),
+        compressionRange: t.__('Enter a level from 1 to 22, or leave empty.'),
+        openQuote: t.__('A quote is not closed.'),
+        maxParallel: t.__('Enter a whole number (1 or more), or leave empty.'),
+        sweepName: t.__('Name this parameter, or remove the row.'),
+        sweepValues: t.__('Give this parameter at least one value.'),
+        sweepEmptyValue: t.__(
+          'A value is empty (two commas meet, or one ends the list).'
+        ),
+        sweepTwice: t.__('This name is swept above already: give it once.')
+      },
+      { sweep }
+    );
     if (!request && !quiet) {
       this._errors = { ...this._errors, ...errors };
+      if (Object.keys(errors).some(key => isSweepKey(key as ErrorKey))) {
+        this._sweepOpen = true;
+      }
       this._changed.emit();
     }
     return request;
+  }
+
+  /** New Sweep rows: the section's errors, the server's included, go with the old ones. */
+  private _updateSweep(sweepParams: ISweepParam[]): void {
+    const errors: FieldErrors = {};
+    for (const [key, message] of Object.entries(this._errors)) {
+      if (!isSweepKey(key as ErrorKey) || key === 'maxParallel') {
+        errors[key as ErrorKey] = message;
+      }
+    }
+    this._errors = errors;
+    this._values = { ...this._values, sweepParams };
+    this._formError = null;
+    this._changed.emit();
   }
 
   private _update(
@@ -289,6 +369,10 @@ export class ComputeForm {
     const errors = { ...this._errors };
     for (const field of Object.keys(change) as FormField[]) {
       delete errors[field];
+    }
+    if (edited === 'args' || edited === 'env') {
+      // The server's sweep errors are often about these ({name} used nowhere, a brace).
+      delete errors.sweep;
     }
     this._errors = errors;
     this._formError = null;
@@ -342,6 +426,8 @@ export class ComputeForm {
   private _preflightTicket = 0;
   private _fillTicket = 0;
   private _sending = false;
+  private _sweepOpen = false;
+  private _sweepIds = 0;
   /** The project the venv field was last defaulted for. */
   private _venvFor = '';
   private _venvReason = '';
@@ -356,6 +442,11 @@ export namespace ComputeForm {
     settings: J2CSettings;
     trans: TranslationBundle;
   }
+}
+
+/** Whether an error shows in the Sweep section (its own, a row's, max parallel's). */
+function isSweepKey(key: ErrorKey): boolean {
+  return key === 'sweep' || key === 'maxParallel' || key.startsWith('sweep.');
 }
 
 /** A server path relative to the root as the form writes it ('' is the root itself). */

@@ -1,8 +1,17 @@
 /**
  * The Compute form's values as typed, turned into a `JobRequest` (with the client-side checks
- * that need no server), and the server's error fields mapped back onto form fields.
+ * that need no server), and the server's error fields mapped back onto form fields. The Sweep
+ * section's rows become `JobRequest.sweep` here too (`buildSweep`, `sweepSize`).
  */
-import { JobRequest } from '../models';
+import { JobRequest, SweepSpec } from '../models';
+
+/** One row of the Sweep section: a swept name and its values as typed (comma-separated). */
+export interface ISweepParam {
+  /** The row's own id, kept across edits: its error and focus follow it when rows move. */
+  id: number;
+  name: string;
+  values: string;
+}
 
 export interface IFormValues {
   project: string;
@@ -23,11 +32,19 @@ export interface IFormValues {
   /** A needed lab-base package the image has at another version: '', auto, ship, image. */
   baseConflicts: string;
   noWait: boolean;
+  /** The Sweep section's parameters; none (or only blank rows): a single job. */
+  sweepParams: readonly ISweepParam[];
+  /** At most this many variants at once; '': all. */
+  maxParallel: string;
 }
 
-export type FormField = Exclude<keyof IFormValues, 'noWait'>;
+/** The form's text fields (each one control bound by `set`). */
+export type FormField = Exclude<keyof IFormValues, 'noWait' | 'sweepParams'>;
 
-export type FieldErrors = Partial<Record<FormField, string>>;
+/** Where an error shows: a field, the Sweep section as a whole, or one of its rows (by id). */
+export type ErrorKey = FormField | 'sweep' | `sweep.${number}`;
+
+export type FieldErrors = Partial<Record<ErrorKey, string>>;
 
 export const EMPTY_VALUES: IFormValues = {
   project: '',
@@ -45,11 +62,13 @@ export const EMPTY_VALUES: IFormValues = {
   scheduler: '',
   baseShip: '',
   baseConflicts: '',
-  noWait: false
+  noWait: false,
+  sweepParams: [],
+  maxParallel: ''
 };
 
 /** The server's `field` (a JobRequest path such as `resources.memory` or `env.FOO`). */
-const SERVER_FIELDS: [string, FormField][] = [
+const SERVER_FIELDS: [string, ErrorKey][] = [
   ['code_path', 'project'],
   ['call_path', 'entry'],
   ['venv_path', 'venv'],
@@ -66,11 +85,13 @@ const SERVER_FIELDS: [string, FormField][] = [
   ['scheduler', 'scheduler'],
   ['ship_base', 'baseShip'],
   ['base_conflicts', 'baseConflicts'],
-  ['force_base', 'baseConflicts']
+  ['force_base', 'baseConflicts'],
+  ['sweep.max_parallel', 'maxParallel'],
+  ['sweep', 'sweep']
 ];
 
-/** The form field a server error names, or null when it names none we show. */
-export function formFieldOf(field: string | undefined): FormField | null {
+/** Where a server error shows (its field's key), or null when it names none we show. */
+export function formFieldOf(field: string | undefined): ErrorKey | null {
   if (!field) {
     return null;
   }
@@ -164,6 +185,103 @@ function numberOrNull(text: string): number | null | undefined {
   return Number.isFinite(value) ? value : undefined;
 }
 
+/** A Sweep row's values: split at commas, each trimmed ('' where two commas meet). */
+export function splitValues(text: string): string[] {
+  return text.trim() ? text.split(',').map(value => value.trim()) : [];
+}
+
+/** The rows that say something: a row with neither a name nor values is left out. */
+export function filledParams(
+  params: readonly ISweepParam[]
+): readonly ISweepParam[] {
+  return params.filter(param => param.name.trim() || param.values.trim());
+}
+
+/** How many values each filled row has (blanks between commas not counted), and the product. */
+export function sweepSize(
+  params: readonly ISweepParam[]
+): { factors: number[]; total: number } | null {
+  const filled = filledParams(params);
+  if (!filled.length) {
+    return null;
+  }
+  const factors = filled.map(
+    param => splitValues(param.values).filter(value => value).length
+  );
+  return { factors, total: factors.reduce((a, b) => a * b, 1) };
+}
+
+/** Whether `value` names one of `names` as a `{name}` placeholder (`{{`, `}}` are braces). */
+function usesAny(value: string, names: ReadonlySet<string>): boolean {
+  const bare = value.replace(/\{\{|\}\}/g, '');
+  const placeholder = /\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+  for (let m = placeholder.exec(bare); m; m = placeholder.exec(bare)) {
+    if (names.has(m[1])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/**
+ * The sweep the Sweep section describes, or null when it has no filled row. An env value that
+ * uses a swept `{name}` moves from `env` into the sweep's env templates (the base env is sent
+ * as written). Only what JSON cannot carry or what is clearly unfinished is checked here (a
+ * name given twice, a row without its name or values, an empty value); the rest is the
+ * server's rule (docs/sweeps.md), shown on the section.
+ */
+export function buildSweep(
+  values: IFormValues,
+  env: { [key: string]: string },
+  messages: IMessages
+): {
+  sweep: SweepSpec | null;
+  env: { [key: string]: string };
+  errors: FieldErrors;
+} {
+  const errors: FieldErrors = {};
+  const filled = filledParams(values.sweepParams);
+  if (!filled.length) {
+    return { sweep: null, env, errors };
+  }
+  const maxParallel = numberOrNull(values.maxParallel);
+  if (
+    maxParallel === undefined ||
+    (maxParallel !== null &&
+      (!Number.isInteger(maxParallel) || maxParallel < 1))
+  ) {
+    errors.maxParallel = messages.maxParallel;
+  }
+  const grid: { [name: string]: string[] } = {};
+  for (const param of filled) {
+    const name = param.name.trim();
+    const list = splitValues(param.values);
+    const key = `sweep.${param.id}` as const;
+    if (!name) {
+      errors[key] = messages.sweepName;
+    } else if (Object.prototype.hasOwnProperty.call(grid, name)) {
+      errors[key] = messages.sweepTwice;
+    } else if (!list.length) {
+      errors[key] = messages.sweepValues;
+    } else if (list.some(value => !value)) {
+      errors[key] = messages.sweepEmptyValue;
+    } else {
+      grid[name] = list;
+    }
+  }
+  const names = new Set(Object.keys(grid));
+  const base: { [key: string]: string } = {};
+  const templates: { [key: string]: string } = {};
+  for (const [key, value] of Object.entries(env)) {
+    (usesAny(value, names) ? templates : base)[key] = value;
+  }
+  const sweep: SweepSpec = { grid, env: templates };
+  if (maxParallel) {
+    sweep.max_parallel = maxParallel;
+  }
+  return { sweep, env: base, errors };
+}
+
 export interface IBuildResult {
   request: JobRequest | null;
   errors: FieldErrors;
@@ -177,12 +295,21 @@ export interface IMessages {
   nodeCount: string;
   compressionRange: string;
   openQuote: string;
+  maxParallel: string;
+  sweepName: string;
+  sweepValues: string;
+  sweepEmptyValue: string;
+  sweepTwice: string;
 }
 
-/** The `JobRequest` the form describes, or the fields that are wrong. */
+/**
+ * The `JobRequest` the form describes, or the fields that are wrong. `sweep: false` (the
+ * preflight: what would be packed) leaves the Sweep section out.
+ */
 export function buildRequest(
   values: IFormValues,
-  messages: IMessages
+  messages: IMessages,
+  options: { sweep?: boolean } = {}
 ): IBuildResult {
   const errors: FieldErrors = {};
   if (!values.entry.trim()) {
@@ -221,6 +348,11 @@ export function buildRequest(
   if ('error' in env) {
     errors.env = env.error;
   }
+  const swept =
+    options.sweep === false || 'error' in env
+      ? null
+      : buildSweep(values, env.env, messages);
+  Object.assign(errors, swept?.errors);
   if (Object.keys(errors).length || args === null || 'error' in env) {
     return { request: null, errors };
   }
@@ -229,7 +361,7 @@ export function buildRequest(
     call_path: values.entry.trim(),
     venv_path: values.venv.trim() || null,
     args,
-    env: env.env,
+    env: swept?.env ?? env.env,
     image: values.image || null,
     resources: {
       gpus: gpus ?? 0,
@@ -253,5 +385,8 @@ export function buildRequest(
         ? values.baseConflicts
         : null
   };
+  if (swept?.sweep) {
+    request.sweep = swept.sweep;
+  }
   return { request, errors };
 }
