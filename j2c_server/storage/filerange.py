@@ -2,10 +2,12 @@
 
 The HTTP client reads the body in its executor, a chunk at a time, so a part goes from disk to
 the socket without ever being held in memory whole, and its MD5 is computed on that same read
-(off the event loop, one pass over the data). The MD5 is then compared with the ETag the server
-returns (see :func:`check_etag`). :func:`range_digests` computes a part's CRC32 (sent ahead as
-a checksum header, which the server verifies) and, for resuming, its MD5. Each attempt opens its
-own range, so a retry never shares a file position with a read left over from a failed attempt.
+(off the event loop, one pass over the data, one copy: a ``pread`` into the bytes handed to the
+client). The MD5 is then compared with the ETag the server returns (see :func:`check_etag`),
+unless hashing was stopped because the server verifies a checksum itself.
+:func:`range_digests` computes a part's CRC32 (sent ahead as a checksum header) and, for
+resuming, its MD5. Each attempt opens its own range, so a retry never shares a file position
+with a read left over from a failed attempt.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,20 +59,40 @@ class FileRange(io.RawIOBase):
         self._pos = min(max(base + pos, 0), self._size)
         return self._pos
 
+    def read(self, size: int | None = -1) -> bytes:
+        """The next ``size`` bytes, in one ``pread`` into a new bytes object: the HTTP client
+        reads the body this way (a copy less than ``RawIOBase.read``, which fills a bytearray
+        and copies it into bytes)."""
+        left = self._size - self._pos
+        wanted = left if size is None or size < 0 else min(size, left)
+        if wanted <= 0:
+            return b""
+        data = os.pread(self._file.fileno(), wanted, self._offset + self._pos)
+        self._advance(data, len(data), wanted)
+        return data
+
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         wanted = min(len(buffer), self._size - self._pos)
         if wanted <= 0:
             return 0
-        self._file.seek(self._offset + self._pos)
         view = memoryview(buffer)[:wanted]
-        got = self._file.readinto(view) or 0
+        got = os.preadv(self._file.fileno(), [view], self._offset + self._pos)
+        self._advance(view, got, wanted)
+        return got
+
+    def _advance(self, data: bytes | memoryview, got: int, wanted: int) -> None:
+        """Hash the ``got`` bytes just read at the current position (once, in order)."""
         if got < wanted:
             raise OSError(f"{self._file.name} shrank while it was being uploaded")
-        if self._md5 is not None and self._pos <= self._hashed < self._pos + got:
-            self._md5.update(view[self._hashed - self._pos : got])
+        md5 = self._md5
+        if md5 is not None and self._pos <= self._hashed < self._pos + got:
+            md5.update(data[self._hashed - self._pos : got])
             self._hashed = self._pos + got
         self._pos += got
-        return got
+
+    def stop_md5(self) -> None:
+        """Hash no more: the server verifies what it receives (see :mod:`.multipart`)."""
+        self._md5 = None
 
     def md5(self) -> bytes | None:
         """MD5 of the whole range once it has all been read, else None."""
@@ -83,16 +106,24 @@ class FileRange(io.RawIOBase):
 
 
 def range_digests(path: Path, offset: int, size: int, *, md5: bool) -> tuple[bytes | None, str]:
-    """(MD5 digest if asked, base64 CRC32) of a byte range of ``path``, in one read.
+    """(MD5 digest if asked, base64 CRC32) of a byte range of ``path``, in one read through
+    one reused buffer.
 
     Blocking: run it in a worker thread.
     """
     crc = 0
-    with FileRange(path, offset, size, md5=md5) as body:
-        while block := body.read(HASH_BLOCK):
+    digest = hashlib.md5(usedforsecurity=False) if md5 else None
+    buffer = memoryview(bytearray(HASH_BLOCK))
+    with FileRange(path, offset, size, md5=False) as source:
+        while got := source.readinto(buffer):
+            block = buffer[:got]
             crc = zlib.crc32(block, crc)
-        digest = body.md5()
-    return digest, base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
+            if digest is not None:
+                digest.update(block)
+    return (
+        digest.digest() if digest is not None else None,
+        base64.b64encode(crc.to_bytes(4, "big")).decode("ascii"),
+    )
 
 
 def check_etag(response: Mapping[str, Any], body: FileRange, what: str) -> str:

@@ -6,10 +6,14 @@ reused only when its size and ETag (the MD5 of its bytes) match the local part, 
 changed since cannot be stitched into a corrupt object. Each part streams from disk as the HTTP
 client reads it (memory stays a few chunks per concurrent part, whatever the part size).
 
-Integrity, twice: each part carries a CRC32 computed beforehand in a worker thread, which the
-server verifies (uploads are created with ``ChecksumAlgorithm=CRC32``, as boto3 does; a server
-that refuses checksums gets uploads without), and the ETag the server returns must be the MD5 of
-the bytes sent, or the part is sent again.
+Integrity: each part carries a CRC32 computed beforehand in a worker thread (uploads are
+created with ``ChecksumAlgorithm=CRC32``, as boto3 does; a server that refuses checksums gets
+uploads without), and the ETag the server returns must be the MD5 of the bytes sent, or the part
+is sent again. A server that verifies the CRC32 answers it back (``x-amz-checksum-crc32``; j2c
+does not send ``x-amz-sdk-checksum-algorithm``, which makes some fakes echo unverified): from
+its first such answer on, the parts of that upload are not MD5-hashed any more (the MD5 is most
+of an upload's CPU, 0.44 s per 256 MB); a server that answers nothing back (moto, older
+S3-compatible servers) gets the MD5 check on every part.
 """
 
 from __future__ import annotations
@@ -79,6 +83,9 @@ class MultipartUpload:
     progress: ProgressFn | None = None
     sent: int = field(default=0, init=False)
     _checksum: str | None = field(default=CHECKSUM, init=False)
+    # Set by the first part whose CRC32 the server answered back: it verifies parts itself.
+    _server_verifies: bool = field(default=False, init=False)
+    _streaming: set[FileRange] = field(default_factory=set, init=False)
     _done: dict[int, dict[str, Any]] = field(default_factory=dict, init=False)
 
     async def run(self) -> int:
@@ -144,12 +151,25 @@ class MultipartUpload:
                 self._done[part.number] = {"ETag": f'"{md5.hex()}"', **checksum}
                 continue
             etag = await self._call(
-                "upload_part", body=part, UploadId=upload_id, PartNumber=part.number, **checksum
+                "upload_part",
+                body=part,
+                checksum=checksum,
+                UploadId=upload_id,
+                PartNumber=part.number,
             )
             self._done[part.number] = {"ETag": etag, **checksum}
             self.sent += part.size
             if self.progress is not None:
                 self.progress(part.size)
+
+    def _trust_server_checksums(self) -> None:
+        """The server answered a part's CRC32 back: it verifies what it receives, so the parts
+        still streaming and those to come are not MD5-hashed any more."""
+        if not self._server_verifies:
+            self._server_verifies = True
+            log.debug("s3://%s verifies part checksums; parts are not MD5-hashed", self.bucket)
+        for stream in self._streaming:
+            stream.stop_md5()
 
     async def _find_unfinished(self) -> Unfinished | None:
         """The newest unfinished upload of this key that can be continued, if there is one."""
@@ -193,17 +213,39 @@ class MultipartUpload:
         async for page in paginator.paginate(Bucket=self.bucket, **params):
             yield page
 
-    async def _call(self, operation: str, *, body: Part | None = None, **params: Any) -> Any:
-        """One request, retried; with ``body``, that part of the file is sent and its ETag
-        (checked against the MD5 of what was sent) is returned instead of the response."""
+    async def _call(
+        self,
+        operation: str,
+        *,
+        body: Part | None = None,
+        checksum: dict[str, str] | None = None,
+        **params: Any,
+    ) -> Any:
+        """One request, retried; with ``body``, that part of the file is sent (with its
+        ``checksum`` headers) and its ETag is returned instead of the response, once checked
+        against the MD5 of what was sent unless the server verified the checksum itself."""
         method = getattr(self.s3, operation)
         what = f"{operation} s3://{self.bucket}/{self.key}"
+        checksum = checksum or {}
 
         async def attempt() -> Any:
             if body is None:
                 return await method(Bucket=self.bucket, Key=self.key, **params)
-            with FileRange(self.path, body.offset, body.size) as stream:
-                response = await method(Bucket=self.bucket, Key=self.key, Body=stream, **params)
+            with FileRange(
+                self.path, body.offset, body.size, md5=not self._server_verifies
+            ) as stream:
+                self._streaming.add(stream)
+                try:
+                    response = await method(
+                        Bucket=self.bucket, Key=self.key, Body=stream, **checksum, **params
+                    )
+                finally:
+                    self._streaming.discard(stream)
+                if checksum and all(
+                    response.get(name) == value for name, value in checksum.items()
+                ):
+                    self._trust_server_checksums()
+                    stream.stop_md5()
                 return check_etag(response, stream, what)
 
         try:
