@@ -3,7 +3,8 @@
  * removed from the keyboard), the live variant count, a real 6-variant sweep of the digits
  * example sent from the form (the sweep view opens with one row per variant and its values),
  * and the refusals shown by the section with nothing sent: a swept name no argument uses (the
- * server's words), a sweep over the server's cap, a row without values (the form's own check).
+ * server's words), a sweep over the server's cap, a name that is not one, a row without values
+ * (the form's own check).
  */
 import AxeBuilder from '@axe-core/playwright';
 import { IJupyterLabPageFixture, expect, test } from '@jupyterlab/galata';
@@ -248,6 +249,20 @@ test('a refused sweep shows its error by the Sweep section and sends nothing', a
   await send.click();
   await expect(error).toContainText('272 variants is more than the limit');
   expect(await jobCount(page)).toBe(before);
+
+  // A name that is not one: refused by the server's model, shown by the section too.
+  await section
+    .getByLabel('Values of parameter 2, comma-separated')
+    .fill('0,1');
+  await section.getByLabel('Name of parameter 1').fill('1lr');
+  await panel
+    .getByLabel('Arguments', { exact: true })
+    .fill('--epochs 1 --lr {1lr} --seed {seed}');
+  await send.click();
+  await expect(error).toContainText("'1lr' is not a parameter name");
+  await expect(panel.locator('.j2c-Form-error')).toHaveCount(0);
+  expect(await jobCount(page)).toBe(before);
+  await section.getByLabel('Name of parameter 1').fill('lr');
 
   // A row with a name and no values: the form's own check marks that row; nothing is sent.
   await section.getByLabel('Values of parameter 2, comma-separated').fill('');
