@@ -112,6 +112,7 @@ class ContainerScheduler(SchedulerBase):
         self._gpus = GpuWaiter(settings)
         self._swept = False
         self._engine_info: EngineInfo | None = None
+        self._engine_lock = asyncio.Lock()
 
     async def _ready(self) -> EngineClient:
         """The engine, once this server's collected containers left on it were removed (after
@@ -138,14 +139,16 @@ class ContainerScheduler(SchedulerBase):
     # ------------------------------------------------------------------ protocol
 
     async def engine(self) -> EngineInfo:
-        """The engine (rootless or not), read once; settings a rootful engine may not run
+        """The engine (rootless or not), read once, however many submits ask at the same time
+        (the others wait for that one answer); settings a rootful engine may not run
         (:mod:`.container_engine`) are refused here, before any job of this server starts."""
-        if self._engine_info is None:
-            info = await read_engine(self._api())
-            problems = unsafe_settings(self._cfg, info, self._locked)
-            if problems:
-                raise problems[0]
-            self._engine_info = info
+        async with self._engine_lock:
+            if self._engine_info is None:
+                info = await read_engine(self._api())
+                problems = unsafe_settings(self._cfg, info, self._locked)
+                if problems:
+                    raise problems[0]
+                self._engine_info = info
         return self._engine_info
 
     def _locked(self, key: str) -> bool:

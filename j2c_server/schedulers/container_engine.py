@@ -4,8 +4,9 @@ may not ask of a rootful one.
 A rootful engine's socket is root on this machine: whoever reaches it can run a container as uid
 0, on the host's network, with any host folder bound in. The settings are the user's own (their
 ``~/.jupyter/j2c.yaml`` overrides the system file), so before the first job a backend reads the
-engine's ``GET /info`` once — Docker's ``SecurityOptions`` holds ``name=rootless`` for a rootless
-daemon; podman's ``GET /libpod/info`` says ``host.security.rootless`` — and refuses, on a rootful
+engine once — podman's ``GET /libpod/info`` says ``host.security.rootless``; Docker answers it
+404, and its ``GET /info``'s ``SecurityOptions`` holds ``name=rootless`` for a rootless daemon —
+and refuses, on a rootful
 engine, ``user`` with uid 0, ``network: host`` and a ``credentials_dir`` outside the user's home,
 unless the operator locked that setting (the system config owns it). These are guardrails: a
 user who can reach a rootful socket can talk to it without j2c. Isolation between users on one
@@ -35,16 +36,16 @@ class EngineInfo:
 
 
 async def read_engine(api: EngineClient) -> EngineInfo:
-    """``GET /info`` (and podman's ``/libpod/info``, which Docker answers 404)."""
+    """Podman's ``GET /libpod/info``; Docker answers it 404, and then ``GET /info``. One of them
+    only: each costs podman seconds on a loaded machine (it asks the package manager for the
+    versions of its helpers at every call)."""
+    libpod = await api.request("GET", "/libpod/info", allow=(400, 404, 405))
+    if libpod.status_code == 200:
+        security = (libpod.json().get("host") or {}).get("security") or {}
+        return EngineInfo(podman=True, rootless=bool(security.get("rootless")))
     info = (await api.request("GET", "/info")).json()
     options = (info.get("SecurityOptions") or []) if isinstance(info, dict) else []
-    rootless = any("name=rootless" in str(option) for option in options)
-    libpod = await api.request("GET", "/libpod/info", allow=(400, 404, 405))
-    podman = libpod.status_code == 200
-    if podman:
-        security = (libpod.json().get("host") or {}).get("security") or {}
-        rootless = rootless or bool(security.get("rootless"))
-    return EngineInfo(podman=podman, rootless=rootless)
+    return EngineInfo(podman=False, rootless=any("name=rootless" in str(o) for o in options))
 
 
 def unsafe_settings(
