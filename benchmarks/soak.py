@@ -16,18 +16,29 @@ job's ``j2c-unpack``: that job must end failed, never succeeded), ``viewer`` (a 
 dropped; it reconnects from its last seq). With ``--store s3`` the store is a real moto S3
 server behind a fault proxy (``tests/storage/fault_proxy.py``) that both the server and the
 jobs' ``j2c-unpack`` go through, and the driver adds ``s3``: a burst of one to three failed
-requests (503 SlowDown, 500, a connection reset) to whoever asks next. Left out and why: a full
-disk (needs a tmpfs mount), the container and Slurm legs (the same driver; they need their
-engines' process names) — each is a fault of its own for a next step.
+requests (503 SlowDown, 500, a connection reset) to whoever asks next.
+
+``--backend container`` runs the jobs as podman containers of the platform image through the
+``container`` backend, ``--backend slurm`` on a real Slurm through slurmrestd (the engines and
+the full disk: ``soak_legs.py``); the ``unpack`` fault then kills ``j2c-unpack`` inside the
+container or the Slurm step (its processes are this machine's). ``--disk-full`` puts the data
+dir (registry, layer cache, ``file://`` store, runs, usage records) on a tmpfs of ``--disk-mb``
+and adds ``disk_full``: a ballast file takes every free byte for ``--disk-full-s`` seconds, then
+is removed. A job that was live then may fail (its own output could not be written), never
+end ``lost`` or succeed falsely; a send the server refused then is sent again, as a client
+would (the one-job-per-send invariant still holds).
 
 At the end it checks and prints the invariants: every job ended in the state its history calls
 for; one job per send (an unchanged re-send or a POST retried across a server kill attaches);
 every viewer saw every event from seq 1 to the terminal status exactly once, in order, across
 its reconnects; one usage record per job; no process left that carries a soak job's id; on S3,
-no multipart upload left open.
+no multipart upload left open; on podman, no container of this server left on the engine
+(finished ones are removed once their results are read, ``keep_finished`` being off); on Slurm,
+none of the soak's jobs left in the queue.
 
-Run: ``python benchmarks/soak.py [--jobs 200 --seed 7] [--store s3]``; the test suite runs a
-short form of each store (``tests/soak/test_soak_short.py``).
+Run: ``python benchmarks/soak.py [--jobs 200 --seed 7] [--store s3] [--backend container|slurm]
+[--disk-full]``; the test suite runs a short form of each leg (``tests/soak/``). Exit code 2:
+this machine cannot run the leg (no podman, no Slurm, no tmpfs mount), with the reason.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.storage.fault_proxy
 import wsreader
 from pipeline import Server
+from soak_legs import ContainerLeg, DiskLeg, LegUnavailable, SlurmLeg
 from tornado.httpclient import HTTPClientError
 
 TERMINAL = {"succeeded", "failed", "cancelled", "lost"}
@@ -67,6 +79,7 @@ sys.exit(3 if kind == "fail" else 0)
 KINDS = ("ok", "ok", "ok", "fail", "cancel", "resend", "edit")
 FAULTS = ("server", "unpack", "viewer", "viewer")
 S3_FAULTS = ("s3", "s3")  # added with --store s3
+DISK_FAULTS = ("disk_full",)  # added with --disk-full
 S3_BURSTS = (("503",), ("reset",), ("503", "reset"), ("500", "503", "reset"))
 BUCKET, PREFIX = "soak", "j2c"
 
@@ -142,6 +155,8 @@ class Send:
     ids: set[str] = field(default_factory=set)
     resend_ids: set[str] = field(default_factory=set)
     killed: set[str] = field(default_factory=set)  # jobs whose j2c-unpack got SIGKILL
+    crowded: bool = False  # it was under way while the data dir was full
+    done: bool = False  # every job of it ended
     cancel_asked: bool = False
 
 
@@ -182,17 +197,22 @@ class Viewer:
                     self.status = event.get("status", "")
 
 
-async def retrying(call: Any, *args: Any) -> Any:
-    """A request retried while the server is down (what a client does across a restart)."""
+async def retrying(call: Any, *args: Any, refused: list[str] | None = None) -> Any:
+    """A request retried while the server is down (what a client does across a restart); with
+    ``refused``, also while it answers 5xx (a full disk), each such answer noted there."""
     for _ in range(600):
         try:
             return await call(*args)
         except (OSError, ConnectionError):
             await asyncio.sleep(0.1)
         except HTTPClientError as exc:
-            if exc.code != 599:
+            if exc.code == 599:
+                await asyncio.sleep(0.1)
+            elif refused is not None and exc.code >= 500:
+                refused.append(f"{exc.code} {args[0]}")
+                await asyncio.sleep(0.5)
+            else:
                 raise
-            await asyncio.sleep(0.1)
     raise RuntimeError("the server did not come back")
 
 
@@ -217,12 +237,20 @@ def job_processes(job_ids: set[str]) -> dict[int, tuple[str, str]]:
 
 class Soak:
     def __init__(
-        self, server: SoakServer, args: argparse.Namespace, s3: S3Leg | None = None
+        self,
+        server: SoakServer,
+        args: argparse.Namespace,
+        s3: S3Leg | None = None,
+        engine: ContainerLeg | SlurmLeg | None = None,
+        disk: DiskLeg | None = None,
     ) -> None:
         self.server = server
         self.args = args
         self.s3 = s3
-        self.fault_kinds = FAULTS + (S3_FAULTS if s3 else ())
+        self.engine = engine
+        self.disk = disk
+        self.fault_kinds = FAULTS + (S3_FAULTS if s3 else ()) + (DISK_FAULTS if disk else ())
+        self.refused: list[str] | None = [] if disk else None  # 5xx answers while disk-full
         self.rng = random.Random(args.seed)
         self.fault_rng = random.Random(f"faults-{args.seed}")
         self.deck: list[str] = []
@@ -239,8 +267,11 @@ class Soak:
         if self.args.verbose:
             print(f"  {moment:7.2f} s  fault {kind} {target}", flush=True)
 
+    async def request(self, call: Any, *args: Any) -> Any:
+        return await retrying(call, *args, refused=self.refused)
+
     async def send(self, send: Send) -> str:
-        job = await retrying(self.server.post, "j2c/api/jobs", send.body)
+        job = await self.request(self.server.post, "j2c/api/jobs", send.body)
         send.ids.add(job["id"])
         return str(job["id"])
 
@@ -262,11 +293,11 @@ class Soak:
         elif send.kind == "cancel":
             await self.wait_running(job_id)
             send.cancel_asked = True
-            await retrying(self.server.post, f"j2c/api/jobs/{job_id}/cancel", {})
+            await self.request(self.server.post, f"j2c/api/jobs/{job_id}/cancel", {})
 
     async def wait_running(self, job_id: str) -> None:
         for _ in range(1200):
-            job = await retrying(self.server.get, f"j2c/api/jobs/{job_id}")
+            job = await self.request(self.server.get, f"j2c/api/jobs/{job_id}")
             if job["status"] in {"running", *TERMINAL}:
                 return
             await asyncio.sleep(0.25)
@@ -294,6 +325,18 @@ class Soak:
                     viewer.drop.set()
             elif kind == "unpack":
                 self.kill_an_unpack()
+            elif kind == "disk_full" and self.disk is not None:
+                await self.fill_disk()
+
+    async def fill_disk(self) -> None:
+        """Every send under way now may meet the full disk (its history allows a failure)."""
+        assert self.disk is not None
+        live = {v.job_id for v in self.viewers if v.status not in TERMINAL}
+        for send in self.sends:
+            if not send.done or send.ids & live:
+                send.crowded = True
+        self.log_fault("disk_full", f"every free byte for {self.args.disk_full_s} s")
+        await self.disk.fill(self.args.disk_full_s)
 
     def next_kind(self) -> str:
         if not self.deck:
@@ -325,12 +368,17 @@ class Soak:
             kind = self.rng.choice(KINDS)
             self.sends.append(self.make_send(index, kind))
             tasks.append(asyncio.ensure_future(self.run_one(self.sends[-1])))
+            tasks[-1].add_done_callback(lambda _, send=self.sends[-1]: self.finished(send))
             await asyncio.sleep(self.rng.uniform(0, self.args.spread))
         await asyncio.gather(*tasks)
         await asyncio.wait_for(asyncio.gather(*(v.task for v in self.viewers)), self.args.timeout)
         self.ending = True
         driver.cancel()
         return await self.invariants()
+
+    def finished(self, send: Send) -> None:
+        """Its requests are done; it stays under way while a viewer of its jobs is."""
+        send.done = True
 
     def make_send(self, index: int, kind: str) -> Send:
         lines = self.rng.randint(5, 60)
@@ -363,6 +411,9 @@ class Soak:
             problems += found
             for job_id in {j for j in send.ids if any(j in problem for problem in found)}:
                 await self.keep_evidence(job_id, records[job_id])
+        elsewhere = [j for j, r in records.items() if r.get("scheduler") != self.args.backend]
+        if elsewhere:
+            problems.append(f"{len(elsewhere)} jobs not on {self.args.backend}: {elsewhere[:3]}")
         for viewer in self.viewers:
             last = records[viewer.job_id]["last_seq"]
             if viewer.seqs != list(range(1, last + 1)):
@@ -393,7 +444,24 @@ class Soak:
                 ]
         if self.s3 is not None and (open_uploads := self.s3.open_uploads()):
             problems.append(f"{open_uploads} multipart uploads left open in the store")
+        if self.engine is not None and (held := await self.engine_leftovers(records)):
+            problems.append(f"{len(held)} left on the {self.engine.name} engine: {held[:5]}")
         return {"records": records, "problems": problems, "ended": ended}
+
+    async def engine_leftovers(self, records: dict[str, dict[str, Any]]) -> list[str]:
+        """What the engine still holds of the soak's jobs, after a grace for the results stage
+        of a job whose driver a server kill interrupted (the restarted server collects it)."""
+        handles = {str((r.get("handle") or {}).get("id")) for r in records.values()}
+        held: list[str] = []
+        for _ in range(60):
+            if isinstance(self.engine, ContainerLeg):
+                held = await asyncio.to_thread(self.engine.leftovers)
+            elif isinstance(self.engine, SlurmLeg):
+                held = await asyncio.to_thread(self.engine.leftovers, handles)
+            if not held:
+                break
+            await asyncio.sleep(1)
+        return held
 
     async def keep_evidence(self, job_id: str, record: dict[str, Any]) -> None:
         """A job that broke an invariant: its message, non-log events and last lines."""
@@ -422,12 +490,15 @@ class Soak:
             allowed = {"failed", "lost"} if job_id in send.killed else {wanted}
             if job_id in send.killed and send.kind == "cancel":
                 allowed.add("cancelled")
+            if send.crowded:  # its output or its pack may have met the full disk
+                allowed.add("failed")
             if status not in allowed:
                 problems.append(
                     f"send {send.index} ({send.kind}): {job_id} {status}, not {allowed}"
                 )
             exit_code = records[job_id].get("exit_code")
-            if send.kind == "fail" and job_id not in send.killed and exit_code != 3:
+            plain = job_id not in send.killed and not send.crowded
+            if send.kind == "fail" and plain and exit_code != 3:
                 problems.append(f"send {send.index} (fail): {job_id} exit code {exit_code}")
         wanted_ids = 2 if send.kind == "edit" else 1
         if len(send.ids) != wanted_ids:
@@ -439,21 +510,46 @@ class Soak:
         return problems
 
 
+def start_legs(
+    args: argparse.Namespace, tmp: Path, data: Path, legs: contextlib.ExitStack
+) -> tuple[DiskLeg | None, ContainerLeg | SlurmLeg | None]:
+    """The full disk and the engine the run asks for, each stopped when ``legs`` closes."""
+    disk = None
+    if args.disk_full:
+        disk = DiskLeg(data, args.disk_mb)
+        disk.mount()
+        legs.callback(disk.unmount)
+    engine: ContainerLeg | SlurmLeg | None = None
+    if args.backend == "container":
+        engine = ContainerLeg(tmp, data)
+    elif args.backend == "slurm":
+        engine = SlurmLeg(tmp)
+    if engine is not None:
+        legs.callback(engine.stop)
+    return disk, engine
+
+
 async def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="j2c-soak-") as tmp:
         root = Path(tmp) / "root"
         root.mkdir()
         data = Path(tmp) / "data"
         data.mkdir()
-        s3 = S3Leg(args.seed) if args.store == "s3" else None
-        server = SoakServer(root, data)
-        try:
-            async with server:
-                soak = Soak(server, args, s3)
-                result = await soak.run()
-        finally:
-            if s3 is not None:
-                s3.stop()
+        with contextlib.ExitStack() as legs:
+            try:
+                disk, engine = start_legs(args, Path(tmp), data, legs)
+            except LegUnavailable as exc:
+                print(f"soak: this leg cannot run here: {exc}", file=sys.stderr)
+                return 2
+            s3 = S3Leg(args.seed) if args.store == "s3" else None
+            server = SoakServer(root, data)
+            try:
+                async with server:
+                    soak = Soak(server, args, s3, engine, disk)
+                    result = await soak.run()
+            finally:
+                if s3 is not None:
+                    s3.stop()
         wall = time.monotonic() - soak.started
         kinds = {kind: sum(1 for f in soak.faults if f[1] == kind) for kind in soak.fault_kinds}
         reconnects = sum(v.reconnects for v in soak.viewers)
@@ -470,7 +566,16 @@ async def main(args: argparse.Namespace) -> int:
                 if s3
                 else []
             ),
+            *(
+                [
+                    ("disk fills: MB taken, largest", max(f[0] for f in disk.fills) // 10**6, "-"),
+                    ("answers 5xx while full (sent again)", len(soak.refused or ()), "-"),
+                ]
+                if disk and disk.fills
+                else []
+            ),
             ("store", args.store, "-"),
+            ("backend", args.backend, "-"),
             ("invariant violations", len(result["problems"]), "0"),
             ("seed", args.seed, "-"),
             ("wall time s", round(wall), "-"),
@@ -481,7 +586,12 @@ async def main(args: argparse.Namespace) -> int:
             print(f"  violation: {problem}")
         (Path(args.report) if args.report else Path(os.devnull)).write_text(
             json.dumps(
-                {"problems": result["problems"], "faults": soak.faults, "evidence": soak.evidence}
+                {
+                    "problems": result["problems"],
+                    "faults": soak.faults,
+                    "evidence": soak.evidence,
+                    "refused": soak.refused or [],
+                }
             )
         )
         return 1 if result["problems"] else 0
@@ -496,9 +606,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the viewers")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--store", choices=("file", "s3"), default="file", help="file:// or S3")
+    parser.add_argument(
+        "--backend",
+        choices=("local", "container", "slurm"),
+        default="local",
+        help="where the jobs run: this machine, podman containers, a real Slurm",
+    )
+    parser.add_argument(
+        "--disk-full", action="store_true", help="the data dir on a tmpfs that fills at times"
+    )
+    parser.add_argument("--disk-mb", type=int, default=256, help="the tmpfs's size")
+    parser.add_argument("--disk-full-s", type=float, default=1.5, help="how long it stays full")
     parser.add_argument("--report", help="write the violations and faults as JSON here")
     parser.add_argument("--verbose", action="store_true", help="a line per fault")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.store == "s3" and args.backend != "local":
+        parser.error("--store s3 runs with the local backend only (the proxy is on loopback)")
+    return args
 
 
 if __name__ == "__main__":

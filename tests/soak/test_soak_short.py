@@ -1,32 +1,50 @@
 """The chaos soak's short forms (benchmarks/soak.py): sends through a real Jupyter server while
 the seeded fault driver kills the server, jobs' ``j2c-unpack`` and viewers' sockets; on the S3
-leg, also fails the store's requests (moto behind the fault proxy).
+leg, also fails the store's requests (moto behind the fault proxy); on the container leg the
+jobs are podman containers, on the Slurm leg jobs of a real Slurm; on the full-disk leg the data
+dir is a small tmpfs that a ballast file fills for a moment now and then.
 
 Whatever the timing, every invariant must hold: each job ends as its history calls for, one job
 per send, every viewer sees every event once and in order across reconnects, a usage record
-per job, no job's process left behind. A failure prints the violations and the seed.
+per job, no job's process left behind, nothing left on the engine. A failure prints the
+violations and the seed. The container and Slurm legs skip, saying why, where podman or Slurm
+cannot be had (tests/support/podman.py, slurm.py); the full-disk leg where no tmpfs can be
+mounted (not root).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.support.podman import Podman
+from tests.support.slurm import SlurmCluster
+
 SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
+CANNOT_RUN_HERE = 2  # soak.py's exit code when this machine cannot run the leg
 
 
-def soak(tmp_path: Path, *argv: str) -> tuple[dict[str, Any], str]:
-    """Run the soak; its report (violations, faults) and its table."""
+def soak(
+    tmp_path: Path, *argv: str, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
+    """Run the soak (``env`` added to its environment); its report (violations, faults) and
+    its table."""
     report = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(SOAK), *argv, "--report", str(report)],
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, **(env or {})},
     )
+    if done.returncode == CANNOT_RUN_HERE:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result: dict[str, Any] = json.loads(report.read_text())
     assert result["problems"] == []
@@ -48,3 +66,47 @@ def test_sends_through_a_failing_s3_store_keep_every_invariant(tmp_path: Path):
     assert {"s3", "server"} <= kinds, f"the seed drove no S3 fault or server kill: {kinds}"
     failed = [line for line in table.splitlines() if line.startswith("S3 requests failed")]
     assert failed, table  # the proxy did fail requests, not only queue them
+
+
+def fault_kinds(result: dict[str, Any]) -> set[str]:
+    return {fault[1] for fault in result["faults"]}
+
+
+def test_sends_while_the_data_dir_runs_full_keep_every_invariant(tmp_path: Path):
+    """A 128 MB tmpfs data dir taken whole by a ballast file for 1.5 s at a time: nothing the
+    server acknowledged is lost, no job reads ``lost``, and every send ends in one job."""
+    argv = ["--jobs", "10", "--seed", "3", "--faults-per-min", "30", "--disk-full"]
+    result, table = soak(tmp_path, *argv, "--disk-mb", "128")
+    assert {"disk_full", "server"} <= fault_kinds(result), result["faults"]
+    assert "disk fills: MB taken" in table
+
+
+def test_container_jobs_under_faults_keep_every_invariant_and_leave_no_container(
+    tmp_path: Path, podman: Podman
+):
+    """The jobs are podman containers of the platform image: a killed ``j2c-unpack`` is the
+    container's, and once every result is in, none of this server's containers is left."""
+    env = {
+        "J2C_SCHEDULER__CONTAINER__SOCKET": podman.socket,
+        "PLATFORM_IMAGE": podman.image,
+        "CONTAINERS_CONF": os.environ["CONTAINERS_CONF"],  # set by the podman fixture
+    }
+    argv = ["--jobs", "8", "--seed", "11", "--faults-per-min", "30", "--backend", "container"]
+    result, table = soak(tmp_path, *argv, env=env)
+    assert {"server", "unpack"} <= fault_kinds(result), result["faults"]
+    assert "container" in table
+
+
+@pytest.mark.slurm
+def test_slurm_jobs_under_faults_keep_every_invariant(tmp_path: Path, slurm_cluster: SlurmCluster):
+    """The jobs are a real Slurm's: a killed ``j2c-unpack`` is the Slurm step's, and none of
+    the soak's jobs is left in the queue."""
+    env = {
+        "J2C_SCHEDULER__SLURM__URL": slurm_cluster.url,
+        "J2C_SCHEDULER__SLURM__USER": slurm_cluster.user,
+        "J2C_SCHEDULER__SLURM__TOKEN": slurm_cluster.token,
+        "J2C_SCHEDULER__SLURM__JOB_DIR": str(slurm_cluster.job_dir),
+    }
+    argv = ["--jobs", "8", "--seed", "11", "--faults-per-min", "30", "--backend", "slurm"]
+    result, _ = soak(tmp_path, *argv, env=env)
+    assert {"server", "unpack"} <= fault_kinds(result), result["faults"]
