@@ -7,15 +7,21 @@ read-only and their fingerprint recorded (:mod:`.cache_files`).
 
 How a job uses a venv entry: in relocate mode it runs **in place** (read-only, at
 ``entries/<key>/tree``) unless it lives inside the project or embeds the project's path
-(editable installs); otherwise the tree is **materialised** into the job's home by hard links
-(copies across filesystems), then the few files that name another path are rewritten, each one
-replaced by a new file (a rename), so the cache's inodes are never written. Cached files have no
-write bits: a job that writes a venv file gets EACCES; one that chmods it first changes its mode
-or mtime, which the fingerprint catches at the next use. The code layer is always **copied**
-(the job's working tree is its own and writable); a code layer in parts (format_version 3) has
-one ``code-<hex>`` entry per part, copied one after the other into the same folder. A venv entry
+(editable installs). At original paths the entry was relocated for exactly that path, so it is
+used where it is too: the job's home gets one symlink per top-level entry of the tree (``bin``,
+``lib``, ``pyvenv.cfg``...), and ``sys.prefix`` is the home. Otherwise (files name another path)
+the tree is **materialised** into the job's home by hard links (copies across filesystems), then
+the few files that name another path are rewritten, each one replaced by a new file (a rename),
+so the cache's inodes are never written. Cached files have no write bits: a job that writes a
+venv file gets EACCES; one that chmods it first changes its mode or mtime, which the fingerprint
+catches at the next use. A venv used from the cache's tree runs with
+``PYTHONDONTWRITEBYTECODE=1`` (root ignores the modes; new bytecode would change the tree).
+The code layer is always **copied** (the job's working tree is its own and writable); a code
+layer in parts (format_version 3) has one ``code-<hex>`` entry per part, copied one after the
+other into the same folder. A venv entry
 is started once when it is built (before it is sealed) and not again while its fingerprint and
-the interpreter binary are the same.
+the interpreter binary are the same; a materialised copy, whose files were rewritten, is
+started again.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from typing import TYPE_CHECKING
 from j2c_server.core.manifest_plan import LayerPlan, LayerRole
 from j2c_server.core.units import byte_size
 from j2c_server.unpack.cache_blobs import layer_blobs
-from j2c_server.unpack.cache_files import copy_tree, fingerprint, read_only, write_json
+from j2c_server.unpack.cache_files import (
+    copy_tree,
+    fingerprint,
+    link_top,
+    read_only,
+    write_json,
+)
 from j2c_server.unpack.homes import Placement
 from j2c_server.unpack.interpreter import Interpreter
 from j2c_server.unpack.log import Stage, say
@@ -164,20 +176,26 @@ def materialise(
             # Python would write missing bytecode into the shared tree (root ignores modes).
             env["PYTHONDONTWRITEBYTECODE"] = "1"
             said.append(f"venv used in place at {tree}")
+        elif item.built_for == item.home and not code_moved:
+            # Relocated for exactly this path (original paths) and proved to run when it was
+            # built; its fingerprint matched just now: seen at its home through one symlink per
+            # top-level entry, used where it is, like an in-place venv. Not started again.
+            links = link_top(tree, item.home)
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            said.append(f"venv at {item.home}: {links} links into the cache entry {tree}")
         else:
+            # Files must be rewritten for this path: a tree of its own, hard-linked (copied
+            # across filesystems), each rewritten file a new one (the cache's inodes stay as
+            # they are), then proved to run.
             files = copy_tree(tree, item.home, link=True)
             rewrite = {}
             if item.built_for != item.home:
                 rewrite[str(item.built_for)] = str(item.home)
             if code_moved:
                 rewrite[code_old] = str(placement.code)
-            changed = 0
-            if rewrite:  # rewritten files are new ones: the cache's inodes stay as they are
-                changed = fix_venv(item.home, interpreter, rewrite)
-                verify_venv(item.home)
+            changed = fix_venv(item.home, interpreter, rewrite)
+            verify_venv(item.home)
             said.append(f"venv linked into {item.home} ({files} files, {changed} rewritten)")
-        # Otherwise the venv is the entry as built and proved to run (its fingerprint says
-        # so): it is not started again here.
         python = homes[LayerRole.venv] / "bin" / "python"
     stage.done("; ".join(said))
     return Prepared(replace(placement, homes=homes, moves=moves), python, env)

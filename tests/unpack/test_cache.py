@@ -283,7 +283,7 @@ def test_each_placement_has_its_own_relocated_venv(tmp_path: Path, store: Path) 
     assert f"PREFIX {venv}" in original.stdout
     assert "1 of 2 layers from the cache, 1 built" in original.stderr  # the code is shared
     assert "2 of 2 layers from the cache" in original_again.stderr
-    assert f"venv linked into {venv}" in original_again.stderr
+    assert f"venv at {venv}: " in original_again.stderr
     assert f"PREFIX {venv}" in original_again.stdout
     assert not venv.exists()  # the job's copy is removed after it; the cache's stays
     configs = sorted((e / "tree" / "pyvenv.cfg").read_text() for e in entries(cache, "venv-"))
@@ -299,10 +299,34 @@ def venv_tree_for(cache: Path, stdout: str) -> Path:
     return path
 
 
+WHERE_JOB = """\
+import os, pathlib, sys
+prefix = pathlib.Path(sys.prefix)
+[site] = prefix.glob("lib/python*/site-packages")
+print("PREFIX", prefix)
+print("HOME", sorted((p.name, p.is_symlink()) for p in prefix.iterdir()))
+print("REAL", os.path.realpath(prefix / "pyvenv.cfg"))
+print("MARKER", (site / "j2c_marker.py").read_text().strip())
+print("PLANTED", (site / "zz_planted.pth").exists())
+print("USER CODE RAN", flush=True)
+"""
+
+
+def marked_lab(tmp_path: Path, store: Path, job: str = WHERE_JOB) -> tuple[str, Path]:
+    """A project and its venv (with ``j2c_marker.py``), published; its original paths free."""
+    lab = tmp_path / "lab"
+    write(lab / "project" / "job.py", job)
+    venv = make_venv(lab / "venv")
+    [site] = venv.glob("lib/python*/site-packages")
+    write(site / "j2c_marker.py", "shipped = 1\n")
+    uri = publish_project(lab / "project", store, "job.py", venv=venv)
+    lab.rename(tmp_path / "lab moved away")
+    return uri, venv
+
+
 def test_a_job_writing_into_a_linked_venv_file_does_not_poison_the_cache(
     tmp_path: Path, store: Path
 ) -> None:
-    lab = tmp_path / "lab"
     job = (
         "import pathlib, sys\n"
         "[site] = pathlib.Path(sys.prefix).glob('lib/python*/site-packages')\n"
@@ -311,12 +335,7 @@ def test_a_job_writing_into_a_linked_venv_file_does_not_poison_the_cache(
         "with victim.open('a') as f:\n"  # root ignores the read-only mode: it succeeds
         "    f.write('poisoned = 1\\n')\n"
     )
-    write(lab / "project" / "job.py", job)
-    venv = make_venv(lab / "venv")
-    [site] = venv.glob("lib/python*/site-packages")
-    write(site / "j2c_marker.py", "shipped = 1\n")
-    uri = publish_project(lab / "project", store, "job.py", venv=venv)
-    lab.rename(tmp_path / "lab moved away")
+    uri, _ = marked_lab(tmp_path, store, job)
     cache = tmp_path / "cache"
 
     first = run_unpack(uri, "--cache-dir", str(cache))
@@ -326,6 +345,81 @@ def test_a_job_writing_into_a_linked_venv_file_does_not_poison_the_cache(
     assert "SAW POISON False" in first.stdout
     assert "its files changed since it was built" in second.stderr
     assert "SAW POISON False" in second.stdout  # the entry was made again from the blob
+
+
+def test_a_warm_original_start_sees_the_verified_entry_at_the_original_path(
+    tmp_path: Path, store: Path
+) -> None:
+    uri, venv = marked_lab(tmp_path, store)
+    cache = tmp_path / "cache"
+
+    cold = run_unpack(uri, "--cache-dir", str(cache))
+    warm = run_unpack(uri, "--cache-dir", str(cache))
+
+    assert cold.returncode == 0 and warm.returncode == 0, warm.stderr
+    tree = venv_tree(cache)
+    assert "2 of 2 layers from the cache, 0 built" in warm.stderr
+    assert f"venv at {venv}: {len(os.listdir(tree))} links into the cache entry {tree}" in (
+        warm.stderr
+    )
+    assert f"PREFIX {venv}" in warm.stdout  # the path the venv was packed from
+    assert f"REAL {tree / 'pyvenv.cfg'}" in warm.stdout  # the cache's tree, checked just now
+    home = warm.stdout.split("HOME ")[1].splitlines()[0]
+    assert "False" not in home  # nothing of the job's own: every top-level entry a link
+    assert "MARKER shipped = 1" in warm.stdout
+    assert not venv.exists()  # the links went with the job; the cache's tree stays
+    assert (tree / "pyvenv.cfg").is_file()
+
+
+def poison_venv_file(site: Path) -> None:
+    path = site / "j2c_marker.py"
+    os.chmod(path, 0o644)
+    path.write_text("shipped = 'POISONED'\n")
+    os.chmod(path, 0o444)
+
+
+def plant_in_venv(site: Path) -> None:
+    os.chmod(site, 0o755)
+    write(site / "zz_planted.pth", "import sys; print('POISONED', file=sys.stderr)\n")
+    os.chmod(site / "zz_planted.pth", 0o444)
+    os.chmod(site, 0o555)
+
+
+def remove_from_venv(site: Path) -> None:
+    os.chmod(site, 0o755)
+    (site / "j2c_marker.py").unlink()  # a partial tree
+    os.chmod(site, 0o555)
+
+
+def swap_for_a_link(site: Path) -> None:
+    os.chmod(site, 0o755)
+    elsewhere = site.parents[4] / "elsewhere.py"  # beside the cache, same owner and mode
+    elsewhere.write_text("shipped = 'POISONED'\n")
+    os.chmod(elsewhere, 0o444)
+    (site / "j2c_marker.py").unlink()
+    (site / "j2c_marker.py").symlink_to(elsewhere)
+    os.chmod(site, 0o555)
+
+
+@pytest.mark.parametrize(
+    "poison", [poison_venv_file, plant_in_venv, remove_from_venv, swap_for_a_link]
+)
+def test_a_tampered_venv_entry_never_reaches_an_original_path_job(
+    tmp_path: Path, store: Path, poison: object
+) -> None:
+    uri, _ = marked_lab(tmp_path, store)
+    cache = tmp_path / "cache"
+    assert run_unpack(uri, "--cache-dir", str(cache)).returncode == 0
+    [site] = venv_tree(cache).glob("lib/python*/site-packages")
+    poison(site)  # type: ignore[operator]
+
+    again = run_unpack(uri, "--cache-dir", str(cache))
+
+    assert again.returncode == 0, again.stderr
+    assert "entry refused (its files changed since it was built)" in again.stderr
+    assert again.stderr.count(BUILT) == 1  # the venv, from its verified blob
+    assert "POISONED" not in again.stdout + again.stderr
+    assert "MARKER shipped = 1" in again.stdout and "PLANTED False" in again.stdout
 
 
 def test_a_cache_folder_others_can_write_is_not_used(small_job: SmallJob, tmp_path: Path) -> None:
@@ -399,8 +493,8 @@ def test_the_lab_at_its_original_paths_from_the_cache(
     for done in (first, second):
         assert done.returncode == 0, done.stderr
         assert lab_report(done.stdout)["prefix"] == str(lab.venv)
-    assert f"venv linked into {lab.venv}" in second.stderr
-    assert "0 rewritten" in second.stderr  # relocated for this placement when it was cached
+    # Relocated for this placement when it was cached: used as it is, nothing rewritten.
+    assert f"venv at {lab.venv}: " in second.stderr and "rewritten" not in second.stderr
     assert "2 of 2 layers from the cache, 0 built" in second.stderr
     assert not lab.project.exists()  # the job's copies went; the cache keeps its own
 
@@ -413,7 +507,10 @@ APPENDING_HOOK = (
 )
 
 
-def test_a_venv_that_edits_itself_or_lacks_bytecode_stays_warm(tmp_path: Path, store: Path) -> None:
+@pytest.mark.parametrize("placement", ["relocate", "original"])
+def test_a_venv_that_edits_itself_or_lacks_bytecode_stays_warm(
+    tmp_path: Path, store: Path, placement: str
+) -> None:
     project = tmp_path / "lab" / "project"
     write(project / "job.py", "import shipped_module\n" + JOB_PY)  # no bytecode shipped for it
     venv = make_venv(tmp_path / "lab" / "venv")
@@ -422,14 +519,20 @@ def test_a_venv_that_edits_itself_or_lacks_bytecode_stays_warm(tmp_path: Path, s
     write(site / "zz_hook.pth", APPENDING_HOOK)
     write(site / "shipped_module.py", "VALUE = 1\n")
     uri = publish_project(project, store, "job.py", venv=venv)
+    (tmp_path / "lab").rename(tmp_path / "lab moved away")  # original paths free
     cache = tmp_path / "cache"
 
     # As on a node: Python writes bytecode (this machine's environment turns that off).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    options = ("--cache-dir", str(cache), "--paths", "relocate")
+    options = ("--cache-dir", str(cache), "--paths", placement)
     cold = run_unpack(uri, *options, env=env)
     warm = run_unpack(uri, *options, env=env)
+    third = run_unpack(uri, *options, env=env)
 
     assert cold.returncode == 0 and "USER CODE RAN" in cold.stdout, cold.stderr
-    assert "2 of 2 layers from the cache, 0 built" in warm.stderr, warm.stderr
-    assert "refused" not in warm.stderr
+    for done in (warm, third):
+        assert "2 of 2 layers from the cache, 0 built" in done.stderr, done.stderr
+        assert "refused" not in done.stderr
+        assert "USER CODE RAN" in done.stdout
+    if placement == "original":
+        assert f"venv at {venv}: " in warm.stderr and "relocating under" not in warm.stderr
