@@ -15,7 +15,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,9 +56,10 @@ async def snapshot(registry: Registry, job_id: str) -> dict[Any, Any]:
 
 
 def rows(data: Path, job_id: str) -> int:
+    """The job's events in the registry (a row holds ``span`` of them)."""
     with sqlite3.connect(data / REGISTRY_FILE) as conn:
         (count,) = conn.execute(
-            "SELECT count(*) FROM events WHERE job_id = ?", (job_id,)
+            "SELECT coalesce(sum(span), 0) FROM events WHERE job_id = ?", (job_id,)
         ).fetchone()
     return int(count)
 
@@ -300,5 +301,69 @@ def test_a_job_removed_while_its_archive_is_written_leaves_no_archive(data: Path
             assert event_archive.commit_archive(conn, data, written) is False
         assert not written.path.exists()
         assert rows(data, "done-1") == 0
+    finally:
+        registry.close()
+
+
+@pytest.fixture
+def registry(data: Path) -> Iterator[Registry]:
+    opened = Registry(data / REGISTRY_FILE)
+    yield opened
+    opened.close()
+
+
+def _same_job(pages: dict[Any, Any], job_id: str) -> str:
+    """The snapshot with the job's id and the events' times left out."""
+    text = re.sub(r'"time":[0-9.e+-]+', '"time":0', repr(pages).replace(job_id, "JOB"))
+    return text.replace(job_id, "JOB")
+
+
+def test_a_batch_stored_as_one_row_reads_as_events_stored_one_per_row(
+    data: Path, registry: Registry
+) -> None:
+    """Every page, replay and last lines of a job whose lines are stored one row per watcher
+    batch are those of the same job stored one row per event, before and after compaction."""
+    run(make_job(registry, "single-1", 300, batch_rows=False))
+    run(make_job(registry, "batch-01", 300, batch_rows=True))
+    single = run(snapshot(registry, "single-1"))
+    batched = run(snapshot(registry, "batch-01"))
+    assert _same_job(batched, "batch-01") == _same_job(single, "single-1")
+    with sqlite3.connect(data / REGISTRY_FILE) as conn:
+        (stored,) = conn.execute("SELECT count(*) FROM events WHERE job_id = 'batch-01'").fetchone()
+    assert stored < 20 and rows(data, "batch-01") == 303  # 303 events in a few rows
+    assert compact_round(registry.path, 0, 100).jobs == 2
+    assert run(snapshot(registry, "batch-01")) == batched
+
+
+def test_the_last_line_holding_a_text_is_found_in_a_batch_row(registry: Registry) -> None:
+    run(make_job(registry, "batch-01", 100, batch_rows=True, finish=False))
+    assert run(registry.last_log_line_with("batch-01", "😀")) == "é€ 😀 97"
+    assert run(registry.last_log_line_with("batch-01", 'LINE "QUOTED"')) == (
+        'line "quoted" \\ tab\t 96'
+    )
+    assert run(registry.last_log_line_with("batch-01", "nowhere")) is None
+
+
+def test_a_registry_of_one_event_per_row_is_migrated_and_reads_the_same(data: Path) -> None:
+    """A registry written before batch rows (schema version 4) gains the rows' span and reads
+    unchanged; new batches then go in as one row each."""
+    registry = Registry(data / REGISTRY_FILE)
+    try:
+        run(make_job(registry, "single-1", 120, batch_rows=False, finish=False))
+        before = run(snapshot(registry, "single-1"))
+    finally:
+        registry.close()
+    with sqlite3.connect(data / REGISTRY_FILE) as conn:  # as version 4 left it
+        conn.execute("ALTER TABLE events DROP COLUMN span")
+        conn.execute("PRAGMA user_version = 4")
+    registry = Registry(data / REGISTRY_FILE)
+    try:
+        assert run(snapshot(registry, "single-1")) == before
+        lines = [{"kind": "log", "text": f"after {i}"} for i in range(5)]
+        events = run(registry.append_events("single-1", lines))
+        assert [e.seq for e in events] == [123, 124, 125, 126, 127]
+        read, _ = run(registry.events("single-1", 124, 2))
+        assert [e.text for e in read] == ["after 2", "after 3"]
+        assert rows(data, "single-1") == 127
     finally:
         registry.close()

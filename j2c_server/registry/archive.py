@@ -48,6 +48,7 @@ import zstandard
 from j2c_server.core.errors import J2CError, NotFound
 from j2c_server.core.file_modes import FILE_MODE, private_dir
 from j2c_server.registry.db import connect, write
+from j2c_server.registry.event_rows import split_row
 from j2c_server.wire.api import TERMINAL_STATUSES, Event
 
 if TYPE_CHECKING:
@@ -265,7 +266,8 @@ def write_archive(conn: sqlite3.Connection, data_dir: Path, job_id: str) -> Writ
             return None
         last_seq = int(row[1])
         count, low, high = conn.execute(
-            "SELECT count(*), min(seq), max(seq) FROM events WHERE job_id = ?", (job_id,)
+            "SELECT sum(span), min(seq), max(seq + span - 1) FROM events WHERE job_id = ?",
+            (job_id,),
         ).fetchone()
         if (count, low, high) != (last_seq, 1, last_seq):
             # Line n is seq n: a log with gaps is left where it is.
@@ -275,9 +277,10 @@ def write_archive(conn: sqlite3.Connection, data_dir: Path, job_id: str) -> Writ
         try:
             with open(fd, "wb", closefd=True) as out:
                 rows = conn.execute(
-                    "SELECT event FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
+                    "SELECT seq, span, event FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
                 )
-                _write_frames(out, job_id, (text for (text,) in rows))
+                texts = (text for row in rows for _, text in split_row(*row))
+                _write_frames(out, job_id, texts)
                 out.flush()
                 os.fsync(out.fileno())
             size = tmp.stat().st_size

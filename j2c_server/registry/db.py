@@ -61,6 +61,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "WHERE status IN ('succeeded', 'failed', 'cancelled', 'lost')",
         "CREATE INDEX jobs_to_account ON jobs (updated_at) WHERE accounted_at IS NULL",
     ),
+    # a watcher's batch of log lines stored as one row: ``span`` events numbered from ``seq``,
+    # their JSON joined by newlines (registry/event_rows.py); every older row holds one event
+    ("ALTER TABLE events ADD COLUMN span INTEGER NOT NULL DEFAULT 1",),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

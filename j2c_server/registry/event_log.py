@@ -11,8 +11,9 @@ from any ``seq`` without a gap or a double. A job's log lines take the group com
 from __future__ import annotations
 
 import json
+import string
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from j2c_server.core.errors import Conflict, NotFound
@@ -20,14 +21,23 @@ from j2c_server.registry import archive as event_archive
 from j2c_server.registry.batch import Append, GroupCommit, JobRow, Outcome, write_batch
 from j2c_server.registry.connections import RegistryConnections
 from j2c_server.registry.db import write
-from j2c_server.registry.event_rows import EventDraft, insert_events, make_events
+from j2c_server.registry.event_rows import EventDraft, insert_events, make_events, split_row
 from j2c_server.registry.jobs_table import record_from_row
 from j2c_server.registry.leases import LeaseLost
 from j2c_server.wire.api import Event, JobRecord, JobStatus
-from j2c_server.wire.event_frames import WireEvent
+from j2c_server.wire.event_frames import WireEvent, json_string
 
 RecordChange = Callable[[JobRecord], None]
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # as LIKE compares
 
+# The rows from the one that holds event ?2 on, in order (?3 rows at most, -1: all).
+_READ_ROWS = (
+    "SELECT seq, span, event FROM events WHERE job_id = ?1 AND seq >= coalesce(("
+    "SELECT seq FROM events WHERE job_id = ?1 AND seq <= ?2 ORDER BY seq DESC LIMIT 1), 0) "
+    "ORDER BY seq LIMIT ?3"
+)
+# A job's rows, newest first.
+_ROWS_BACKWARDS = "SELECT seq, span, event FROM events WHERE job_id = ? ORDER BY seq DESC"
 # What an append is checked against (last seq, status, lease owner), and the record it changes.
 _APPEND_READ = (
     "SELECT j.last_seq, j.status, l.owner, j.record FROM jobs j "
@@ -47,6 +57,15 @@ def _check_append(job_id: str, job: JobRow | None, owner: str | None) -> int:
         # The terminal status event is the last event of a job, whoever writes next.
         raise Conflict(f"job {job_id} is already {status}", field="job_id")
     return int(last_seq)
+
+
+def _log_texts_backwards(rows: Iterable[tuple[int, int, str]]) -> Iterator[str]:
+    """The texts of the log events of ``rows`` (newest first), newest first."""
+    for seq, span, event in rows:
+        for _, text in reversed(split_row(seq, span, event)):
+            parsed = json.loads(text)
+            if parsed.get("kind") == "log":
+                yield str(parsed.get("text", ""))
 
 
 class EventLog(RegistryConnections):
@@ -166,12 +185,19 @@ class EventLog(RegistryConnections):
             if head:
                 after = row[1]
                 limit = None if limit is None or limit < 0 else limit - len(head)
-            rows = conn.execute(
-                "SELECT seq, event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (job_id, after, -1 if limit is None else limit),
-            ).fetchall()
+            # From the row that holds event after + 1 (a row holds span events from its seq):
+            # at most limit rows hold the limit events wanted.
+            stored = conn.execute(_READ_ROWS, (job_id, after + 1, -1 if limit is None else limit))
+            rows = [
+                (seq, text)
+                for first, span, event in stored
+                for seq, text in split_row(first, span, event)
+                if seq > after
+            ]
         finally:
             conn.execute("COMMIT")
+        if limit is not None and limit >= 0:
+            del rows[limit:]
         return head, rows, JobStatus(row[0])
 
     async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
@@ -201,11 +227,12 @@ class EventLog(RegistryConnections):
         conn = self._conn()
         conn.execute("BEGIN")
         try:
-            rows = conn.execute(
-                "SELECT json_extract(event, '$.text') FROM events WHERE job_id = ? "
-                "AND json_extract(event, '$.kind') = 'log' ORDER BY seq DESC LIMIT ?",
-                (job_id, count),
-            ).fetchall()
+            rows: list[str] = []  # newest first
+            if count > 0:
+                for text in _log_texts_backwards(conn.execute(_ROWS_BACKWARDS, (job_id,))):
+                    rows.append(text)
+                    if len(rows) == count:
+                        break
             archived = conn.execute(
                 "SELECT archived_seq FROM jobs WHERE id = ?", (job_id,)
             ).fetchone()
@@ -216,25 +243,27 @@ class EventLog(RegistryConnections):
                 )
         finally:
             conn.execute("COMMIT")
-        return head + [str(row[0]) for row in reversed(rows)]
+        return head + rows[::-1]
 
     async def last_log_line_with(self, job_id: str, text: str) -> str | None:
         """The job's last log line that contains ``text`` (whole log, not yet compacted)."""
         return await self._call(self._last_log_line_with, job_id, text)
 
     def _last_log_line_with(self, job_id: str, text: str) -> str | None:
-        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        row = (
-            self._conn()
-            .execute(
-                "SELECT json_extract(event, '$.text') FROM events WHERE job_id = ? "
-                "AND json_extract(event, '$.kind') = 'log' "
-                "AND json_extract(event, '$.text') LIKE ? ESCAPE '\\' ORDER BY seq DESC LIMIT 1",
-                (job_id, f"%{escaped}%"),
-            )
-            .fetchone()
+        # Rows whose JSON holds the text as JSON writes it (LIKE: ASCII letters in either
+        # case), newest first; then their log lines that hold it.
+        needle = json_string(text)[1:-1]
+        escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._conn().execute(
+            "SELECT seq, span, event FROM events WHERE job_id = ? AND event LIKE ? ESCAPE '\\' "
+            "ORDER BY seq DESC",
+            (job_id, f"%{escaped}%"),
         )
-        return str(row[0]) if row is not None else None
+        wanted = text.translate(_ASCII_LOWER)
+        for line in _log_texts_backwards(rows):
+            if wanted in line.translate(_ASCII_LOWER):
+                return line
+        return None
 
     async def log_cursor(self, job_id: str) -> str | None:
         """Where the scheduler's log was last read up to (persisted with the lines before it)."""

@@ -23,7 +23,7 @@ from j2c_server.wire.api import TERMINAL_STATUSES, Event, EventKind
 _TERMINAL_VALUES = frozenset(status.value for status in TERMINAL_STATUSES)
 _LOG_KEYS = frozenset({"kind", "stream", "text", "data"})
 _STREAMS = frozenset({"stdout", "stderr"})
-_json_string = json.encoder.encode_basestring  # the C encoder; non-ASCII kept, as pydantic does
+json_string = json.encoder.encode_basestring  # the C encoder; non-ASCII kept, as pydantic does
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +89,8 @@ def log_line_json(job_id: str, seq: int, time: float, draft: Mapping[str, Any]) 
             return None
     elif data is not None and data != {}:
         return None
-    head = f'{{"job_id":{_json_string(job_id)},"seq":{seq},"time":{time!r},"kind":"log"'
+    head = f'{{"job_id":{json_string(job_id)},"seq":{seq},"time":{time!r},"kind":"log"'
     if stream is not None:
         head += f',"stream":"{stream}"'
-    head += f',"text":{_json_string(text)}'
+    head += f',"text":{json_string(text)}'
     return head + ("}" if rank is None else f',"data":{{"rank":{rank}}}}}')

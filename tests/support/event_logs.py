@@ -11,10 +11,17 @@ from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 
 
 async def make_job(
-    registry: Registry, job_id: str, lines: int, *, finish: bool = True, lease_to: str = ""
+    registry: Registry,
+    job_id: str,
+    lines: int,
+    *,
+    finish: bool = True,
+    lease_to: str = "",
+    batch_rows: bool | None = None,
 ) -> None:
     """A job as the pipeline writes one: stage events, log lines (with text that JSON must
-    escape, unicode, an empty line, defaults left out), then its terminal status."""
+    escape, unicode, an empty line, defaults left out), then its terminal status. The lines
+    are stored one row per batch (``batch_rows``), one row per event, or (None) in turn."""
     now = time.time()
     record = JobRecord(
         id=job_id,
@@ -37,8 +44,15 @@ async def make_job(
         drafts.append(
             {"kind": EventKind.log, "stream": "stderr" if i % 7 else "stdout", "text": text}
         )
-    for start in range(0, len(drafts), 50):
-        await registry.append(job_id, drafts[start : start + 50])
+    # Both shapes of stored rows, as a registry from before batch rows holds them: a chunk
+    # written with a record's append (one row per event) and one as a watcher writes its
+    # batches (one row per append).
+    for turn, start in enumerate(range(0, len(drafts), 50)):
+        chunk = drafts[start : start + 50]
+        if batch_rows if batch_rows is not None else turn % 2:
+            await registry.append_events(job_id, chunk)
+        else:
+            await registry.append(job_id, chunk)
     if finish:
         await registry.append(
             job_id,
