@@ -9,8 +9,8 @@ schedulers read tokens from files or the environment named here.
 A part owns its section where that makes no import circle: ``storage.*``
 (:mod:`j2c_server.storage.settings`), ``scheduler.*`` (:mod:`j2c_server.schedulers.settings`),
 ``registry.*`` (:mod:`j2c_server.registry.settings`). The sections of the parts that read the
-whole settings themselves (mlflow, outputs, usage, metrics: jobs/ and usage/ import this module)
-and ``pack.*`` (importing ``j2c_server.pack`` loads the packer) stay here.
+whole settings themselves (mlflow, outputs, usage, metrics, sweep: jobs/ and usage/ import this
+module) and ``pack.*`` (importing ``j2c_server.pack`` loads the packer) stay here.
 """
 
 from __future__ import annotations
@@ -186,6 +186,17 @@ class MetricsSettings(_Section):
     )
 
 
+class SweepSettings(_Section):
+    """Sweeps (:mod:`~.jobs.sweep`): one send, many variants."""
+
+    max_variants: int = Field(
+        256,
+        ge=1,
+        description="A sweep of more variants is refused at the send, before anything is "
+        "scanned (each variant is a job of its own in the registry and on the scheduler).",
+    )
+
+
 class J2CSettings(_Section):
     # Built when first used: the scheduler sections need the backends discovered.
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -202,6 +213,7 @@ class J2CSettings(_Section):
     usage: UsageSettings = Field(default_factory=UsageSettings)
     outputs: OutputsSettings = Field(default_factory=OutputsSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    sweep: SweepSettings = Field(default_factory=SweepSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
 
     # ---------------------------------------------------------------- derived values

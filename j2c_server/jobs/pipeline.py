@@ -44,7 +44,7 @@ from j2c_server.jobs.stage_keys import (
     upload_outcome,
 )
 from j2c_server.jobs.stage_text import describe
-from j2c_server.jobs.sweep import is_child, is_parent, max_variants, run_children, with_variants
+from j2c_server.jobs.sweep import is_child, is_parent, run_children, with_variants
 from j2c_server.jobs.sweep_tracking import track_variants
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
@@ -271,7 +271,7 @@ class Pipeline:
         manifest = make_manifest(
             result, source_image=job_image(self.settings, record), created_at=packed_at
         )
-        manifest = with_variants(manifest, record, max_variants(self.settings))
+        manifest = with_variants(manifest, record, self.settings.sweep.max_variants)
         if manifest.variants:  # a sweep: its MLflow runs exist before any variant is submitted
             parent = await self.registry.get(self.job_id)
             rows = await track_variants(

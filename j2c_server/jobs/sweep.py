@@ -28,7 +28,7 @@ from j2c_server.jobs.job_inputs import job_spec, presigned_manifest
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.presigned_outputs import outputs_policy
 from j2c_server.jobs.send_rule import job_key
-from j2c_server.jobs.sweep_grid import DEFAULT_MAX_VARIANTS, expand
+from j2c_server.jobs.sweep_grid import expand
 from j2c_server.schedulers.base import ArrayScheduler, Scheduler
 from j2c_server.unpack.variant import PLACEHOLDER
 from j2c_server.wire.api import Capabilities, EventKind, JobHandle, JobRecord, JobRequest, JobStatus
@@ -70,10 +70,6 @@ def variant_table(request: JobRequest, max_variants: int) -> tuple[list[str], li
     return expand(request.sweep, request.args, request.env, max_variants=max_variants)
 
 
-def max_variants(service_settings: object) -> int:
-    return int(getattr(service_settings, "sweep_max_variants", DEFAULT_MAX_VARIANTS))
-
-
 def with_variants(manifest: Manifest, record: JobRecord, limit: int) -> Manifest:
     """The parent's manifest with its variant table; any other job's unchanged."""
     if not is_parent(record):
@@ -107,8 +103,8 @@ async def submit_sweep(
     service: JobService, request: JobRequest, actor: Actor | None = None
 ) -> JobRecord:
     """The parent's record; its children are created with it unless the send attached."""
-    limit = max_variants(service.settings)
-    keys, table = variant_table(request, limit)  # bad grids fail here, before any scan
+    # Bad grids (and one over sweep.max_variants) fail here, before any scan.
+    keys, table = variant_table(request, service.settings.sweep.max_variants)
     record = await service.submit(request, actor, sweep_keys=keys, sweep_size=len(table))
     if record.decision is not None and record.decision.attached:
         return record

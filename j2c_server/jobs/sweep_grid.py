@@ -15,7 +15,6 @@ from j2c_server.core.errors import InvalidInput
 from j2c_server.wire.manifest import Variant
 from j2c_server.wire.sweep import SweepSpec
 
-DEFAULT_MAX_VARIANTS = 256
 # ``{name}`` is a placeholder; ``{{`` and ``}}`` are literal braces.
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -74,7 +73,7 @@ def expand(
     args: Sequence[str],
     env: Mapping[str, str],
     *,
-    max_variants: int = DEFAULT_MAX_VARIANTS,
+    max_variants: int,
 ) -> tuple[list[str], list[Variant]]:
     """The swept names and the variant table of ``spec`` over the base ``args`` and ``env``.
 
@@ -94,7 +93,7 @@ def expand(
     if len(rows) > max_variants:
         raise _bad(
             f"{len(rows)} variants is more than the limit of {max_variants} "
-            "(setting sweep_max_variants)"
+            "(setting sweep.max_variants)"
         )
     used = {name for arg in args for name in placeholders(arg)}
     used |= {name for value in spec.env.values() for name in placeholders(value)}

@@ -153,3 +153,31 @@ async def test_bad_grids_are_refused_before_anything_is_sent(
         assert await service.list_jobs() == []
     finally:
         await service.stop()
+
+
+@pytest.mark.parametrize("cap", [4, 5])
+async def test_the_cap_is_the_sweep_max_variants_setting_checked_before_the_scan(
+    j2c_data_dir: Path, tmp_path: Path, cap: int
+) -> None:
+    # No project at all: a scan would fail on it, so the cap's error proves it came first.
+    request = _sweep_request(tmp_path / "absent")
+    settings = load_settings(environ={"J2C_SWEEP__MAX_VARIANTS": str(cap)})
+    assert settings.sweep.max_variants == cap
+    service = JobService(settings)
+    try:
+        with pytest.raises(InvalidInput) as caught:
+            await service.submit(request)
+        assert caught.value.field == "sweep"
+        assert caught.value.message == (
+            f"sweep: 6 variants is more than the limit of {cap} (setting sweep.max_variants)"
+        )
+        assert await service.list_jobs() == []
+        raised = JobService(load_settings(environ={"J2C_SWEEP__MAX_VARIANTS": "6"}))
+        try:  # at the cap: past the sweep's checks, the scan is what refuses the absent project
+            with pytest.raises(InvalidInput) as scanned:
+                await raised.submit(request)
+            assert scanned.value.field != "sweep", scanned.value.message
+        finally:
+            await raised.stop()
+    finally:
+        await service.stop()
