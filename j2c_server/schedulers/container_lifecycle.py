@@ -27,7 +27,7 @@ from typing import Any
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.schedulers.container_api import EngineClient, parse_timestamp
 from j2c_server.schedulers.container_settings import ContainerSettings
-from j2c_server.schedulers.local_files import read_json, write_json_atomic
+from j2c_server.schedulers.local_files import read_json, write_json_atomic, write_record
 
 LABEL_RUNS = "j2c.io/runs"
 LABEL_TIME_LIMIT = "j2c.io/time-limit-s"
@@ -75,7 +75,9 @@ def timed_out(folder: Path) -> float | None:
 
 
 def record_final(folder: Path, state: SchedulerState) -> None:
-    write_json_atomic(folder / FINAL, state.model_dump(mode="json"))
+    """Written before the container is removed, waiting for space on a full disk (the
+    container is not removed without it: see ``local_files.write_record``)."""
+    write_record(folder / FINAL, state.model_dump(mode="json"))
 
 
 def recorded_final(folder: Path) -> SchedulerState | None:

@@ -16,11 +16,18 @@ A run lives in ``<data>/runs/<job id>/``; every file in it has one writer:
 - ``supervisor.log`` the supervisor's own diagnostics (supervisor)
 
 This module is imported by the supervisor, so it stays on the standard library.
+
+A record that is a job's only account once its writer is gone (the supervisor's ``job.json`` and
+``exit.json``, a collected container's ``final.json``) is written with ``write_record``: when the
+data dir's disk is full it is written again, every 0.1 s doubling to 2 s, for up to
+``FULL_DISK_PATIENCE_S`` (a full disk is often a moment: a checkpoint, a download). A writer that
+gave up at once left its job ``lost``, or its container on the engine, for a moment without space.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -29,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from j2c_server.core.backoff import Backoff, retry_sync
 
 RUNS_DIR = "runs"
 
@@ -94,6 +103,21 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+FULL_DISK_PATIENCE_S = 600.0
+_FULL_DISK = Backoff(
+    retryable=lambda exc: isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT),
+    on_retry=lambda _exc, _attempt, _delay: None,  # nowhere to say it: the disk is full
+    attempts=int(FULL_DISK_PATIENCE_S / 2) + 5,  # 0.1 s doubling to 2 s: about the patience
+    base_s=0.1,
+    max_s=2.0,
+)
+
+
+def write_record(path: Path, data: dict[str, Any]) -> None:
+    """``write_json_atomic``, written again while the disk is full (see the module docstring)."""
+    retry_sync(lambda: write_json_atomic(path, data), _FULL_DISK)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

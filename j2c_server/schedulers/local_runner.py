@@ -13,10 +13,9 @@ child and never a zombie of the server), then, with no server needed:
 5. when the job ends, kills what is left of its process groups, writes ``exit.json`` atomically
    (the exit code: the first non-zero rank's) and frees the GPUs.
 
-Its records (``job.json``, ``exit.json``) are the job's only account once the server is gone:
-when the data dir's disk is full they are written again, every 0.1 s doubling to 2 s, for up
-to ``FULL_DISK_PATIENCE_S`` (a full disk is often a moment: a checkpoint, a download). A
-supervisor that died of it left its job ``lost`` although the job ran to its end.
+Its records (``job.json``, ``exit.json``) wait for space when the data dir's disk is full
+(``local_files.write_record``): a supervisor that died of it left its job ``lost`` although the
+job ran to its end.
 
 Arguments: the run directory and the number of the inherited file descriptor that holds
 ``job.lock`` (taken by the scheduler before the start, so the run never looks dead while the
@@ -27,7 +26,6 @@ starts fast.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
 import subprocess
@@ -37,14 +35,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from j2c_server.core.backoff import Backoff, retry_sync
 from j2c_server.core.file_modes import private_dir, private_opener
 from j2c_server.core.units import timed_out
 from j2c_server.schedulers.local_files import (
     RunDir,
     process_start_time,
     read_json,
-    write_json_atomic,
+    write_record,
 )
 from j2c_server.schedulers.local_gpus import (
     DEFAULT_LEDGER_DIR,
@@ -57,19 +54,6 @@ _GPU_POLL_S = 0.2
 _RANK_POLL_S = 0.05
 # Exit code for a command that could not be started, as a shell reports it.
 _CANNOT_START = 127
-FULL_DISK_PATIENCE_S = 600.0
-_FULL_DISK = Backoff(
-    retryable=lambda exc: isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT),
-    on_retry=lambda _exc, _attempt, _delay: None,  # nowhere to say it: the disk is full
-    attempts=int(FULL_DISK_PATIENCE_S / 2) + 5,  # 0.1 s doubling to 2 s: about the patience
-    base_s=0.1,
-    max_s=2.0,
-)
-
-
-def write_record(path: Path, data: dict[str, Any]) -> None:
-    """``write_json_atomic``, written again while the disk is full (see the module's docstring)."""
-    retry_sync(lambda: write_json_atomic(path, data), _FULL_DISK)
 
 
 class Supervisor:
