@@ -23,19 +23,14 @@ from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.container import ContainerScheduler
 from j2c_server.schedulers.container_lifecycle import FINAL
 from j2c_server.wire.api import JobStatus
-from tests.support.full_disk import mount_tmpfs, take_all_space, unmount
+from tests.support.full_disk import small_disk, take_all_space
 from tests.support.podman import Podman
 
 
 @pytest.fixture
 def small_data_dir(tmp_path: Path) -> Iterator[Path]:
-    data = tmp_path / "data"
-    if (reason := mount_tmpfs(data, 8)) is not None:
-        pytest.skip(f"no small disk to fill: {reason}")
-    try:
+    with small_disk(tmp_path / "data", 8) as data:
         yield data
-    finally:
-        unmount(data)
 
 
 async def on_engine(podman: Podman, name: str) -> bool:

@@ -26,7 +26,7 @@ from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.local import LocalScheduler
 from j2c_server.schedulers.local_files import same_process
 from j2c_server.wire.api import JobHandle, JobStatus, Resources
-from tests.support.full_disk import mount_tmpfs, take_all_space, unmount
+from tests.support.full_disk import small_disk, take_all_space
 
 TIMEOUT_S = 30.0
 
@@ -34,20 +34,16 @@ TIMEOUT_S = 30.0
 @pytest.fixture
 def small_data_dir(tmp_path: Path) -> Iterator[Path]:
     """The scheduler's data dir on a 4 MB tmpfs; its jobs killed and it unmounted at the end."""
-    data = tmp_path / "data"
-    if (reason := mount_tmpfs(data, 4)) is not None:
-        pytest.skip(f"no small disk to fill: {reason}")
-    try:
-        yield data
-    finally:
-        (data / "ballast").unlink(missing_ok=True)
-        for record_path in (data / "runs").glob("*/job.json"):
-            record = json.loads(record_path.read_text())
-            for proc in (record.get("child"), record.get("supervisor")):
-                if proc and same_process(proc["pid"], proc["start_time"]):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc["pid"], signal.SIGKILL)
-        unmount(data)
+    with small_disk(tmp_path / "data", 4) as data:
+        try:
+            yield data
+        finally:
+            for record_path in (data / "runs").glob("*/job.json"):
+                record = json.loads(record_path.read_text())
+                for proc in (record.get("child"), record.get("supervisor")):
+                    if proc and same_process(proc["pid"], proc["start_time"]):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(proc["pid"], signal.SIGKILL)
 
 
 def scheduler_on(data: Path, ledger: Path) -> LocalScheduler:

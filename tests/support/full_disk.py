@@ -2,7 +2,8 @@
 that takes every free byte of it until removed. Used by the tests of what a full data dir does
 and by the chaos soak's ``disk_full`` fault (benchmarks/soak_legs.py).
 
-Mounting needs root (``CAP_SYS_ADMIN``); ``mount_tmpfs`` returns why it cannot instead.
+Mounting needs root (``CAP_SYS_ADMIN``); ``mount_tmpfs`` returns why it cannot instead, and
+``small_disk`` (for tests) skips with that reason.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 
 def mount_tmpfs(folder: Path, size_mb: float) -> str | None:
@@ -52,3 +56,16 @@ def take_all_space(ballast: Path) -> int:
             while True:
                 taken += os.write(fd, chunk)
     return taken
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size_mb: float) -> Iterator[Path]:
+    """``folder`` on a tmpfs of ``size_mb`` for the block (the test skipped, saying why, where
+    none can be mounted); its ballast removed and the tmpfs unmounted at the end."""
+    if (reason := mount_tmpfs(folder, size_mb)) is not None:
+        pytest.skip(f"no small disk to fill: {reason}")
+    try:
+        yield folder
+    finally:
+        (folder / "ballast").unlink(missing_ok=True)
+        unmount(folder)
