@@ -18,6 +18,7 @@ import time
 import uuid
 
 from j2c_server.config import J2CSettings
+from j2c_server.core.coalesce import next_tick_s
 from j2c_server.core.errors import Conflict, J2CError
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.fanout import EventBus
@@ -112,7 +113,8 @@ class JobDriver:
     async def _keep_lease(self) -> None:
         renewed = time.monotonic()
         while True:
-            await asyncio.sleep(CHECK_EVERY_S)
+            # On the shared tick: every driver's check of this process in one read.
+            await asyncio.sleep(next_tick_s(CHECK_EVERY_S))
             if time.monotonic() - renewed >= RENEW_EVERY_S:
                 if not await self.registry.renew_lease(self.job_id, self.owner, LEASE_TTL_S):
                     self._stop("lease lost")

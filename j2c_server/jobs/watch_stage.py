@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from j2c_server.core.backoff import Backoff, retry_async
+from j2c_server.core.coalesce import next_tick_s
 from j2c_server.core.errors import SchedulerUnavailable
 from j2c_server.jobs.journal import Journal, status_change
 from j2c_server.registry.event_log import RecordChange
@@ -144,7 +145,8 @@ class Watcher:
                 and (state.status, state.message) != (recorded.status, recorded.message)
             ):
                 await self.journal.status(state.status, state.message)
-            await asyncio.sleep(STATUS_INTERVAL_S)
+            # On the shared tick: every watcher's read of its job's state in one query.
+            await asyncio.sleep(next_tick_s(STATUS_INTERVAL_S))
 
     async def _status(self) -> SchedulerState:
         what = f"status of {self.handle.id}"

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import time
 
+from j2c_server.core.coalesce import Answers, Coalesced
 from j2c_server.core.errors import J2CError
 from j2c_server.registry.connections import RegistryConnections
 from j2c_server.registry.db import write
 from j2c_server.registry.jobs_table import TERMINAL
+
+_Renewal = tuple[str, str, float]  # job id, owner, ttl
 
 
 class LeaseLost(J2CError):
@@ -46,17 +49,25 @@ class Leases(RegistryConnections):
         return True
 
     async def renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
-        """Extend a lease this owner still holds; False when another process took it over."""
-        return await self._call(self._renew_lease, job_id, owner, ttl_s)
+        """Extend a lease this owner still holds; False when another process took it over.
+        The renewals asked for in one loop step share one transaction and one thread hop."""
+        renewals: Coalesced[_Renewal, bool] | None = getattr(self, "_renewals", None)
+        if renewals is None:
+            renewals = self._renewals = Coalesced(lambda keys: self._call(self._renew, keys))
+        return await renewals((job_id, owner, ttl_s))
 
-    def _renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+    def _renew(self, renewals: list[_Renewal]) -> Answers[_Renewal, bool]:
         conn = self._conn()
+        now = time.time()
         with write(conn):
-            cursor = conn.execute(
-                "UPDATE leases SET expires = ? WHERE job_id = ? AND owner = ?",
-                (time.time() + ttl_s, job_id, owner),
-            )
-        return cursor.rowcount == 1
+            return {
+                (job_id, owner, ttl_s): conn.execute(
+                    "UPDATE leases SET expires = ? WHERE job_id = ? AND owner = ?",
+                    (now + ttl_s, job_id, owner),
+                ).rowcount
+                == 1
+                for job_id, owner, ttl_s in renewals
+            }
 
     async def release_lease(self, job_id: str, owner: str) -> None:
         await self._call(self._release_lease, job_id, owner)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from j2c_server.config import J2CSettings
+from j2c_server.core.coalesce import Answers, Coalesced
 from j2c_server.core.errors import ConfigError, Conflict, InvalidInput, SchedulerError
 from j2c_server.core.file_modes import private_dir, private_file, private_opener, write_private_text
 from j2c_server.core.job_env import is_secret
@@ -97,6 +98,9 @@ class LocalScheduler(SchedulerBase):
         self._settings = settings.scheduler.section("local", LocalSchedulerSettings)
         self._pass_env = settings.scheduler.pass_env
         self._ledger = Path(self._settings.gpu_ledger).expanduser()
+        self._status_reads: Coalesced[RunDir, SchedulerState] = Coalesced(
+            lambda runs: asyncio.to_thread(_read_states, runs)
+        )
         self._runs = (settings.data_path() / RUNS_DIR).absolute()
         cache_root = self._settings.cache_dir or settings.data_path() / "unpack-cache"
         self._cache = (
@@ -113,7 +117,8 @@ class LocalScheduler(SchedulerBase):
         return await asyncio.to_thread(self._submit, spec)
 
     async def status(self, handle: JobHandle) -> SchedulerState:
-        return await asyncio.to_thread(_read_state, self._run(handle))
+        # The watchers' once-a-second reads of one loop step share one thread hop.
+        return await self._status_reads(self._run(handle))
 
     def follow_logs(self, handle: JobHandle, cursor: str | None = None) -> AsyncIterator[LogLine]:
         run = self._run(handle)
@@ -314,6 +319,16 @@ def _free_port() -> int:
 
 def _has_ended(run: RunDir) -> bool:
     return run.exit.exists() or not is_held(run.lock)
+
+
+def _read_states(runs: list[RunDir]) -> Answers[RunDir, SchedulerState]:
+    states: Answers[RunDir, SchedulerState] = {}
+    for run in runs:
+        try:
+            states[run] = _read_state(run)
+        except Exception as exc:  # that job's caller raises it
+            states[run] = exc
+    return states
 
 
 def _read_state(run: RunDir) -> SchedulerState:

@@ -157,7 +157,37 @@ class _SharedReader:
             task = asyncio.ensure_future(asyncio.to_thread(_read_all, batch))
             self._reading.add(task)  # the loop keeps only a weak reference to a task
             task.add_done_callback(self._reading.discard)
-            task.add_done_callback(lambda done: _deliver(batch, done))
+            task.add_done_callback(lambda done: self._deliver(batch, done))
+
+    def _deliver(
+        self,
+        batch: dict[_Tail, tuple[Callable[[], bool], asyncio.Future[_Read]]],
+        done: asyncio.Future[dict[_Tail, _Read | BaseException]],
+    ) -> None:
+        """Each read to its follower; a read that found nothing (and no end) is not: that
+        tail is read again in the round after the interval, its follower left asleep (what it
+        would ask for itself, without a wake-up per quiet file per round)."""
+        quiet = {}
+        for tail, (job_ended, future) in batch.items():
+            if future.done():
+                continue  # its follower was cancelled meanwhile
+            if done.cancelled():  # the loop is shutting down
+                future.cancel()
+                continue
+            error = done.exception()
+            result: _Read | BaseException = done.result()[tail] if error is None else error
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            elif result == (False, b""):
+                quiet[tail] = (job_ended, future)
+            else:
+                future.set_result(result)
+        if quiet:
+            self._later.update(quiet)
+            if self._tick is None:
+                self._tick = asyncio.get_running_loop().call_later(
+                    self.interval_s, self._start_tick
+                )
 
 
 def _read_all(
@@ -171,24 +201,6 @@ def _read_all(
         except Exception as exc:  # handed to its follower, which raises it
             results[tail] = exc
     return results
-
-
-def _deliver(
-    batch: dict[_Tail, tuple[Callable[[], bool], asyncio.Future[_Read]]],
-    done: asyncio.Future[dict[_Tail, _Read | BaseException]],
-) -> None:
-    for tail, (_, future) in batch.items():
-        if future.done():
-            continue  # its follower was cancelled meanwhile
-        if done.cancelled():  # the loop is shutting down
-            future.cancel()
-            continue
-        error = done.exception()
-        result: _Read | BaseException = done.result()[tail] if error is None else error
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
 
 
 _readers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _SharedReader]] = (

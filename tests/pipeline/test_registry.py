@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -294,3 +295,36 @@ async def test_a_jobs_state_is_its_records_status_and_message(registry: Registry
     assert state == (record.status, record.message) == (JobStatus.running, 'on node "a" ✓')
     with pytest.raises(NotFound):
         await registry.state("no-such-job")
+
+
+async def test_every_jobs_state_and_lease_renewal_asked_at_one_moment_is_one_thread_hop(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The once-a-second checks of 30 jobs' drivers: their state reads are one query, their
+    lease renewals one transaction; an unknown job and a lease another process holds are
+    those callers' answers alone."""
+    jobs = [f"job-{i}" for i in range(30)]
+    for index, job_id in enumerate(jobs):
+        await registry.create_or_attach(_record(job_id, f"k{index}"), _pending())
+        await registry.acquire_lease(job_id, "other" if job_id == "job-7" else "me", 3600)
+    hops: list[str] = []
+    real_call = registry._call
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        hops.append(fn.__name__)
+        return await real_call(fn, *args)
+
+    monkeypatch.setattr(registry, "_call", counted)
+
+    states = await asyncio.gather(
+        *(registry.state(job_id) for job_id in [*jobs, "job-3"]),
+        registry.state("gone"),
+        return_exceptions=True,
+    )
+    assert hops == ["_states"]
+    assert all(state.status == JobStatus.pending for state in states[:31])  # type: ignore[union-attr]
+    assert isinstance(states[31], NotFound)
+
+    renewed = await asyncio.gather(*(registry.renew_lease(j, "me", 60) for j in jobs))
+    assert hops == ["_states", "_renew"]
+    assert renewed == [job_id != "job-7" for job_id in jobs]
