@@ -3,7 +3,8 @@ moto's S3 server behind a proxy that delays every request by ``--delay-ms`` (def
 
 Side by side in one run, interleaved round by round, on the same packed result:
 
-- j2c's ``publish`` (every blob's existence asked at once, bounded; then what is missing);
+- j2c's ``publish`` (every blob's existence asked at once, bounded, the blobs the previous send
+  did not see first; each missing one sent as soon as its own answer comes, then the manifest);
 - the same blobs asked one after the other (``put_file`` per blob, as j2c did before and as a
   simple ``for`` loop over ``head_object`` + ``upload_file`` does).
 
@@ -57,7 +58,9 @@ async def delayed_proxy(upstream_port: int, delay_s: float) -> tuple[asyncio.Ser
 
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream_port)
-        await asyncio.gather(pipe(client_r, up_w, delay_s), pipe(up_r, client_w, 0.0))
+        # Cancelled at the end of the run, while clients' keep-alive connections are open.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(pipe(client_r, up_w, delay_s), pipe(up_r, client_w, 0.0))
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1]

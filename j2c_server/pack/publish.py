@@ -3,14 +3,18 @@
 Blobs are content-addressed, so one already in the store (same key, same size) is never sent
 again; the manifest (small) is written every time, which dates it by its last send (gc keeps
 recent manifests and their blobs); it goes last, so a reader that finds it also finds every layer
-it names. What the store holds is asked for every blob at once (bounded): over a real network a
-send is a few round trips, not one per part (a one-line edit of a 14-part code layer asked ~19
-times in a row before).
+it names. Every blob is asked for (HEAD) on every send, all at once (bounded), and a missing one
+goes up as soon as its own answer comes, while the others are still being asked: over a real
+network a send is a few round trips, not one per part. The blobs the previous sends to the same
+store found or sent are asked last, so the new ones (a one-line edit's code part) are asked and
+sent first; the memory only orders the checks, it never skips one (a blob deleted from the store
+since is sent again before the manifest).
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +24,11 @@ from j2c_server.storage.base import ObjectStore, ProgressFn, blob_key, file_blob
 from j2c_server.wire.manifest import LayerRole, Manifest
 
 CONCURRENT_CHECKS = 16  # existence checks in flight: one round trip for a typical send
+CONCURRENT_SENDS = 4  # blobs going up at once (a multipart blob has its own parts in flight)
+REMEMBERED_BLOBS = 10_000  # per store: the keys the latest sends found or sent (LRU)
+
+# Per store object (a server keeps its clients): blob key -> size, oldest first.
+_seen: weakref.WeakKeyDictionary[ObjectStore, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 class PublishResult(BaseModel):
@@ -51,42 +60,72 @@ async def publish(
     """Upload what the store lacks; ``progress`` gets the layer bytes moved since its last call."""
     layers = [(blob_key(p.layer.digest), p.path, p.layer.size) for p in result.layers]
     files = [(file_blob_key(p.file.digest), p.path, p.file.size) for p in result.files]
+    blobs = [*layers, *files]
     body = manifest.canonical_json()
     digest = manifest.digest()
     key = manifest_key(digest)
+    seen = _seen.setdefault(store, {})
     checks = asyncio.Semaphore(CONCURRENT_CHECKS)
+    sends = asyncio.Semaphore(CONCURRENT_SENDS)
 
     async def stored_size(blob: str) -> int | None:
         async with checks:
             return await store.size(blob)
 
-    sizes = await asyncio.gather(
-        *(stored_size(k) for k, _, _ in [*layers, *files]), stored_size(key)
-    )
-    have = dict(zip([k for k, _, _ in [*layers, *files]], sizes[:-1], strict=True))
+    async def ensure(blob: str, path: Path, size: int) -> bool:
+        """Sent (True) or there already, asked once."""
+        if await stored_size(blob) == size:
+            return False
+        async with sends:
+            return await store.put_file(blob, path, progress=progress, checked=True)
 
-    async def send(blob: str, path: Path, size: int) -> bool:
-        """Sent (True) or there already; ``put_file`` checks once more for a missing one."""
-        return have.get(blob) != size and await store.put_file(blob, path, progress=progress)
+    # One task per key (two big files of one content share a blob). Tasks start in this
+    # order, and the semaphore serves them in it: blobs no earlier send saw first.
+    first = {blob: i for i, (blob, _, _) in reversed(list(enumerate(blobs)))}
+    known = {i for i in first.values() if seen.get(blobs[i][0]) == blobs[i][2]}
+    tasks = {
+        i: asyncio.ensure_future(ensure(*blobs[i]))
+        for i in sorted(first.values())
+        if i not in known
+    }
+    manifest_size = asyncio.ensure_future(stored_size(key))
+    tasks.update({i: asyncio.ensure_future(ensure(*blobs[i])) for i in sorted(known)})
+    try:
+        outcome = [
+            await tasks[i] if i in tasks else False  # a repeated key: sent (or not) once
+            for i in range(len(blobs))
+        ]
+        manifest_uploaded = await manifest_size != len(body)
+    except BaseException:
+        for task in [*tasks.values(), manifest_size]:
+            task.cancel()
+        await asyncio.gather(*tasks.values(), manifest_size, return_exceptions=True)
+        raise
+    for blob, _, size in blobs:
+        seen.pop(blob, None)
+        seen[blob] = size
+    for old in list(seen)[: max(0, len(seen) - REMEMBERED_BLOBS)]:
+        del seen[old]
 
     sent = 0
     uploaded: list[LayerRole] = []
     present: list[LayerRole] = []
-    for (blob, path, size), packed in zip(layers, result.layers, strict=True):
-        if await send(blob, path, size):
+    for was_sent, (_, _, size), packed in zip(outcome, layers, result.layers, strict=False):
+        if was_sent:
             sent += size
             uploaded.append(packed.layer.role)
         else:
             present.append(packed.layer.role)
     files_sent: list[str] = []
     files_present = 0
-    for (blob, path, size), packed_file in zip(files, result.files, strict=True):
-        if await send(blob, path, size):
+    for was_sent, (_, _, size), packed_file in zip(
+        outcome[len(layers) :], files, result.files, strict=True
+    ):
+        if was_sent:
             sent += size
             files_sent.append(packed_file.file.path)
         else:
             files_present += 1
-    manifest_uploaded = sizes[-1] != len(body)
     # Written even when there (a few kB): its date is then its last send's, which is what
     # ``j2c gc``'s age rule protects (a job of another lab sharing the store, say).
     await store.put_bytes(key, body)

@@ -114,14 +114,23 @@ class ObjectStore(ABC):
     async def size(self, key: str) -> int | None:
         """Bytes stored under ``key``, or None when absent."""
 
-    async def put_file(self, key: str, path: Path, *, progress: ProgressFn | None = None) -> bool:
+    async def put_file(
+        self,
+        key: str,
+        path: Path,
+        *,
+        progress: ProgressFn | None = None,
+        checked: bool = False,
+    ) -> bool:
         """Store the file's bytes under ``key`` (atomic: readers see all or nothing).
 
         Returns False when nothing was written: ``key`` is content-addressed and already holds as
-        many bytes (the one existence check every caller gets, so none does its own).
+        many bytes (the one existence check every caller gets, so none does its own). With
+        ``checked``, the caller has just asked the store (``size``) and found it lacking: no
+        second round trip asks again.
         """
         size = await asyncio.to_thread(os.path.getsize, path)
-        if is_content_addressed(key) and await self.size(key) == size:
+        if not checked and is_content_addressed(key) and await self.size(key) == size:
             log.debug("%s is already stored", self.uri(key))
             return False
         await self._store_file(key, path, size, progress)
