@@ -21,6 +21,7 @@ def _add_commands() -> None:
     from j2c_server.cli.jobs import cancel, list_jobs, logs, status
     from j2c_server.cli.results_cmd import results
     from j2c_server.cli.submit import pack, submit
+    from j2c_server.cli.sweep_cmd import sweep
     from j2c_server.cli.usage_cmd import usage
     from j2c_server.cli.wait import wait
 
@@ -28,6 +29,7 @@ def _add_commands() -> None:
         main.add_command(command)
     main.add_command(wait)
     main.add_command(results)
+    main.add_command(sweep)
 
 
 _add_commands()

@@ -36,7 +36,8 @@ async def open_service(settings: J2CSettings) -> AsyncIterator[JobService]:
 
 
 async def resolve_job(service: JobService, ref: str) -> JobRecord:
-    """The job whose id is ``ref`` or, like git, the only one whose id starts with it."""
+    """The job whose id is ``ref`` or, like git, the only one whose id starts with it (a
+    sweep's, when the others are its variants)."""
     ref = ref.strip()
     if not ref:
         raise InvalidInput("a job id is required", field="job")
@@ -49,9 +50,21 @@ async def resolve_job(service: JobService, ref: str) -> JobRecord:
             f"no job with id {ref!r}", field="job", hint="`j2c list` or `%j2c list` shows them"
         )
     if len(matches) > 1:
+        # A sweep's id is a prefix of its variants' (``<sweep>-<i>``): it names the sweep.
+        heads = [record for record in matches if record.sweep is None or not record.sweep.parent]
+        if len(heads) == 1 and _variants_of(heads[0], matches):
+            return heads[0]
         ids = ", ".join(sorted(record.id for record in matches)[:5])
         raise InvalidInput(f"job id prefix {ref!r} is ambiguous: {ids}", field="job")
     return matches[0]
+
+
+def _variants_of(parent: JobRecord, records: list[JobRecord]) -> bool:
+    """Whether every record but ``parent`` is one of its sweep's variants."""
+    return all(
+        record is parent or (record.sweep is not None and record.sweep.parent == parent.id)
+        for record in records
+    )
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 CELLS_DIR = Path(".j2c") / "cells"
 _USAGE = (
     "usage: %j2c submit [OPTIONS] [ENTRY] [-- ARGS...] | status JOB | logs JOB [-f] "
-    "| cancel JOB | list | results JOB [--copy DIR]\n"
+    "| cancel JOB | list | results JOB [--copy DIR] | sweep status SWEEP [--json]\n"
     "       %%j2c [OPTIONS] [-- ARGS...]  (the cell is the entry point)"
 )
 
@@ -172,6 +172,7 @@ def _dispatch(argv: list[str], shell: Any, cell: str | None) -> Any:
         "cancel": _cancel,
         "list": _list,
         "results": _results,
+        "sweep": _sweep,
     }
     if command not in handlers:
         raise _usage_error(f"j2c: unknown command {command!r}\n{_USAGE}")
@@ -290,6 +291,23 @@ def _results(args: list[str]) -> None:
                 streams=Streams.std(),
             )
         )
+
+
+def _sweep(args: list[str]) -> Any:
+    """``%j2c sweep status SWEEP``: the variants' rows (a list for ``pandas.DataFrame``), shown
+    as ``j2c sweep status`` prints them."""
+    from j2c_server.cli import sweep_cmd
+
+    if args[:1] != ["status"]:
+        raise _usage_error(
+            f"j2c: usage: %j2c sweep status SWEEP [--json] [--metric NAME]\n{_USAGE}"
+        )
+    ctx = parse(sweep_cmd.status, "%j2c sweep status", args[1:])
+    if ctx is None:
+        return None
+    runner, params = _service_for(ctx), ctx.params
+    view = runner.call(sweep_cmd.sweep_status(runner.service, params["job"]))
+    return sweep_cmd.sweep_rows(view, params["metrics"], as_json=params["as_json"])
 
 
 def register(ipython: Any) -> None:
