@@ -26,7 +26,7 @@ class LayerRole(str, Enum):
 
 # The newest manifest format this j2c-unpack reads (= wire.manifest.MANIFEST_FORMAT_VERSION,
 # checked by a test). Here, without pydantic, so the in-job inventory can say it.
-READS_FORMAT_VERSION = 6
+READS_FORMAT_VERSION = 7
 
 
 class PlanError(ValueError):
@@ -94,15 +94,18 @@ class VariantPlan:
     args: list[str]
     env: dict[str, str]
     params: dict[str, str]
+    retries: int | None  # re-runs while the entry point exits non-zero (format_version 7)
 
     @classmethod
     def from_dict(cls, data: Any) -> VariantPlan:
         values = _take(cls, data)
+        retries = values["retries"]
         return cls(
             index=int(values["index"]),
             args=[str(arg) for arg in values["args"]],
             env=dict(values["env"]),
             params=dict(values["params"]),
+            retries=None if retries is None else int(retries),
         )
 
 

@@ -5,11 +5,12 @@
   attaches to it: the sweep spec is part of the request key); then one child record per
   variant, each a normal job (own log, status, results, cancel) that names its parent.
 - The parent's pipeline packs and uploads once; ``with_variants`` writes the variant table into
-  that one manifest (format 5), and ``run_children`` submits every child pinned to it by
-  ``--manifest-digest``: as one native array job where the backend has them (each task picks
-  its row by the scheduler's index variable; the scheduler throttles to ``max_parallel``), else
-  one job per child with ``--variant N`` (at most ``max_parallel`` going at once); then it keeps
-  the parent's aggregate status until every child has ended.
+  that one manifest (format 5; 7 when its rows carry retries, which j2c-unpack applies on every
+  backend), and ``run_children`` submits every child pinned to it by ``--manifest-digest``: as
+  one native array job where the backend has them (each task picks its row by the scheduler's
+  index variable; the scheduler throttles to ``max_parallel``), else one job per child with
+  ``--variant N`` (at most ``max_parallel`` going at once); then it keeps the parent's
+  aggregate status until every child has ended.
 - ``cancel_children``: cancelling the parent cancels every child.
 
 The variant table is computed from the parent's request as sent (``sweep_grid.expand``), so an
@@ -23,7 +24,7 @@ import contextlib
 from collections import Counter
 from typing import TYPE_CHECKING, TypeGuard
 
-from j2c_server.core.errors import Conflict
+from j2c_server.core.errors import Conflict, InvalidInput
 from j2c_server.jobs.job_inputs import job_spec, presigned_manifest
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.presigned_outputs import outputs_policy
@@ -32,7 +33,12 @@ from j2c_server.jobs.sweep_grid import expand
 from j2c_server.schedulers.base import ArrayScheduler, Scheduler
 from j2c_server.unpack.variant import PLACEHOLDER
 from j2c_server.wire.api import Capabilities, EventKind, JobHandle, JobRecord, JobRequest, JobStatus
-from j2c_server.wire.manifest import MANIFEST_FORMAT_VERSION_VARIANTS, Manifest, Variant
+from j2c_server.wire.manifest import (
+    MANIFEST_FORMAT_VERSION_RETRIES,
+    MANIFEST_FORMAT_VERSION_VARIANTS,
+    Manifest,
+    Variant,
+)
 from j2c_server.wire.sweep import SweepInfo
 
 if TYPE_CHECKING:
@@ -67,6 +73,13 @@ def is_child(record: JobRecord) -> bool:
 def variant_table(request: JobRequest, max_variants: int) -> tuple[list[str], list[Variant]]:
     if request.sweep is None:
         raise ValueError("not a sweep")
+    if request.sweep.retries and request.resources.nodes > 1:
+        # j2c-unpack re-runs a variant on its node: one node's re-run would not meet the others.
+        raise InvalidInput(
+            f"sweep: retries re-run a variant in place on its node; the {request.resources.nodes} "
+            "nodes of a multi-node variant would not re-run together: send it with retries 0",
+            field="sweep",
+        )
     return expand(request.sweep, request.args, request.env, max_variants=max_variants)
 
 
@@ -75,7 +88,13 @@ def with_variants(manifest: Manifest, record: JobRecord, limit: int) -> Manifest
     if not is_parent(record):
         return manifest
     _, table = variant_table(record.request, limit)
-    version = max(manifest.format_version, MANIFEST_FORMAT_VERSION_VARIANTS)
+    # Retries need a j2c-unpack that applies them: an older one refuses the newer format.
+    needed = (
+        MANIFEST_FORMAT_VERSION_RETRIES
+        if any(row.retries for row in table)
+        else MANIFEST_FORMAT_VERSION_VARIANTS
+    )
+    version = max(manifest.format_version, needed)
     return manifest.model_copy(update={"variants": table, "format_version": version})
 
 

@@ -20,7 +20,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs;
                  the venv's packages that shadow this interpreter's own are named in the log
 7. running       the entry point with the venv's interpreter; signals forwarded (with
-                 ``--nodes N``, on this node's rank, under torchrun with ``--launcher``: ranks.py)
+                 ``--nodes N``, on this node's rank, under torchrun with ``--launcher``: ranks.py);
+                 a sweep's variant with ``retries`` re-run in place while it exits non-zero
+                 (never after a signal)
 8. uploading outputs   when --output-uri is given, also after a failed run: the output dir
                  and what the job created or changed in its working copy (outputs.py,
                  written.py; snapshot right before phase 7, synced during it and on SIGTERM)
@@ -115,13 +117,20 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
     # 1-2: what to run, and whether this interpreter can run it at all.
     plans = cache.plans if cache is not None else None
     manifest = read_manifest(options.manifest, plans, options.manifest_digest)
+    options.retries, options.index = 0, None  # a sweep's row may ask for re-runs
     if options.variant is not None or options.variant_env or manifest.variants is not None:
-        from j2c_server.unpack.variant import fill_placeholders, pick_variant, variant_index
+        from j2c_server.unpack.variant import (
+            fill_placeholders,
+            pick_variant,
+            variant_index,
+            variant_retries,
+        )
 
         index = variant_index(options.variant, options.variant_env)
         manifest = pick_variant(manifest, index)
         if index is not None:
             fill_placeholders(options, index)
+            options.retries, options.index = variant_retries(manifest, index), index
     if manifest.files:
         from j2c_server.unpack.bigfiles import check_files
 
@@ -221,7 +230,7 @@ def _run_prepared(
 ) -> int:
     """Phases 7 and 8."""
     from j2c_server.unpack.ranks import SINGLE_NODE, node_rank
-    from j2c_server.unpack.run import entry_command, job_environment, run_child, working_dir
+    from j2c_server.unpack.run import entry_command, job_environment, run_attempts, working_dir
     from j2c_server.unpack.shadows import report_shadowed
 
     if placement.venv is not None:
@@ -247,7 +256,14 @@ def _run_prepared(
         outputs = _outputs_sync(options, output_dir, placement, rank)
         outputs.start(options.outputs_sync_minutes)
     try:
-        code = run_child(argv, env, cwd, on_signal=outputs.wake if outputs else None)
+        code = run_attempts(
+            argv,
+            env,
+            cwd,
+            retries=options.retries,
+            what=f"variant {options.index}",
+            on_signal=outputs.wake if outputs else None,
+        )
     finally:
         if outputs is not None:
             outputs.stop()

@@ -12,6 +12,10 @@
   j2c-unpack itself is killed, the kernel kills the child too (Linux ``PR_SET_PDEATHSIG``), so
   nothing keeps running unsupervised.
 - The exit code is the child's; 128+N when signal N ended it.
+- A sweep's variant with ``retries`` (``run_attempts``) is run again in place while it exits
+  non-zero, up to that many more times, each re-run announced by one line; a run stopped by a
+  signal (one forwarded to it, or SIGTERM/SIGINT ending it) is never re-run. The exit code is
+  the last run's. Like torchrun's ``--max-restarts``, on the node the job already holds.
 
 The child's stdout and stderr are the job's own: nothing is captured or re-printed.
 """
@@ -37,6 +41,8 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT)
 NOTEBOOK_RUNNER = Path(__file__).with_name("notebook.py")
 _MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _PR_SET_PDEATHSIG = 1
+# Exit codes of a run a stop ended (128+N): never re-run.
+_STOPPED_BY = frozenset(128 + signum for signum in FORWARDED)
 
 
 def entry_command(
@@ -122,6 +128,36 @@ def run_child(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return 128 - returncode if returncode < 0 else returncode
+
+
+def run_attempts(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    *,
+    retries: int,
+    what: str,
+    on_signal: Callable[[], None] | None = None,
+) -> int:
+    """:func:`run_child`, re-run while it exits non-zero, ``retries`` more times at most;
+    never after a signal. ``what`` names the run in the re-run line ("variant 3")."""
+    stopped: list[bool] = []
+
+    def signalled() -> None:
+        stopped.append(True)
+        if on_signal is not None:
+            on_signal()
+
+    attempt = 0
+    while True:
+        code = run_child(argv, env, cwd, on_signal=signalled)
+        if code == 0 or attempt >= retries:
+            return code
+        if stopped or code in _STOPPED_BY:
+            say("running", f"{what} exited {code} after a signal: not re-run")
+            return code
+        attempt += 1
+        say("running", f"{what} exited {code}; re-running (retry {attempt} of {retries})")
 
 
 def _inside(code: Path, relative: str, field: str) -> Path:

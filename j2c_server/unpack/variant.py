@@ -2,6 +2,9 @@
 ``SLURM_ARRAY_TASK_ID`` or ``JOB_COMPLETION_INDEX``) and the manifest plan with that row's args
 and env in place of the base ones. A sweep's manifest never runs without a valid row.
 
+A row may ask for ``retries``: the entry point is run again in place while it exits non-zero
+(``run.run_attempts``), the same on every backend.
+
 An array task's command line and env are the same for every task, so the names that differ
 per variant carry a ``{variant}`` placeholder that the picked row's index fills in: the job id
 (``J2C_JOB_ID``, ``<sweep>-{variant}``) and ``--output-uri`` (each variant's outputs its own).
@@ -53,6 +56,13 @@ def pick_variant(manifest: ManifestPlan, index: int | None) -> ManifestPlan:
     if row is None:
         return manifest
     values = ", ".join(f"{k}={v}" for k, v in row.params.items())
-    say("variant", f"{row.index} of {len(manifest.variants or [])}: {values}")
+    again = f" (up to {row.retries} re-runs while it exits non-zero)" if row.retries else ""
+    say("variant", f"{row.index} of {len(manifest.variants or [])}: {values}{again}")
     env = {**manifest.env, **row.env, VARIANT_INDEX_ENV: str(row.index)}
     return dataclasses.replace(manifest, args=list(row.args), env=env)
+
+
+def variant_retries(manifest: ManifestPlan, index: int | None) -> int:
+    """How many times the row ``index`` (picked already) is re-run while it exits non-zero."""
+    row = manifest.variant(index)
+    return (row.retries or 0) if row is not None else 0

@@ -16,7 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # Re-exported: defined beside the manifest plan, which j2c-unpack imports without pydantic.
 from j2c_server.core.manifest_plan import LayerRole as LayerRole
 
-MANIFEST_FORMAT_VERSION = 6  # the newest written and read; 6: what the job needs (``needs``)
+MANIFEST_FORMAT_VERSION = 7  # the newest written and read; 7: a variant's ``retries``
+MANIFEST_FORMAT_VERSION_RETRIES = 7  # a variant's ``retries``: an older reader would not re-run
 MANIFEST_FORMAT_VERSION_NEEDS = 6  # ``needs``: an older reader would refuse the unknown field
 MANIFEST_FORMAT_VERSION_VARIANTS = 5  # ``variants``: an older reader would run the base args
 MANIFEST_FORMAT_VERSION_SHIPPED_BASE = 4  # ``base`` layers: an older reader would not place them
@@ -24,6 +25,7 @@ MANIFEST_FORMAT_VERSION_PARTS = 3  # several ``code`` layers: an older reader wo
 MANIFEST_FORMAT_VERSION_FILES = 2  # 2: big files as their own blobs (``Manifest.files``)
 MANIFEST_FORMAT_VERSION_BASE = 1  # written when a manifest has no ``files``: older readers work
 LAYER_MEDIA_TYPE = "application/vnd.j2c.layer.v1.tar+zstd"
+MAX_VARIANT_RETRIES = 10
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -101,6 +103,13 @@ class Variant(Strict):
     )
     params: dict[str, str] = Field(
         default_factory=dict, description="Each swept name with its value (for the log)."
+    )
+    retries: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_VARIANT_RETRIES,
+        description="Re-runs of the entry point in place while it exits non-zero (never after "
+        "a signal); absent: none (format_version 7).",
     )
 
 

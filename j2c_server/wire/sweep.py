@@ -7,7 +7,8 @@ brace. The variants are the cross product of ``grid`` (in its key order, the las
 fastest) or the explicit ``variants`` list, never both. Expansion and its errors live in
 ``jobs/sweep_grid.py``; the variant table the job reads is ``wire.manifest.Variant``.
 
-Only pydantic and ``wire.manifest`` (for ``Strict``) are imported: ``wire.api`` imports this.
+Only pydantic and ``wire.manifest`` (for ``Strict`` and the retries' cap) are imported:
+``wire.api`` imports this.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from j2c_server.wire.manifest import Strict
+from j2c_server.wire.manifest import MAX_VARIANT_RETRIES, Strict
 
 PARAM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_SWEEP_RETRIES = 10
 
 
 def _check_name(value: str) -> str:
@@ -67,7 +67,9 @@ class SweepSpec(Strict):
     retries: int = Field(
         0,
         ge=0,
-        le=MAX_SWEEP_RETRIES,
+        le=MAX_VARIANT_RETRIES,
+        # Worded as the generated src/models.ts has it; j2c-unpack applies it on every backend
+        # (docs/sweeps.md, "Retries").
         description="Re-runs of a failed variant where the backend retries per index.",
     )
 

@@ -132,7 +132,6 @@ async def test_cancelling_the_parent_cancels_every_variant(
         ({"grid": {"a": [str(i) for i in range(300)]}}, ["{a}"], "more than the limit of 256"),
         ({"grid": {"a": ["1"]}}, ["{a", "{a}"], "unbalanced brace"),
         ({"variants": [{"params": {"a": "1"}}, {"params": {"a": "1"}}]}, ["{a}"], "exactly like"),
-        ({"grid": {"a": ["1", "2"]}, "retries": 1}, ["{a}"], "not supported yet"),
     ],
 )
 async def test_bad_grids_are_refused_before_anything_is_sent(
@@ -179,5 +178,67 @@ async def test_the_cap_is_the_sweep_max_variants_setting_checked_before_the_scan
             assert scanned.value.field != "sweep", scanned.value.message
         finally:
             await raised.stop()
+    finally:
+        await service.stop()
+
+
+FLAKY = """
+import pathlib, sys
+runs = pathlib.Path("runs.txt")  # in the variant's working copy, kept between its runs
+n = int(runs.read_text()) + 1 if runs.exists() else 1
+runs.write_text(str(n))
+print("run", n, sys.argv[1])
+sys.exit({"once": 4 if n == 1 else 0, "always": 6, "never": 0}[sys.argv[1]])
+"""
+
+
+async def test_retries_re_run_a_failed_variant_in_place_up_to_the_count(
+    j2c_data_dir: Path, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    (project / "flaky.py").write_text(FLAKY)
+    request = JobRequest(
+        code_path=str(project),
+        call_path="flaky.py",
+        args=["{mode}"],
+        sweep=SweepSpec(grid={"mode": ["once", "always", "never"]}, retries=1),
+    )
+    service = JobService(load_settings())
+    try:
+        parent = await service.submit(request)
+        assert parent.sweep is not None
+        await asyncio.wait_for(service.wait(parent.id), 300)
+        once, always, never = [
+            await asyncio.wait_for(service.wait(c), 120) for c in parent.sweep.children
+        ]
+        assert (once.status, once.exit_code) == (JobStatus.succeeded, 0), once.message
+        log = await _log(service, once.id)
+        assert "j2c: running: variant 0 exited 4; re-running (retry 1 of 1)" in log
+        assert "run 2 once" in log
+        assert (always.status, always.exit_code) == (JobStatus.failed, 6)
+        log = await _log(service, always.id)
+        assert "variant 1 exited 6; re-running (retry 1 of 1)" in log and "run 2 always" in log
+        assert "run 3" not in log
+        assert never.status == JobStatus.succeeded
+        assert "re-running" not in await _log(service, never.id)
+        assert (await service.get(parent.id)).status == JobStatus.failed
+    finally:
+        await service.stop()
+
+
+async def test_retries_of_a_multi_node_sweep_are_refused(
+    j2c_data_dir: Path, tmp_path: Path
+) -> None:
+    request = _sweep_request(_project(tmp_path), retries=1)
+    request = request.model_copy(
+        update={"resources": request.resources.model_copy(update={"nodes": 2})}
+    )
+    service = JobService(load_settings())
+    try:
+        with pytest.raises(InvalidInput) as caught:
+            await service.submit(request)
+        assert caught.value.field == "sweep"
+        assert "the 2 nodes of a multi-node variant would not re-run together" in str(caught.value)
+        assert await service.list_jobs() == []
     finally:
         await service.stop()
