@@ -242,3 +242,25 @@ async def test_retries_of_a_multi_node_sweep_are_refused(
         assert await service.list_jobs() == []
     finally:
         await service.stop()
+
+
+async def test_a_cancelled_variant_is_not_re_run(j2c_data_dir: Path, tmp_path: Path) -> None:
+    request = _sweep_request(_project(tmp_path), retries=2)
+    request = request.model_copy(update={"args": ["--lr", "{lr}", "--seed", "{seed}", "60"]})
+    service = JobService(load_settings())
+    try:
+        parent = await service.submit(request)
+        assert parent.sweep is not None
+        first = parent.sweep.children[0]
+        while "variant args:" not in await _log(service, first):  # its script is running
+            await asyncio.sleep(0.1)
+        await service.cancel(first)
+        child = await asyncio.wait_for(service.wait(first), 120)
+        assert child.status == JobStatus.cancelled
+        log = await _log(service, first)
+        assert log.count("variant args:") == 1 and "re-running" not in log
+        assert "after a signal: not re-run" in log
+        await service.cancel(parent.id)
+        await asyncio.wait_for(service.wait(parent.id), 120)
+    finally:
+        await service.stop()
