@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 
 from j2c_server.core.manifest_plan import LayerPlan, LayerRole
 from j2c_server.core.units import byte_size
-from j2c_server.unpack.cache_blobs import layer_blobs
 from j2c_server.unpack.cache_files import (
     copy_tree,
     fingerprint,
@@ -70,6 +69,7 @@ def build_entries(
     """Build the entries of ``made`` (their make locks held): their blobs found or downloaded,
     then each one extracted, the code first. ``base``: the shipped lab-base packages, placed
     into the venv's entry; ``code_old``: the code layer's source path."""
+    from j2c_server.unpack.cache_blobs import layer_blobs
     from j2c_server.unpack.space import check_free_space
 
     blob_dir = cache.tmp / f"download-{os.getpid()}-{secrets.token_hex(4)}"
@@ -140,9 +140,8 @@ def materialise(
     code_old: str,
 ) -> Prepared:
     """The job's layers from their entries: the code copied (its parts in the manifest's
-    order, ``code_parts``), the venv used in place or linked into its home."""
-    from j2c_server.unpack.relocate import fix_venv, verify_venv
-
+    order, ``code_parts``), the venv used in place or linked into its home. The relocation is
+    imported only for a venv whose files must be rewritten (a warm start needs none of it)."""
     stage = Stage("materialising")
     homes = dict(placement.homes)
     moves = dict(placement.moves)
@@ -187,6 +186,8 @@ def materialise(
             # Files must be rewritten for this path: a tree of its own, hard-linked (copied
             # across filesystems), each rewritten file a new one (the cache's inodes stay as
             # they are), then proved to run.
+            from j2c_server.unpack.relocate import fix_venv, verify_venv
+
             files = copy_tree(tree, item.home, link=True)
             rewrite = {}
             if item.built_for != item.home:

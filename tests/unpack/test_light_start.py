@@ -44,10 +44,22 @@ SERVER_SIDE = (
 )
 
 
+# What only a cold start needs: fetching and checking layers, extracting, relocating a venv.
+BUILDERS = (
+    "j2c_server.unpack.downloads",
+    "j2c_server.unpack.cache_blobs",
+    "j2c_server.unpack.extract",
+    "j2c_server.unpack.decompress",
+    "j2c_server.unpack.relocate",
+    "j2c_server.unpack.space",
+    "zstandard",
+)
+
+
 def _unpack(
-    uri: str, cache: Path, output_uri: str
+    uri: str, cache: Path, *options: str
 ) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    options = ["--cache-dir", str(cache), "--paths", "relocate", "--output-uri", output_uri, "--"]
+    options = ("--cache-dir", str(cache), *options, "--")
     done = subprocess.run(
         [sys.executable, "-c", _UNPACK_AND_LIST, uri, *options],
         capture_output=True,
@@ -71,11 +83,28 @@ def test_a_warm_start_uploading_to_a_file_store_loads_nothing_of_the_server(
     uri = small_job.publish()
     cache = tmp_path / "cache"
     outputs = tmp_path / "outputs"
-    _unpack(uri, cache, outputs.as_uri())  # cold: validates the manifest, keeps its plan
-    warm, modules = _unpack(uri, cache, (outputs / "again").as_uri())
+    relocate = ("--paths", "relocate")
+    _unpack(uri, cache, *relocate, "--output-uri", outputs.as_uri())  # cold: keeps the plan
+    warm, modules = _unpack(uri, cache, *relocate, "--output-uri", (outputs / "again").as_uri())
     assert "(validated before on this node)" in warm.stderr
     assert (outputs / "again" / "result.txt").read_text() == "done"
     assert (outputs / "again" / ".j2c-outputs.json").is_file()
     assert "j2c_server.storage.file" in modules  # the check sees what it ran
     loaded = [name for name in SERVER_SIDE if _loaded(modules, name)]
     assert loaded == [], f"a warm start with --output-uri imported {loaded}"
+
+
+def test_a_warm_start_at_original_paths_loads_nothing_that_builds(
+    small_job: SmallJob, tmp_path: Path
+) -> None:
+    uri = small_job.publish()
+    small_job.project.parent.rename(tmp_path / "lab moved away")  # original paths free
+    cache = tmp_path / "cache"
+    cold, cold_modules = _unpack(uri, cache)
+    warm, modules = _unpack(uri, cache)
+    assert "0 of 2 layers from the cache" in cold.stderr
+    assert {"j2c_server.unpack.extract", "j2c_server.unpack.relocate"} <= cold_modules
+    assert "2 of 2 layers from the cache, 0 built" in warm.stderr
+    assert f"venv at {small_job.venv}: " in warm.stderr  # original paths, not relocated
+    loaded = [name for name in BUILDERS if _loaded(modules, name)]
+    assert loaded == [], f"a warm start imported {loaded}"
