@@ -104,6 +104,33 @@ class SchedulerUnavailable(SchedulerError):
     code = "scheduler_unavailable"
 
 
+class DiskFull(J2CError):
+    """The data dir's disk (or the user's quota) is full: nothing could be recorded. Nothing the
+    server answered before is lost; the same request works once there is space."""
+
+    status_code = 507
+    code = "disk_full"
+
+
+_SQLITE_FULL = 13  # sqlite3.SQLITE_FULL: "database or disk is full"
+
+
+def disk_full_to_j2c(exc: BaseException | None, data_dir: str) -> DiskFull | None:
+    """A full disk as met by a write (``OSError`` ENOSPC or EDQUOT, SQLite's SQLITE_FULL) as one
+    :class:`DiskFull` naming the data dir; None for any other error."""
+    import errno
+
+    full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+        getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
+    )
+    if not full:
+        return None
+    return DiskFull(
+        f"the disk of j2c's data dir ({data_dir}) is full: {exc}",
+        hint="free some space there, then send again (nothing recorded before is lost)",
+    )
+
+
 def validation_error_to_j2c(
     exc: ValidationError,
     *,

@@ -23,7 +23,13 @@ from pydantic import BaseModel, ValidationError
 from tornado import web
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import InvalidInput, J2CError, validation_error_to_j2c
+from j2c_server.core.errors import (
+    DiskFull,
+    InvalidInput,
+    J2CError,
+    disk_full_to_j2c,
+    validation_error_to_j2c,
+)
 from j2c_server.jobs.audit import Actor
 from j2c_server.jobs.service import JobService
 
@@ -112,12 +118,17 @@ class J2CErrors(JupyterHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, ValidationError):
             exc = validation_error_to_j2c(exc)
+        exc = self._disk_full(exc) or exc
         if isinstance(exc, J2CError):
             self.set_status(exc.status_code)
             self.set_header("Content-Type", "application/json")
             self.finish(json.dumps(exc.to_dict()))
             return
         super().write_error(status_code, **kwargs)
+
+    def _disk_full(self, exc: BaseException | None) -> DiskFull | None:
+        settings: J2CSettings = self.settings["j2c_settings"]
+        return disk_full_to_j2c(exc, str(settings.data_path()))
 
     def _request_summary(self) -> str:
         # Tornado's own log lines use this; a ``?token=`` in the URL must not reach the log.
@@ -132,6 +143,9 @@ class J2CErrors(JupyterHandler):
         # A user's bad input is not a server error: one line, no traceback.
         if isinstance(value, (J2CError, ValidationError)):
             self.log.info("j2c: %s %s: %s", self.request.method, self.scrubbed_uri, value)
+            return
+        if (full := self._disk_full(value)) is not None:  # the machine's state, not a bug
+            self.log.warning("j2c: %s %s: %s", self.request.method, self.scrubbed_uri, full)
             return
         if isinstance(value, web.HTTPError):
             # Tornado's version; it logs through _request_summary, scrubbed above.
