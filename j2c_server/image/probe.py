@@ -2,10 +2,11 @@
 
 The probe is a short-lived container of the image running the image's own ``python3 -I -c
 <unpack/inventory.py's source>``: no network (``NetworkMode: none``), as the job user, bounded
-in time, removed afterwards. Its stdout is the inventory. The engine's image ID is the key
-(``target.container_key``): a tag moved to another build is probed again, the same build under
-two tags once. Asking the engine for the ID is one API call and starts nothing, so a preflight
-of a probed image starts no container.
+in time, removed afterwards (labelled with the server's runs folder, so a server killed
+mid-probe removes it at its next start: ``schedulers/container_lifecycle.sweep``). Its stdout is
+the inventory. The engine's image ID is the key (``target.container_key``): a tag moved to
+another build is probed again, the same build under two tags once. Asking the engine for the ID
+is one API call and starts nothing, so a preflight of a probed image starts no container.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from j2c_server.core.errors import J2CError
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.image.target import container_key
 from j2c_server.schedulers.container_api import EngineClient, LogCursor, LogReader
+from j2c_server.schedulers.container_lifecycle import LABEL_RUNS, PROBE_PREFIX, runs_label
 from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.container_spec import runs_root
 from j2c_server.unpack import inventory as inventory_script
 
 PROBE_TIMEOUT_S = 60.0
@@ -61,7 +64,7 @@ async def image_id(client: EngineClient, image: str) -> str | None:
     return str(response.json()["Id"])
 
 
-def _create_body(image: str, cfg: ContainerSettings) -> dict[str, Any]:
+def probe_body(image: str, cfg: ContainerSettings, label: str) -> dict[str, Any]:
     return {
         "Image": image,
         "Entrypoint": ["python3"],
@@ -70,19 +73,19 @@ def _create_body(image: str, cfg: ContainerSettings) -> dict[str, Any]:
         "Env": ["HOME=/tmp", "PYTHONDONTWRITEBYTECODE=1"],
         "WorkingDir": "/",
         "NetworkDisabled": True,
-        "Labels": {"j2c.probe": "inventory"},
+        "Labels": {"j2c.probe": "inventory", LABEL_RUNS: label},
         "HostConfig": {"NetworkMode": "none"},
     }
 
 
 async def run_probe(
-    client: EngineClient, image: str, cfg: ContainerSettings, timeout_s: float
+    client: EngineClient, image: str, cfg: ContainerSettings, timeout_s: float, label: str
 ) -> dict[str, Any]:
     """Run the inventory script in a fresh container of ``image``; its parsed output."""
     global probes_started
-    name = f"j2c-probe-{secrets.token_hex(6)}"
+    name = f"{PROBE_PREFIX}{secrets.token_hex(6)}"
     await client.request(
-        "POST", "/containers/create", params={"name": name}, json=_create_body(image, cfg)
+        "POST", "/containers/create", params={"name": name}, json=probe_body(image, cfg, label)
     )
     probes_started += 1
     try:
@@ -136,7 +139,9 @@ async def container_inventory(
                 if key in _failed:  # said once; not a container per preflight
                     raise ProbeFailed(_failed[key])
                 try:
-                    data = await run_probe(client, image, cfg, timeout_s)
+                    data = await run_probe(
+                        client, image, cfg, timeout_s, runs_label(runs_root(settings))
+                    )
                 except ProbeFailed as exc:
                     _failed[key] = str(exc)
                     raise

@@ -36,6 +36,12 @@ TIMED_OUT = "timed-out"
 _FINISHED = ("exited", "stopped", "dead")
 
 
+# Image probes (image/probe.py) carry the runs label too, so a server that was killed while one
+# ran removes it at its next start. A probe is bounded in time; past this it is nobody's.
+PROBE_PREFIX = "j2c-probe-"
+PROBE_ORPHAN_S = 300.0
+
+
 def runs_label(runs_root: Path) -> str:
     """Which server's runs folder a container belongs to (a hash: no host path in a label)."""
     return hashlib.sha256(str(runs_root).encode()).hexdigest()[:16]
@@ -103,11 +109,24 @@ async def sweep(api: EngineClient, label: str, runs_root: Path) -> list[str]:
     removed = []
     for entry in listed.json():
         names = [str(n).lstrip("/") for n in entry.get("Names") or []]
+        if (entry.get("Labels") or {}).get(LABEL_RUNS) != label:
+            continue
+        probe = next((n for n in names if n.startswith(PROBE_PREFIX)), None)
+        if probe is not None and _orphaned_probe(entry):
+            await api.request("DELETE", f"/containers/{probe}", params={"force": 1}, allow=(404,))
+            removed.append(probe)
+            continue
         name = next((n for n in names if n.startswith("j2c-") and n[4:].isalnum()), None)
-        own = (entry.get("Labels") or {}).get(LABEL_RUNS) == label
-        if name is None or not own or str(entry.get("State", "")).lower() not in _FINISHED:
+        if name is None or str(entry.get("State", "")).lower() not in _FINISHED:
             continue
         if (runs_root / name / FINAL).is_file():
             await remove(api, name)
             removed.append(name)
     return removed
+
+
+def _orphaned_probe(entry: dict[str, Any]) -> bool:
+    """An image probe past its time: its own server, killed mid-probe, never removed it (a live
+    probe is removed by its runner within ``PROBE_ORPHAN_S``)."""
+    created = entry.get("Created")
+    return isinstance(created, int | float) and time.time() - created > PROBE_ORPHAN_S

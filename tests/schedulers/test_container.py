@@ -14,11 +14,14 @@ import httpx
 import pytest
 
 from j2c_server.core.errors import Conflict, InvalidInput
-from j2c_server.schedulers import make_scheduler
+from j2c_server.image.probe import probe_body
+from j2c_server.schedulers import container_lifecycle, make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine
 from j2c_server.schedulers.container import ContainerScheduler, render_dry_run
 from j2c_server.schedulers.container_api import LogCursor, LogReader
-from j2c_server.schedulers.container_spec import LABEL_MANAGED_BY
+from j2c_server.schedulers.container_lifecycle import PROBE_PREFIX, runs_label
+from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.container_spec import LABEL_MANAGED_BY, runs_root
 from j2c_server.wire.api import JobHandle, JobStatus, Resources
 from tests.support.podman import Podman
 
@@ -459,6 +462,42 @@ def test_keep_finished_keeps_it_and_a_restart_sweeps_only_its_own_collected_cont
         assert not await _engine_has(podman, uncollected.id)
         await restarted.close()
         await _engine(podman, "DELETE", f"/containers/{foreign.id}", params={"force": "1"})
+
+    run(go())
+
+
+def test_a_restart_removes_the_image_probes_its_killed_server_left_and_no_other(
+    podman: Podman, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a server killed mid-probe leaves: an exited probe container of its image. The probe's
+    # runner would have removed it in its `finally`; only the next start of a scheduler can.
+    own, other = podman.settings(tmp_path / "data"), podman.settings(tmp_path / "other")
+    cfg = own.scheduler.section("container", ContainerSettings)
+
+    async def left_probe(settings: Any) -> str:
+        name = f"{PROBE_PREFIX}{time.monotonic_ns()}"
+        body = probe_body(podman.image, cfg, runs_label(runs_root(settings)))
+        await _engine(podman, "POST", "/containers/create", params={"name": name}, json=body)
+        await _engine(podman, "POST", f"/containers/{name}/start")
+        await _engine(podman, "POST", f"/containers/{name}/wait")
+        return name
+
+    async def go() -> None:
+        mine, foreign, young = await left_probe(own), await left_probe(other), ""
+        monkeypatch.setattr(container_lifecycle, "PROBE_ORPHAN_S", 0.0)
+        scheduler = ContainerScheduler(own)
+        await scheduler.status(JobHandle(scheduler="container", id="j2c-nosuchjob"))
+        assert not await _engine_has(podman, mine)
+        assert await _engine_has(podman, foreign)  # another server's: not touched
+        monkeypatch.undo()
+        young = await left_probe(own)  # could be a live probe of this very server
+        restarted = ContainerScheduler(own)
+        await restarted.status(JobHandle(scheduler="container", id="j2c-nosuchjob"))
+        assert await _engine_has(podman, young)
+        await scheduler.close()
+        await restarted.close()
+        for name in (foreign, young):
+            await _engine(podman, "DELETE", f"/containers/{name}", params={"force": "1"})
 
     run(go())
 
