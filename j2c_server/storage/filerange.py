@@ -105,9 +105,11 @@ class FileRange(io.RawIOBase):
         super().close()
 
 
-def range_digests(path: Path, offset: int, size: int, *, md5: bool) -> tuple[bytes | None, str]:
-    """(MD5 digest if asked, base64 CRC32) of a byte range of ``path``, in one read through
-    one reused buffer.
+def range_digests(
+    path: Path, offset: int, size: int, *, md5: bool, crc32: bool = True
+) -> tuple[bytes | None, str]:
+    """(MD5 digest if asked, base64 CRC32 if asked, else "") of a byte range of ``path``, in one
+    read through one reused buffer.
 
     Blocking: run it in a worker thread.
     """
@@ -117,22 +119,22 @@ def range_digests(path: Path, offset: int, size: int, *, md5: bool) -> tuple[byt
     with FileRange(path, offset, size, md5=False) as source:
         while got := source.readinto(buffer):
             block = buffer[:got]
-            crc = zlib.crc32(block, crc)
+            if crc32:
+                crc = zlib.crc32(block, crc)
             if digest is not None:
                 digest.update(block)
     return (
         digest.digest() if digest is not None else None,
-        base64.b64encode(crc.to_bytes(4, "big")).decode("ascii"),
+        base64.b64encode(crc.to_bytes(4, "big")).decode("ascii") if crc32 else "",
     )
 
 
-def check_etag(response: Mapping[str, Any], body: FileRange, what: str) -> str:
-    """The response's ETag, after checking it is the MD5 of what ``body`` sent."""
+def check_etag(response: Mapping[str, Any], digest: bytes | None, what: str) -> str:
+    """The response's ETag, after checking it is ``digest``, the MD5 of what was sent."""
     etag = str(response["ETag"])
     opaque = response.get("ServerSideEncryption") in _OPAQUE_ETAG_ENCRYPTION or response.get(
         "SSECustomerAlgorithm"
     )
-    digest = body.md5()
     if not opaque and digest is not None and etag.strip('"').lower() != digest.hex():
         raise CorruptTransfer(f"{what}: the server's ETag {etag} is not the MD5 of the bytes sent")
     return etag

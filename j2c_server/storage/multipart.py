@@ -10,10 +10,11 @@ Integrity: each part carries a CRC32 computed beforehand in a worker thread (upl
 created with ``ChecksumAlgorithm=CRC32``, as boto3 does; a server that refuses checksums gets
 uploads without), and the ETag the server returns must be the MD5 of the bytes sent, or the part
 is sent again. A server that verifies the CRC32 answers it back (``x-amz-checksum-crc32``; j2c
-does not send ``x-amz-sdk-checksum-algorithm``, which makes some fakes echo unverified): from
-its first such answer on, the parts of that upload are not MD5-hashed any more (the MD5 is most
-of an upload's CPU, 0.44 s per 256 MB); a server that answers nothing back (moto, older
-S3-compatible servers) gets the MD5 check on every part.
+does not send ``x-amz-sdk-checksum-algorithm``, which makes some fakes echo unverified): a part
+so answered is not MD5-hashed at all (the MD5 is most of an upload's CPU, 0.44 s per 256 MB).
+Until a first answer tells, parts stream unhashed and one answered without the CRC32 is hashed
+then (a second read of the range, from the page cache); after an answer without it (moto, older
+S3-compatible servers), parts are hashed while they are sent.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ class MultipartUpload:
     progress: ProgressFn | None = None
     sent: int = field(default=0, init=False)
     _checksum: str | None = field(default=CHECKSUM, init=False)
-    # Set by the first part whose CRC32 the server answered back: it verifies parts itself.
-    _server_verifies: bool = field(default=False, init=False)
+    # Whether the server answers parts' CRC32 back (it verifies them): None until a part's
+    # answer says. Parts sent before are hashed after their answer, if it has no CRC32.
+    _echoes: bool | None = field(default=None, init=False)
     _streaming: set[FileRange] = field(default_factory=set, init=False)
     _done: dict[int, dict[str, Any]] = field(default_factory=dict, init=False)
 
@@ -162,14 +164,17 @@ class MultipartUpload:
             if self.progress is not None:
                 self.progress(part.size)
 
-    def _trust_server_checksums(self) -> None:
-        """The server answered a part's CRC32 back: it verifies what it receives, so the parts
-        still streaming and those to come are not MD5-hashed any more."""
-        if not self._server_verifies:
-            self._server_verifies = True
+    def _learn(self, echoed: bool) -> None:
+        """What a part's answer says of the server: once it answered a CRC32 back, parts still
+        streaming and those to come are not MD5-hashed; once it did not, those to come are
+        hashed while they are sent."""
+        if echoed and self._echoes is not True:
+            self._echoes = True
             log.debug("s3://%s verifies part checksums; parts are not MD5-hashed", self.bucket)
-        for stream in self._streaming:
-            stream.stop_md5()
+            for stream in self._streaming:
+                stream.stop_md5()
+        elif not echoed and self._echoes is None:
+            self._echoes = False
 
     async def _find_unfinished(self) -> Unfinished | None:
         """The newest unfinished upload of this key that can be continued, if there is one."""
@@ -231,9 +236,8 @@ class MultipartUpload:
         async def attempt() -> Any:
             if body is None:
                 return await method(Bucket=self.bucket, Key=self.key, **params)
-            with FileRange(
-                self.path, body.offset, body.size, md5=not self._server_verifies
-            ) as stream:
+            hashed = not checksum or self._echoes is False
+            with FileRange(self.path, body.offset, body.size, md5=hashed) as stream:
                 self._streaming.add(stream)
                 try:
                     response = await method(
@@ -241,12 +245,19 @@ class MultipartUpload:
                     )
                 finally:
                     self._streaming.discard(stream)
-                if checksum and all(
-                    response.get(name) == value for name, value in checksum.items()
-                ):
-                    self._trust_server_checksums()
-                    stream.stop_md5()
-                return check_etag(response, stream, what)
+                digest = stream.md5()
+            echoed = bool(checksum) and all(
+                response.get(name) == value for name, value in checksum.items()
+            )
+            if checksum:
+                self._learn(echoed)
+            if echoed:
+                return str(response["ETag"])  # the server verified the bytes it received
+            if digest is None:  # not hashed while sent: the server's answer came first
+                digest, _ = await asyncio.to_thread(
+                    range_digests, self.path, body.offset, body.size, md5=True, crc32=False
+                )
+            return check_etag(response, digest, what)
 
         try:
             return await retrying(attempt, attempts=self.attempts, what=what)

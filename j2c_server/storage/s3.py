@@ -272,7 +272,7 @@ class S3Store(ObjectStore):
         async def attempt() -> None:
             with FileRange(path, 0, size) as body:
                 response = await s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=body)
-                check_etag(response, body, what)
+                check_etag(response, body.md5(), what)
 
         await retrying(attempt, attempts=self.settings.max_attempts, what=what)
 
