@@ -6,6 +6,12 @@ dead owner's lease simply expires, and the next process that looks (a restarted 
 detached watcher, a client following the job) takes over from what the registry recorded.
 While it holds the lease the driver also notices a cancel asked for by another process before
 the job was submitted, and stops the pipeline.
+
+A full disk under the data dir (SQLite's "database or disk is full", ENOSPC) fails whatever the
+pipeline was writing; the driver keeps its lease, waits (1 s doubling to 30 s, for up to
+``FULL_DISK_PATIENCE_S``) and runs the pipeline again from what the registry recorded, as a new
+owner would. A driver that died of it (its failure could not be recorded either) left its job
+``running`` until some process restarted.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import time
 import uuid
 
 from j2c_server.config import J2CSettings
+from j2c_server.core.backoff import Backoff, retry_async
 from j2c_server.core.coalesce import next_tick_s
-from j2c_server.core.errors import Conflict, J2CError
+from j2c_server.core.errors import Conflict, J2CError, disk_full_to_j2c
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.fanout import EventBus
 from j2c_server.jobs.journal import Journal
@@ -35,6 +42,7 @@ from j2c_server.wire.api import EventKind, JobRecord, JobStatus, StageState
 LEASE_TTL_S = 10.0
 RENEW_EVERY_S = 3.0
 CHECK_EVERY_S = 1.0
+FULL_DISK_PATIENCE_S = 600.0
 
 
 def new_owner() -> str:
@@ -84,7 +92,7 @@ class JobDriver:
         ended_here = False  # this driver saw the job to its end (not another process)
         try:
             ended_here = not (await self.registry.get(self.job_id)).status.terminal
-            await self.pipeline.run()
+            await retry_async(self._run_pipeline, self._full_disk_backoff())
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise  # the service is stopping: leave the job to the next owner
@@ -107,6 +115,29 @@ class JobDriver:
         if ended_here:
             await self._account()
 
+    async def _run_pipeline(self) -> None:
+        """A pipeline run from what the registry recorded (again after a full disk)."""
+        self.pipeline = Pipeline(self.settings, self.journal, self.clients, self.log)
+        await self.pipeline.run()
+
+    def _full_disk_backoff(self) -> Backoff:
+        def on_retry(exc: BaseException, attempt: int, delay: float) -> None:
+            self.log.warning(
+                "j2c: job %s: %s; running its pipeline again in %.0f s (try %d)",
+                self.job_id,
+                disk_full_to_j2c(exc, str(self.settings.data_path())),
+                delay,
+                attempt,
+            )
+
+        return Backoff(
+            retryable=lambda exc: disk_full_to_j2c(exc, "") is not None,
+            on_retry=on_retry,
+            attempts=int(FULL_DISK_PATIENCE_S / 30) + 5,  # 1 s doubling to 30 s: the patience
+            base_s=1.0,
+            max_s=30.0,
+        )
+
     async def _account(self) -> None:
         await account_ended(self.job_id, self.registry, self.settings, self.clients, self.log)
 
@@ -116,7 +147,13 @@ class JobDriver:
             # On the shared tick: every driver's check of this process in one read.
             await asyncio.sleep(next_tick_s(CHECK_EVERY_S))
             if time.monotonic() - renewed >= RENEW_EVERY_S:
-                if not await self.registry.renew_lease(self.job_id, self.owner, LEASE_TTL_S):
+                try:
+                    kept = await self.registry.renew_lease(self.job_id, self.owner, LEASE_TTL_S)
+                except Exception as exc:
+                    if disk_full_to_j2c(exc, "") is None:
+                        raise
+                    continue  # a full disk: renewed at the next tick, while the lease lasts
+                if not kept:
                     self._stop("lease lost")
                     return
                 renewed = time.monotonic()

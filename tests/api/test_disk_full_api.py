@@ -9,7 +9,9 @@ cannot be mounted).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,3 +50,32 @@ async def test_a_send_on_a_full_disk_is_refused_with_507_and_works_once_space_re
     (j2c_data_dir / "ballast").unlink()
     again = await jp_fetch("j2c", "api", "jobs", method="POST", body=edited)
     assert again.code == 202
+
+
+async def test_a_running_job_whose_disk_fills_for_a_moment_still_ends(
+    jp_fetch: Any, project: Path, j2c_data_dir: Path
+) -> None:
+    """Its driver met the full registry mid-watch: it waits and resumes from what the registry
+    holds (as a new owner would), rather than dying and leaving the job ``running`` until the
+    server restarts."""
+    body = json.dumps(job_body(args=["--lines", "300", "--sleep", "0.01"]))
+    job_id = json.loads((await jp_fetch("j2c", "api", "jobs", method="POST", body=body)).body)["id"]
+    await asyncio.sleep(1.0)
+    take_all_space(j2c_data_dir / "ballast")
+    await asyncio.sleep(1.5)
+    (j2c_data_dir / "ballast").unlink()
+
+    deadline = time.monotonic() + 45
+    while (record := await record_of(jp_fetch, job_id))["status"] not in TERMINAL:
+        assert time.monotonic() < deadline, f"still {record['status']} 45 s after the disk freed"
+        await asyncio.sleep(0.5)
+    # Its output could not all be written (the job's own prints met the full disk): it may
+    # fail, as its history allows, but it ends.
+    assert record["status"] in {"succeeded", "failed"}, record
+
+
+TERMINAL = {"succeeded", "failed", "cancelled", "lost"}
+
+
+async def record_of(jp_fetch: Any, job_id: str) -> dict[str, Any]:
+    return dict(json.loads((await jp_fetch("j2c", "api", "jobs", job_id)).body))
