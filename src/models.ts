@@ -475,7 +475,7 @@ export interface SweepSpec {
   env?: { [key: string]: string };
   /** At most this many variants run at once; default: all. */
   max_parallel?: number | null;
-  /** Re-runs of a failed variant where the backend retries per index. */
+  /** Re-runs of a variant whose entry point exits non-zero, in place, by j2c-unpack on every backend (a run stopped by a signal is not re-run). */
   retries?: number;
 }
 

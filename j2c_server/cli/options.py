@@ -237,6 +237,11 @@ def submit_options(func: F) -> F:
         click.option(
             "--max-parallel", type=click.IntRange(1), help="A sweep's variants at once, at most."
         ),
+        click.option(
+            "--retries",
+            type=click.IntRange(0),
+            help="Re-run a sweep's variant that exits non-zero, up to this many times.",
+        ),
         config_option,
         click.option("--new", is_flag=True, help="Run again even if an identical job exists."),
         click.option("--no-wait", is_flag=True, help="Print the job id and return at once."),
@@ -343,7 +348,7 @@ def _strings_deep(value: Any) -> Any:
 
 def sweep_layer(params: Mapping[str, Any]) -> dict[str, Any]:
     """``--sweep-file``, then ``--sweep NAME=V1,V2`` grid entries over it, then
-    ``--max-parallel``: the request's ``sweep`` (validated with the request)."""
+    ``--max-parallel`` and ``--retries``: the request's ``sweep`` (validated with the request)."""
     sweep: dict[str, Any] = {}
     if params.get("sweep_file"):
         path = Path(str(params["sweep_file"]))
@@ -365,6 +370,10 @@ def sweep_layer(params: Mapping[str, Any]) -> dict[str, Any]:
         if not sweep:
             raise InvalidInput("--max-parallel applies to a sweep: give --sweep", field="sweep")
         sweep["max_parallel"] = params["max_parallel"]
+    if params.get("retries"):
+        if not sweep:
+            raise InvalidInput("--retries applies to a sweep: give --sweep", field="sweep")
+        sweep["retries"] = params["retries"]
     return sweep
 
 

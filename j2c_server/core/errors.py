@@ -142,6 +142,10 @@ def validation_error_to_j2c(
     ``"[context: ]field: what is wrong"``, the field as a dotted path (``resources.gpus``), or
     ``default_field`` where the fault is the whole value."""
     first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or default_field
-    message = f"{field}: {first['msg']}" if field else str(first["msg"])
+    # pydantic marks a mapping's key as a "[key]" step and prefixes a validator's own words
+    # with "Value error, ": neither helps the person reading the message.
+    path = [str(part) for part in first["loc"] if part != "[key]"]
+    field = ".".join(path) or default_field
+    what = str(first["msg"]).removeprefix("Value error, ")
+    message = f"{field}: {what}" if field else what
     return error(f"{context}: {message}" if context else message, field=field)

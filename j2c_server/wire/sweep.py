@@ -68,9 +68,8 @@ class SweepSpec(Strict):
         0,
         ge=0,
         le=MAX_VARIANT_RETRIES,
-        # Worded as the generated src/models.ts has it; j2c-unpack applies it on every backend
-        # (docs/sweeps.md, "Retries").
-        description="Re-runs of a failed variant where the backend retries per index.",
+        description="Re-runs of a variant whose entry point exits non-zero, in place, by "
+        "j2c-unpack on every backend (a run stopped by a signal is not re-run).",
     )
 
 

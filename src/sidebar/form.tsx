@@ -409,6 +409,23 @@ function SweepSection(props: IFormProps): JSX.Element {
           />
         )}
       </Field>
+      <Field
+        form={form}
+        field="retries"
+        label={trans.__('Retries')}
+        hint={trans.__('Re-runs of a variant that exits non-zero; empty: none')}
+      >
+        {control => (
+          <input
+            {...control}
+            type="number"
+            min={0}
+            step={1}
+            placeholder="0"
+            className="jp-mod-styled j2c-Input"
+          />
+        )}
+      </Field>
       <div
         className="j2c-SweepForm-count"
         data-j2c="sweep-count"

@@ -328,6 +328,7 @@ export class ComputeForm {
         compressionRange: t.__('Enter a level from 1 to 22, or leave empty.'),
         openQuote: t.__('A quote is not closed.'),
         maxParallel: t.__('Enter a whole number (1 or more), or leave empty.'),
+        retries: t.__('Enter a whole number (0 or more), or leave empty.'),
         sweepName: t.__('Name this parameter, or remove the row.'),
         sweepValues: t.__('Give this parameter at least one value.'),
         sweepEmptyValue: t.__(
@@ -351,7 +352,7 @@ export class ComputeForm {
   private _updateSweep(sweepParams: ISweepParam[]): void {
     const errors: FieldErrors = {};
     for (const [key, message] of Object.entries(this._errors)) {
-      if (!isSweepKey(key as ErrorKey) || key === 'maxParallel') {
+      if (!isSweepKey(key as ErrorKey) || SWEEP_FIELDS.has(key)) {
         errors[key as ErrorKey] = message;
       }
     }
@@ -444,9 +445,12 @@ export namespace ComputeForm {
   }
 }
 
-/** Whether an error shows in the Sweep section (its own, a row's, max parallel's). */
+/** The Sweep section's own fields (their errors stay when its rows change). */
+const SWEEP_FIELDS: ReadonlySet<string> = new Set(['maxParallel', 'retries']);
+
+/** Whether an error shows in the Sweep section (its own, a row's, its fields'). */
 function isSweepKey(key: ErrorKey): boolean {
-  return key === 'sweep' || key === 'maxParallel' || key.startsWith('sweep.');
+  return key === 'sweep' || SWEEP_FIELDS.has(key) || key.startsWith('sweep.');
 }
 
 /** A server path relative to the root as the form writes it ('' is the root itself). */

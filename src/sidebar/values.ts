@@ -36,6 +36,8 @@ export interface IFormValues {
   sweepParams: readonly ISweepParam[];
   /** At most this many variants at once; '': all. */
   maxParallel: string;
+  /** Re-runs of a variant that exits non-zero; '': none. */
+  retries: string;
 }
 
 /** The form's text fields (each one control bound by `set`). */
@@ -64,7 +66,8 @@ export const EMPTY_VALUES: IFormValues = {
   baseConflicts: '',
   noWait: false,
   sweepParams: [],
-  maxParallel: ''
+  maxParallel: '',
+  retries: ''
 };
 
 /** The server's `field` (a JobRequest path such as `resources.memory` or `env.FOO`). */
@@ -87,6 +90,7 @@ const SERVER_FIELDS: [string, ErrorKey][] = [
   ['base_conflicts', 'baseConflicts'],
   ['force_base', 'baseConflicts'],
   ['sweep.max_parallel', 'maxParallel'],
+  ['sweep.retries', 'retries'],
   ['sweep', 'sweep']
 ];
 
@@ -252,6 +256,13 @@ export function buildSweep(
   ) {
     errors.maxParallel = messages.maxParallel;
   }
+  const retries = numberOrNull(values.retries);
+  if (
+    retries === undefined ||
+    (retries !== null && (!Number.isInteger(retries) || retries < 0))
+  ) {
+    errors.retries = messages.retries;
+  }
   const grid: { [name: string]: string[] } = {};
   for (const param of filled) {
     const name = param.name.trim();
@@ -279,6 +290,9 @@ export function buildSweep(
   if (maxParallel) {
     sweep.max_parallel = maxParallel;
   }
+  if (retries) {
+    sweep.retries = retries;
+  }
   return { sweep, env: base, errors };
 }
 
@@ -296,6 +310,7 @@ export interface IMessages {
   compressionRange: string;
   openQuote: string;
   maxParallel: string;
+  retries: string;
   sweepName: string;
   sweepValues: string;
   sweepEmptyValue: string;

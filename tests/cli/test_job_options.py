@@ -234,11 +234,13 @@ def test_sweep_flags_make_a_grid_in_the_request(project: Path) -> None:
         "--sweep", "lr=1e-3,3e-4",
         "--sweep", "seed=0,1,2",
         "--max-parallel", "2",
+        "--retries", "1",
         "--", "--lr", "{lr}", "--seed", "{seed}",
     )  # fmt: skip
     assert request.sweep is not None
     assert request.sweep.grid == {"lr": ["1e-3", "3e-4"], "seed": ["0", "1", "2"]}
     assert request.sweep.max_parallel == 2
+    assert request.sweep.retries == 1
     assert request.args == ["--lr", "{lr}", "--seed", "{seed}"]
 
 
@@ -261,6 +263,7 @@ def test_a_sweep_file_is_read_and_flags_add_to_its_grid(project: Path) -> None:
         ("--sweep", "lr"),
         ("--sweep", "lr="),
         ("--max-parallel", "2"),
+        ("--retries", "1"),
     ],
 )
 def test_a_bad_sweep_flag_names_the_sweep(project: Path, argv: tuple[str, ...]) -> None:

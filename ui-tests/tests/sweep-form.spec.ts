@@ -107,6 +107,7 @@ test('a sweep sent from the form: the sweep view shows each variant with its val
   await expect(section.getByLabel('Name of parameter 2')).toBeFocused();
   await expect(count).toHaveText('3 × 2 = 6 variants');
   await section.getByLabel('Max parallel', { exact: true }).fill('3');
+  await section.getByLabel('Retries', { exact: true }).fill('1');
 
   // Labels, names and states: axe finds nothing serious in the section.
   const scan = await new AxeBuilder({ page })
@@ -169,7 +170,8 @@ test('a sweep sent from the form: the sweep view shows each variant with its val
   expect(record.request.sweep).toMatchObject({
     grid: { lr: LRS, seed: SEEDS },
     env: { TAG: 'run-{seed}' },
-    max_parallel: 3
+    max_parallel: 3,
+    retries: 1
   });
   expect(record.sweep?.size).toBe(6);
 
@@ -263,6 +265,20 @@ test('a refused sweep shows its error by the Sweep section and sends nothing', a
   await expect(panel.locator('.j2c-Form-error')).toHaveCount(0);
   expect(await jobCount(page)).toBe(before);
   await section.getByLabel('Name of parameter 1').fill('lr');
+  await panel
+    .getByLabel('Arguments', { exact: true })
+    .fill('--epochs 1 --lr {lr} --seed {seed}');
+
+  // More retries than the server allows: its words, by the Retries field.
+  const retries = section.getByLabel('Retries', { exact: true });
+  await retries.fill('11');
+  await send.click();
+  await expect(
+    section.locator('[data-field="retries"] .j2c-Field-error')
+  ).toContainText('10');
+  await expect(retries).toHaveAttribute('aria-invalid', 'true');
+  expect(await jobCount(page)).toBe(before);
+  await retries.fill('');
 
   // A row with a name and no values: the form's own check marks that row; nothing is sent.
   await section.getByLabel('Values of parameter 2, comma-separated').fill('');
