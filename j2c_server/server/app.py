@@ -68,8 +68,6 @@ class J2CApp(ExtensionApp):
         """Once the event loop runs: re-attach to the jobs a previous server left running."""
         service = self.settings["j2c_service"]
         service.start()
-        # The WAL checkpointed off the commits of the jobs' lines (registry/connections.py).
-        service.registry.start_checkpoints()
         # Finished jobs' events into their stored logs, off the loop (event_archive).
         self.settings["j2c_compactor"] = Compactor(
             service.registry, service.settings.registry, self.log

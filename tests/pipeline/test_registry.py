@@ -15,7 +15,6 @@ import pytest
 from pydantic import ValidationError
 
 from j2c_server.core.errors import ConfigError, Conflict, NotFound
-from j2c_server.registry import connections
 from j2c_server.registry.batch import Append
 from j2c_server.registry.db import SCHEMA_VERSION
 from j2c_server.registry.job_registry import Registry
@@ -329,25 +328,3 @@ async def test_every_jobs_state_and_lease_renewal_asked_at_one_moment_is_one_thr
     renewed = await asyncio.gather(*(registry.renew_lease(j, "me", 60) for j in jobs))
     assert hops == ["_states", "_renew"]
     assert renewed == [job_id != "job-7" for job_id in jobs]
-
-
-async def test_a_server_registry_checkpoints_its_wal_off_the_commits(
-    registry: Registry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """After ``start_checkpoints`` the lines written reach the database file by the periodic
-    checkpoint, and a commit checkpoints only past the larger threshold."""
-    monkeypatch.setattr(connections, "CHECKPOINT_EVERY_S", 0.05)
-    await registry.create_or_attach(_record(), _pending())
-    registry.start_checkpoints()
-    size = registry.path.stat().st_size
-    await registry.append_events("job-1", [{"kind": "log", "text": "x" * 100}] * 2000)
-
-    def wal_pages() -> int:
-        return int(registry._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-
-    assert await registry._call(wal_pages) == connections.BACKGROUND_WAL_PAGES
-    for _ in range(100):
-        if registry.path.stat().st_size > size + 200_000:
-            break
-        await asyncio.sleep(0.05)
-    assert registry.path.stat().st_size > size + 200_000  # the lines are in the file itself
