@@ -20,8 +20,10 @@ S3-compatible servers), parts are hashed while they are sent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,14 @@ MIB = 1024 * 1024
 CHECKSUM = "CRC32"
 # What servers without flexible checksums answer to ChecksumAlgorithm.
 _CHECKSUM_REFUSED = frozenset({"InvalidArgument", "InvalidRequest", "NotImplemented"})
+
+
+@functools.cache
+def _hashing() -> ThreadPoolExecutor:
+    """Two threads for the MD5s hashed after a part's answer: apart from the loop's default
+    executor, whose threads feed the parts still streaming (a wave of parts answered at once
+    would otherwise hold every one of them)."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="j2c-md5")
 
 
 class UploadVanished(Exception):
@@ -254,9 +264,11 @@ class MultipartUpload:
             if echoed:
                 return str(response["ETag"])  # the server verified the bytes it received
             if digest is None:  # not hashed while sent: the server's answer came first
-                digest, _ = await asyncio.to_thread(
+                hash_range = functools.partial(
                     range_digests, self.path, body.offset, body.size, md5=True, crc32=False
                 )
+                loop = asyncio.get_running_loop()
+                digest, _ = await loop.run_in_executor(_hashing(), hash_range)
             return check_etag(response, digest, what)
 
         try:
