@@ -7,16 +7,21 @@ again (warm: fingerprint checks, code copied, venv linked or used in place). The
 ``ContainerScheduler.submit`` to the job's first stdout line (``FIRST LINE``), through the
 engine's create/start and log stream, as a user waits for it. The project is a small one; the
 venv is made with this interpreter (``--system-site-packages``, pip in it: about 1.5k files) or
-given with ``--venv``. Medians of the rounds, best beside them.
+given with ``--venv`` (e.g. ``.bench/venv``, the 400 MB benchmark venv of inputs.py), which is
+copied into the benchmark's temporary folder first: ``original`` needs the venv's path to be
+creatable inside the container (``/tmp`` is, the repository's folder is not). Medians of the
+rounds, best beside them.
 
-Run: ``J2C_PODMAN_DIR=... python benchmarks/container_cache.py [--rounds 3] [--venv DIR]``
-(``scripts/platform-image.sh DIR`` starts podman and builds the image).
+Run: ``J2C_PODMAN_DIR=... python benchmarks/container_cache.py [--rounds 3] [--venv DIR]
+[--image A --image B]`` (``scripts/platform-image.sh DIR`` starts podman and builds the image;
+tag the image of each j2c version to compare them in the same rounds).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import subprocess
@@ -50,6 +55,18 @@ def _publish(work: Path, venv: Path | None, store: Path) -> str:
     opened = open_store(store.as_uri(), StorageSettings(shared=True))
     published = asyncio.run(publish(opened, result, make_manifest(result)))
     return published.manifest_uri
+
+
+def _copied(venv: Path, target: Path) -> Path:
+    """``venv`` copied to ``target`` (mtimes kept: its bytecode stays valid), the paths it
+    embeds rewritten by j2c-unpack's own relocation, and proved to run there."""
+    from j2c_server.unpack.interpreter import this_interpreter
+    from j2c_server.unpack.relocate import fix_venv, verify_venv
+
+    subprocess.run(["cp", "-a", str(venv), str(target)], check=True)
+    fix_venv(target, this_interpreter(), {str(venv.resolve()): str(target)})
+    verify_venv(target)
+    return target
 
 
 async def _one(settings: object, image: str, manifest: str, placement: str) -> tuple[float, str]:
@@ -114,6 +131,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--venv", type=Path)
+    parser.add_argument(
+        "--image",
+        action="append",
+        help="the job image (default: the platform image); given twice or more, the images take "
+        "turns in every round (an A/B of two j2c versions, side by side)",
+    )
     options = parser.parse_args()
     podman = Path(os.environ.get("J2C_PODMAN_DIR", "/nonexistent"))
     if not (podman / "env").is_file():
@@ -123,37 +146,41 @@ def main() -> None:
     from j2c_server.config import load_settings
 
     work = Path(tempfile.mkdtemp(prefix="j2c-bench-container-cache-"))
-    venv = options.venv
-    if venv is None:
-        venv = work / "venv"
+    venv = work / "venv"
+    if options.venv is not None:
+        _copied(options.venv, venv)
+    else:
         subprocess.run(
             [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True
         )
     data = work / "data"
     manifest = _publish(work, venv, data / "store")
-    samples: dict[tuple[str, str], list[float]] = {}
-    for round_ in range(options.rounds):
-        for placement in ("original", "relocate"):
-            settings = load_settings(
-                environ={},
-                overrides={
-                    "data_dir": str(data),
-                    "storage": {"url": (data / "store").as_uri(), "shared": True},
-                    "scheduler": {
-                        "container": {
-                            "socket": values["J2C_SCHEDULER__CONTAINER__SOCKET"],
-                            "cache_dir": str(work / f"cache-{placement}-{round_}"),
-                        }
-                    },
+    images = options.image or [values["PLATFORM_IMAGE"]]
+    samples: dict[str, dict[tuple[str, str], list[float]]] = {image: {} for image in images}
+    for round_, (number, image), placement in itertools.product(
+        range(options.rounds), enumerate(images), ("original", "relocate")
+    ):
+        settings = load_settings(
+            environ={},
+            overrides={
+                "data_dir": str(data),
+                "storage": {"url": (data / "store").as_uri(), "shared": True},
+                "scheduler": {
+                    "container": {
+                        "socket": values["J2C_SCHEDULER__CONTAINER__SOCKET"],
+                        "cache_dir": str(work / f"cache-{number}-{placement}-{round_}"),
+                    }
                 },
-            )
-            for kind in ("cold", "warm"):
-                seconds, line = asyncio.run(
-                    _one(settings, values["PLATFORM_IMAGE"], manifest, placement)
-                )
-                samples.setdefault((placement, kind), []).append(seconds)
-                print(f"round {round_ + 1} {placement:8} {kind}: {seconds:.2f} s  {line}")
-    cold_warm_table(samples)
+            },
+        )
+        for kind in ("cold", "warm"):
+            seconds, line = asyncio.run(_one(settings, image, manifest, placement))
+            samples[image].setdefault((placement, kind), []).append(seconds)
+            which = f"{image} " if len(images) > 1 else ""
+            print(f"round {round_ + 1} {which}{placement:8} {kind}: {seconds:.2f} s  {line}")
+    for image in images:
+        print(f"\n{image}" if len(images) > 1 else "", end="")
+        cold_warm_table(samples[image])
 
 
 if __name__ == "__main__":
