@@ -36,6 +36,7 @@ _READ_ROWS = (
     "SELECT seq FROM events WHERE job_id = ?1 AND seq <= ?2 ORDER BY seq DESC LIMIT 1), 0) "
     "ORDER BY seq LIMIT ?3"
 )
+_MAX_INTEGER = 2**63 - 1
 # A job's rows, newest first.
 _ROWS_BACKWARDS = "SELECT seq, span, event FROM events WHERE job_id = ? ORDER BY seq DESC"
 # What an append is checked against (last seq, status, lease owner), and the record it changes.
@@ -187,7 +188,8 @@ class EventLog(RegistryConnections):
                 limit = None if limit is None or limit < 0 else limit - len(head)
             # From the row that holds event after + 1 (a row holds span events from its seq):
             # at most limit rows hold the limit events wanted.
-            stored = conn.execute(_READ_ROWS, (job_id, after + 1, -1 if limit is None else limit))
+            first = min(after, _MAX_INTEGER - 1) + 1  # SQLite's integers end at 2**63 - 1
+            stored = conn.execute(_READ_ROWS, (job_id, first, -1 if limit is None else limit))
             rows = [
                 (seq, text)
                 for first, span, event in stored
