@@ -189,6 +189,18 @@ function numberOrNull(text: string): number | null | undefined {
   return Number.isFinite(value) ? value : undefined;
 }
 
+/** A whole number of at least `min` (null: empty), or undefined when the text is none. */
+function wholeNumberOrNull(
+  text: string,
+  min: number
+): number | null | undefined {
+  const value = numberOrNull(text);
+  if (value === null || value === undefined) {
+    return value;
+  }
+  return Number.isInteger(value) && value >= min ? value : undefined;
+}
+
 /** A Sweep row's values: split at commas, each trimmed ('' where two commas meet). */
 export function splitValues(text: string): string[] {
   return text.trim() ? text.split(',').map(value => value.trim()) : [];
@@ -248,19 +260,12 @@ export function buildSweep(
   if (!filled.length) {
     return { sweep: null, env, errors };
   }
-  const maxParallel = numberOrNull(values.maxParallel);
-  if (
-    maxParallel === undefined ||
-    (maxParallel !== null &&
-      (!Number.isInteger(maxParallel) || maxParallel < 1))
-  ) {
+  const maxParallel = wholeNumberOrNull(values.maxParallel, 1);
+  if (maxParallel === undefined) {
     errors.maxParallel = messages.maxParallel;
   }
-  const retries = numberOrNull(values.retries);
-  if (
-    retries === undefined ||
-    (retries !== null && (!Number.isInteger(retries) || retries < 0))
-  ) {
+  const retries = wholeNumberOrNull(values.retries, 0);
+  if (retries === undefined) {
     errors.retries = messages.retries;
   }
   const grid: { [name: string]: string[] } = {};
@@ -330,18 +335,12 @@ export function buildRequest(
   if (!values.entry.trim()) {
     errors.entry = messages.entryRequired;
   }
-  const gpus = numberOrNull(values.gpus);
-  if (
-    gpus === undefined ||
-    (gpus !== null && (!Number.isInteger(gpus) || gpus < 0))
-  ) {
+  const gpus = wholeNumberOrNull(values.gpus, 0);
+  if (gpus === undefined) {
     errors.gpus = messages.wholeNumber;
   }
-  const nodes = numberOrNull(values.nodes);
-  if (
-    nodes === undefined ||
-    (nodes !== null && (!Number.isInteger(nodes) || nodes < 1))
-  ) {
+  const nodes = wholeNumberOrNull(values.nodes, 1);
+  if (nodes === undefined) {
     errors.nodes = messages.nodeCount;
   }
   const cpus = numberOrNull(values.cpus);
