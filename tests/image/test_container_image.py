@@ -12,6 +12,7 @@ its base, which the platform image lacks (or has at 1.24).
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -23,6 +24,8 @@ from j2c_server.image import probe
 from j2c_server.image.store import InventoryStore
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
+from j2c_server.schedulers.container_lifecycle import LABEL_RUNS, runs_label
+from j2c_server.schedulers.container_spec import runs_root
 from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
 from tests.support.lab_python import image_request, image_settings, lab_has
 from tests.support.lab_python import lab_project as make_lab_project
@@ -129,7 +132,8 @@ async def test_an_image_without_python_says_why_and_is_not_probed_again(
             headers={"Content-Type": "application/x-tar"},
         )
         assert made.status_code == 200, made.text
-    service = JobService(image_settings(podman, tmp_path / "data"))
+    settings = image_settings(podman, tmp_path / "data")
+    service = JobService(settings)
     request = image_request(lab_project, "train.py").model_copy(update={"image": f"{name}:latest"})
     try:
         before = probe.probes_started
@@ -143,8 +147,10 @@ async def test_an_image_without_python_says_why_and_is_not_probed_again(
             assert report.message.endswith("checked when the job starts")
         assert probe.probes_started == before + 1  # the failure is remembered
         with _engine(podman) as engine:
+            # This server's probes (its runs label): the engine is shared with other tests.
+            own = ["j2c.probe", f"{LABEL_RUNS}={runs_label(runs_root(settings))}"]
             left = engine.get(
-                "/containers/json", params={"all": 1, "filters": '{"label": ["j2c.probe"]}'}
+                "/containers/json", params={"all": 1, "filters": json.dumps({"label": own})}
             ).json()
         assert left == []  # the probe container is removed, failed or not
     finally:

@@ -483,21 +483,24 @@ def test_a_restart_removes_the_image_probes_its_killed_server_left_and_no_other(
         return name
 
     async def go() -> None:
-        mine, foreign, young = await left_probe(own), await left_probe(other), ""
-        monkeypatch.setattr(container_lifecycle, "PROBE_ORPHAN_S", 0.0)
-        scheduler = ContainerScheduler(own)
-        await scheduler.status(JobHandle(scheduler="container", id="j2c-nosuchjob"))
-        assert not await _engine_has(podman, mine)
-        assert await _engine_has(podman, foreign)  # another server's: not touched
-        monkeypatch.undo()
-        young = await left_probe(own)  # could be a live probe of this very server
-        restarted = ContainerScheduler(own)
-        await restarted.status(JobHandle(scheduler="container", id="j2c-nosuchjob"))
-        assert await _engine_has(podman, young)
-        await scheduler.close()
-        await restarted.close()
-        for name in (foreign, young):
-            await _engine(podman, "DELETE", f"/containers/{name}", params={"force": "1"})
+        made: list[str] = []
+        try:
+            made += [mine := await left_probe(own), foreign := await left_probe(other)]
+            monkeypatch.setattr(container_lifecycle, "PROBE_ORPHAN_S", 0.0)
+            scheduler = ContainerScheduler(own)
+            await scheduler.status(JobHandle(scheduler="container", id="j2c-nosuchjob"))
+            await scheduler.close()
+            assert not await _engine_has(podman, mine)
+            assert await _engine_has(podman, foreign)  # another server's: not touched
+            monkeypatch.undo()
+            made.append(young := await left_probe(own))  # maybe a live probe of this server
+            restarted = ContainerScheduler(own)
+            await restarted.status(JobHandle(scheduler="container", id="j2c-nosuchjob"))
+            await restarted.close()
+            assert await _engine_has(podman, young)
+        finally:  # the engine is shared with every other test
+            for name in made:
+                await _engine(podman, "DELETE", f"/containers/{name}", params={"force": "1"})
 
     run(go())
 
