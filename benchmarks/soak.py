@@ -198,16 +198,18 @@ class Viewer:
 
 
 async def retrying(call: Any, *args: Any, refused: list[str] | None = None) -> Any:
-    """A request retried while the server is down (what a client does across a restart); with
-    ``refused``, also while it answers 5xx (a full disk), each such answer noted there."""
+    """A request retried while the server is down (what a client does across a restart) or
+    answers 503 (the scheduler unreachable for a moment: "try again", e.g. a cancel while the
+    container engine fails a stop); with ``refused``, also while it answers other 5xx (a full
+    disk), each such answer noted there."""
     for _ in range(600):
         try:
             return await call(*args)
         except (OSError, ConnectionError):
             await asyncio.sleep(0.1)
         except HTTPClientError as exc:
-            if exc.code == 599:
-                await asyncio.sleep(0.1)
+            if exc.code in (503, 599):
+                await asyncio.sleep(0.5 if exc.code == 503 else 0.1)
             elif refused is not None and exc.code >= 500:
                 refused.append(f"{exc.code} {args[0]}")
                 await asyncio.sleep(0.5)
