@@ -91,14 +91,26 @@ class ContainerLeg:
         )
 
     def leftovers(self) -> list[str]:
-        """This server's containers on the engine, in any state: 'name (state)'."""
+        """This server's containers on the engine, in any state: 'name (state)'. An image probe
+        that a killed server left is removed by the first start of a server past
+        ``PROBE_ORPHAN_S`` (it may be a live probe until then): counted once that old."""
+        import time
+
         import httpx
+
+        from j2c_server.schedulers.container_lifecycle import PROBE_ORPHAN_S, PROBE_PREFIX
 
         transport = httpx.HTTPTransport(uds=self.socket)
         with httpx.Client(transport=transport, base_url="http://engine", timeout=30) as client:
             params = {"all": "1", "filters": json.dumps({"label": [self.label]})}
             listed = client.get("/v1.41/containers/json", params=params).json()
-        return [f"{(c.get('Names') or ['?'])[0].lstrip('/')} ({c.get('State')})" for c in listed]
+        left = []
+        for c in listed:
+            name = (c.get("Names") or ["?"])[0].lstrip("/")
+            young = time.time() - float(c.get("Created") or 0) <= PROBE_ORPHAN_S
+            if not (name.startswith(PROBE_PREFIX) and young):
+                left.append(f"{name} ({c.get('State')})")
+        return left
 
     def stop(self) -> None:
         if self.folder is not None:
