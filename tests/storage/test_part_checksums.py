@@ -3,6 +3,7 @@ the bytes sent against the part's ETag (a fake S3 client, so the server's answer
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -72,3 +73,40 @@ async def test_a_server_that_answers_nothing_back_has_every_part_checked_by_its_
     with pytest.raises(CorruptTransfer):
         await upload(s3, tmp_path).run()
     assert not s3.completed
+
+
+class HonestS3(FakeS3):
+    """Answers each part with the MD5 of the bytes it received (as moto does, with no CRC32
+    back), except the parts in ``damaged``, whose ETag is no MD5 of them."""
+
+    def __init__(self, damaged: set[int]) -> None:
+        super().__init__(echo=False)
+        self.damaged = damaged
+
+    async def upload_part(self, *, Body: Any, PartNumber: int, **params: Any) -> dict[str, Any]:
+        digest = hashlib.md5(usedforsecurity=False)
+        while block := Body.read(256 * 1024):
+            digest.update(block)
+        self.parts.append(PartNumber)
+        etag = "0" * 32 if PartNumber in self.damaged else digest.hexdigest()
+        return {"ETag": f'"{etag}"'}
+
+
+async def test_once_the_server_is_known_to_answer_no_crc32_later_parts_are_md5_checked_too(
+    tmp_path: Path,
+) -> None:
+    # One part at a time: part 1's answer tells there is no CRC32 back; parts 2-4 are hashed as
+    # they are sent, and the damaged one is found by its ETag.
+    path = tmp_path / "layer"
+    path.write_bytes(os.urandom(3 * PART + 17))
+    s3 = HonestS3(damaged=set())
+    upload = MultipartUpload(s3, "b", "k", path, path.stat().st_size, PART, 1, attempts=1)
+    assert await upload.run() == 3 * PART + 17
+    assert s3.completed
+
+    damaged = HonestS3(damaged={3})
+    upload = MultipartUpload(damaged, "b", "k", path, path.stat().st_size, PART, 1, attempts=1)
+    with pytest.raises(CorruptTransfer, match="not the MD5"):
+        await upload.run()
+    assert damaged.parts == [1, 2, 3]
+    assert not damaged.completed
