@@ -28,6 +28,7 @@ from j2c_server.core.manifest_plan import LayerPlan, ManifestPlan
 from j2c_server.core.units import byte_size, count
 from j2c_server.unpack.errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
 from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.plan_cache import dump_without_urls, without_urls
 
 if TYPE_CHECKING:
     from j2c_server.unpack.plan_cache import PlanCache
@@ -65,14 +66,19 @@ def read_manifest(
     sha256 = hashlib.sha256(data).hexdigest()
     _check_digest(uri, sha256, pinned)
     raw = _parsed(uri, data)
-    plan = plans.get(sha256, raw) if plans is not None else None
+    # A presigned manifest's urls change every job: its plan is kept without them.
+    presigned = without_urls(raw) if plans is not None else None
+    key, kept_raw = (presigned[0], presigned[1]) if presigned else (sha256, raw)
+    plan = plans.get(key, kept_raw) if plans is not None else None
     how = "validated before on this node"
+    if plan is not None and presigned:
+        plan = presigned[2].restored(plan)
     if plan is None:
         dumped = _validated(uri, raw)
         plan = ManifestPlan.from_dict(dumped)
         how = "validated"
         if plans is not None:
-            plans.put(sha256, raw, dumped)
+            plans.put(key, kept_raw, dump_without_urls(dumped) if presigned else dumped)
     layers = count(len(plan.layers), "layer")
     stage.done(f"{shown(uri)}: {layers}, entry {plan.entry.describe()} ({how})")
     return plan

@@ -12,18 +12,26 @@ them, never change what runs. Any doubt (a file that is someone else's, writable
 a complete plan, of another digest or content) is a miss, and the manifest is validated as on a
 cold start.
 
+A presigned manifest (``storage.presign_for_jobs``) is written per job: the same layers, each
+with a ``url`` signed for that job, so its bytes never repeat. Its plan is kept under the
+digest of the manifest *without* those urls (:func:`without_urls`): what the validator
+accepted for every other field, with this job's urls put back, each checked as the model
+checks it (a string; ``test_plan.py`` fails if the model ever checks more).
+
 Plans are a few kB each; the least recently used beyond :data:`MAX_PLANS` are removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from j2c_server.core.manifest_plan import ManifestPlan, PlanError
 from j2c_server.core.version import __version__
@@ -136,3 +144,61 @@ def written_out(dumped: object, raw: object) -> bool:
             isinstance(raw, list) and len(dumped) == len(raw) and all(map(written_out, dumped, raw))
         )
     return type(dumped) is type(raw) and dumped == raw
+
+
+@dataclasses.dataclass(frozen=True)
+class Urls:
+    """The ``url`` of each layer and big file of a manifest (None where it has none)."""
+
+    layers: tuple[str | None, ...]
+    files: tuple[str | None, ...]
+
+    def restored(self, plan: ManifestPlan) -> ManifestPlan:
+        """``plan`` (of the manifest without its urls) with these urls put back."""
+        layers = [
+            dataclasses.replace(lay, url=url)
+            for lay, url in zip(plan.layers, self.layers, strict=True)
+        ]
+        files = plan.files
+        if files is not None:
+            files = [
+                dataclasses.replace(blob, url=url)
+                for blob, url in zip(files, self.files, strict=True)
+            ]
+        return dataclasses.replace(plan, layers=layers, files=files)
+
+
+def dump_without_urls(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A validated dump with no url: what the validator accepted of the url-free manifest."""
+    files = dumped.get("files")
+    return {
+        **dumped,
+        "layers": [{**layer, "url": None} for layer in dumped["layers"]],
+        "files": None if files is None else [{**blob, "url": None} for blob in files],
+    }
+
+
+def without_urls(raw: object) -> tuple[str, object, Urls] | None:
+    """A manifest's JSON that names urls: the sha256 of its canonical JSON without them, that
+    JSON, and the urls. None when it names none (its plan is kept under its own digest) or when
+    one is not a string or the layers and files are not lists of objects (validated as is)."""
+    if not isinstance(raw, dict):
+        return None
+    layers, files = raw.get("layers"), raw.get("files") or []
+    if not isinstance(layers, list) or not isinstance(files, list):
+        return None
+    items = [*layers, *files]
+    if not all(isinstance(item, dict) for item in items):
+        return None
+    if not any("url" in item for item in items):
+        return None
+    if any("url" in item and not isinstance(item["url"], str) for item in items):
+        return None  # the validator says why
+
+    def bare_items(listed: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [{key: value for key, value in item.items() if key != "url"} for item in listed]
+
+    bare = {**raw, "layers": bare_items(layers), **({"files": bare_items(files)} if files else {})}
+    canonical = json.dumps(bare, sort_keys=True, separators=(",", ":")).encode()
+    urls = Urls(tuple(item.get("url") for item in layers), tuple(item.get("url") for item in files))
+    return "bare" + hashlib.sha256(canonical).hexdigest(), bare, urls

@@ -277,3 +277,75 @@ def test_a_manifest_not_in_canonical_form_keeps_no_plan(
         assert "(validated) in" in done.stderr
         assert "the manifest's plan is not kept: not in j2c's canonical form" in done.stderr
     assert list((cache / "plans").iterdir()) == []
+
+
+def _presigned(published: str, job: str) -> str:
+    """A per-job manifest as ``storage.presign_for_jobs`` writes one: the published manifest
+    with a url for each layer, this job's own (here a file URL with the job in its query)."""
+    manifest = Manifest.model_validate_json(Path(published.removeprefix("file://")).read_bytes())
+    store = Path(published.removeprefix("file://")).parents[2]
+    layers = [
+        layer.model_copy(
+            update={"url": f"{store.as_uri()}/blobs/sha256/{layer.digest[7:]}.tar.zst?job={job}"}
+        )
+        for layer in manifest.layers
+    ]
+    path = store / "jobs" / job / "manifest.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(manifest.model_copy(update={"layers": layers}).canonical_json())
+    return path.as_uri()
+
+
+def test_a_presigned_manifest_is_warm_for_the_next_job_with_that_jobs_urls(
+    small_job: SmallJob, tmp_path: Path
+) -> None:
+    """Each job's presigned manifest has other bytes (its urls): the plan is kept without them,
+    so the next job is a warm start too, and it gets its own urls, never the first job's."""
+    from j2c_server.unpack.fetch import read_manifest
+    from j2c_server.unpack.plan_cache import PlanCache
+
+    published = small_job.publish()
+    first, second = _presigned(published, "j1"), _presigned(published, "j2")
+    cache = tmp_path / "cache"
+    assert "(validated) in" in _unpack(first, cache, *_pin(first)).stderr
+    warm = _unpack(second, cache, *_pin(second))
+    assert "(validated before on this node) in" in warm.stderr, warm.stderr
+    assert warm.stderr.rstrip().endswith("pydantic imported: False")
+    (plan,) = (cache / "plans").iterdir()
+    assert plan.name.startswith("bare")
+    assert "url" not in plan.read_text().replace('"url":null', "").replace('"url": null', "")
+
+    plans = PlanCache(cache / "plans", frozenset({os.getuid()}))
+    got = read_manifest(second, plans, _pin(second)[1])
+    assert [layer.url for layer in got.layers] == [
+        layer["url"] for layer in json.loads(Path(second[7:]).read_text())["layers"]
+    ]
+    assert all(layer.url and layer.url.endswith("?job=j2") for layer in got.layers)
+
+
+def test_a_presigned_manifest_with_a_url_that_is_no_string_is_refused(
+    small_job: SmallJob, tmp_path: Path
+) -> None:
+    from j2c_server.unpack.errors import ManifestInvalid
+    from j2c_server.unpack.fetch import read_manifest
+    from j2c_server.unpack.plan_cache import PlanCache
+
+    published = small_job.publish()
+    cache = tmp_path / "cache"
+    _unpack(_presigned(published, "j1"), cache)
+    spoiled = json.loads(Path(_presigned(published, "j2")[7:]).read_text())
+    spoiled["layers"][0]["url"] = 7
+    path = tmp_path / "spoiled.json"
+    path.write_text(json.dumps(spoiled))
+    plans = PlanCache(cache / "plans", frozenset({os.getuid()}))
+    with pytest.raises(ManifestInvalid, match="url"):
+        read_manifest(path.as_uri(), plans)
+
+
+@pytest.mark.parametrize("model", [Layer, FileBlob])
+def test_the_url_fields_check_no_more_than_the_plan_cache_does(model: type[BaseModel]) -> None:
+    """The plan cache puts a presigned manifest's urls back unvalidated but for their type: the
+    model must check nothing more of them, or plan_cache.without_urls has to follow."""
+    field = model.model_fields["url"]
+    assert field.annotation == (str | None)
+    assert field.metadata == []
