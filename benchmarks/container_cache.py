@@ -12,9 +12,15 @@ copied into the benchmark's temporary folder first: ``original`` needs the venv'
 creatable inside the container (``/tmp`` is, the repository's folder is not). Medians of the
 rounds, best beside them.
 
+With ``--store s3`` the layers are in an S3 store, as on a cluster (moto's server on this machine,
+reached at this machine's address; each job gets a presigned manifest, as with
+``storage.presign_for_jobs``): a cold start downloads the layers, a warm one only the manifest.
+The default, ``file``, is the embedded store, a folder mounted into the container: a cold start
+that reads its layers from the local disk, the best case for cold.
+
 Run: ``J2C_PODMAN_DIR=... python benchmarks/container_cache.py [--rounds 3] [--venv DIR]
-[--image A --image B]`` (``scripts/platform-image.sh DIR`` starts podman and builds the image;
-tag the image of each j2c version to compare them in the same rounds).
+[--image A --image B] [--store file|s3]`` (``scripts/platform-image.sh DIR`` starts podman and
+builds the image; tag the image of each j2c version to compare them in the same rounds).
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ import argparse
 import asyncio
 import itertools
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,7 +44,10 @@ sys.path.insert(0, str(ROOT))
 from tests.support.exports import read_exports  # noqa: E402
 
 
-def _publish(work: Path, venv: Path | None, store: Path) -> str:
+def _publish(work: Path, venv: Path | None, store: Path, s3: str | None = None) -> Any:
+    """The project (and ``venv``) packed and published to the ``file://`` store at ``store``,
+    or to moto at ``s3`` (its endpoint): the manifest's URI, or for S3 the manifest, to
+    presign per job."""
     from j2c_server.pack import PackSpec, make_manifest, pack, publish
     from j2c_server.storage import open_store
 
@@ -51,6 +62,19 @@ def _publish(work: Path, venv: Path | None, store: Path) -> str:
     result = pack(PackSpec(code_path=project, call_path="first.py", venv_path=venv), work / "pc")
     from j2c_server.storage.settings import StorageSettings
 
+    if s3 is not None:
+        settings = StorageSettings(endpoint_url=s3, region="us-east-1", addressing_style="path")
+
+        async def to_s3() -> Any:
+            opened = open_store("s3://bench/j2c", settings)
+            manifest = make_manifest(result)
+            try:
+                await publish(opened, result, manifest)
+            finally:
+                await opened.close()
+            return manifest
+
+        return asyncio.run(to_s3())
     # Shared: the job's uid (1000) reads the store.
     opened = open_store(store.as_uri(), StorageSettings(shared=True))
     published = asyncio.run(publish(opened, result, make_manifest(result)))
@@ -69,15 +93,32 @@ def _copied(venv: Path, target: Path) -> Path:
     return target
 
 
-async def _one(settings: object, image: str, manifest: str, placement: str) -> tuple[float, str]:
+async def _one(settings: Any, image: str, manifest: Any, placement: str) -> tuple[float, str]:
     from j2c_server.schedulers.container import ContainerScheduler
 
-    scheduler = ContainerScheduler(settings)  # type: ignore[arg-type]
-    return await first_line(scheduler, image, manifest, placement)
+    scheduler = ContainerScheduler(settings)
+    if isinstance(manifest, str):
+        return await first_line(scheduler, image, manifest, placement)
+    # S3: a presigned manifest of its own per job (made before the clock starts, as the
+    # server makes it before the submit).
+    from j2c_server.jobs.job_inputs import presigned_manifest
+    from j2c_server.storage import open_store
+
+    store = open_store(settings.storage.url, settings.storage)
+    try:
+        job = f"b{time.monotonic_ns()}"
+        url, digest = await presigned_manifest(settings, store, manifest, job)
+    finally:
+        await store.close()
+    return await first_line(scheduler, image, url, placement, extra=["--manifest-digest", digest])
 
 
 async def first_line(
-    scheduler: object, image: str | None, manifest: str, placement: str
+    scheduler: object,
+    image: str | None,
+    manifest: str,
+    placement: str,
+    extra: list[str] | None = None,
 ) -> tuple[float, str]:
     """Seconds from submit to the job's ``FIRST LINE``, and its cache line; closes
     ``scheduler`` (any backend: ``slurm_cache.py`` times Slurm with it)."""
@@ -89,7 +130,7 @@ async def first_line(
         job_id=f"b{time.monotonic_ns()}",
         name="bench",
         image=image,
-        command=["j2c-unpack", manifest, "--paths", placement, "--"],
+        command=["j2c-unpack", manifest, *(extra or []), "--paths", placement, "--"],
     )
     started = time.perf_counter()
     first = None
@@ -131,6 +172,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--venv", type=Path)
+    parser.add_argument("--store", choices=("file", "s3"), default="file")
     parser.add_argument(
         "--image",
         action="append",
@@ -143,8 +185,6 @@ def main() -> None:
         raise SystemExit("set J2C_PODMAN_DIR to a folder scripts/platform-image.sh started")
     values = read_exports(podman)
     os.environ["CONTAINERS_CONF"] = values["CONTAINERS_CONF"]
-    from j2c_server.config import load_settings
-
     work = Path(tempfile.mkdtemp(prefix="j2c-bench-container-cache-"))
     venv = work / "venv"
     if options.venv is not None:
@@ -154,7 +194,40 @@ def main() -> None:
             [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True
         )
     data = work / "data"
-    manifest = _publish(work, venv, data / "store")
+    moto, endpoint = None, None
+    if options.store == "s3":
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from upload import FAKE_ENV, boto3_client, start_moto
+
+        os.environ.update(FAKE_ENV)
+        # This machine's own address, which the containers reach through the engine's
+        # network (a rootful engine refuses the host's network to jobs).
+        address = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=True)
+        moto, endpoint = start_moto(address.stdout.split()[0])
+        boto3_client(endpoint).create_bucket(Bucket="bench")
+    try:
+        run_rounds(options, values, work, venv, data, endpoint)
+    finally:
+        if moto is not None:
+            moto.kill()
+        shutil.rmtree(work, ignore_errors=True)  # ~0.5 GB of cache per placement and round
+
+
+def run_rounds(
+    options: argparse.Namespace,
+    values: dict[str, str],
+    work: Path,
+    venv: Path,
+    data: Path,
+    s3: str | None,
+) -> None:
+    from j2c_server.config import load_settings
+
+    manifest = _publish(work, venv, data / "store", s3)
+    store = {"url": (data / "store").as_uri(), "shared": True}
+    if s3 is not None:
+        store = {"url": "s3://bench/j2c", "endpoint_url": s3, "region": "us-east-1"}
+        store |= {"addressing_style": "path", "presign_for_jobs": True}
     images = options.image or [values["PLATFORM_IMAGE"]]
     samples: dict[str, dict[tuple[str, str], list[float]]] = {image: {} for image in images}
     for round_, (number, image), placement in itertools.product(
@@ -164,7 +237,7 @@ def main() -> None:
             environ={},
             overrides={
                 "data_dir": str(data),
-                "storage": {"url": (data / "store").as_uri(), "shared": True},
+                "storage": store,
                 "scheduler": {
                     "container": {
                         "socket": values["J2C_SCHEDULER__CONTAINER__SOCKET"],

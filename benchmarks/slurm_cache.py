@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,30 +43,33 @@ def main() -> None:
         subprocess.run(
             [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True
         )
-    data = work / "data"
-    manifest = _publish(work, venv, data / "store")
-    # The jobs run on this machine: the packed paths must be absent, as on a compute node, or
-    # --paths original would fall back to relocating.
-    for packed in (work / "project", venv):
-        packed.rename(packed.with_name(packed.name + "-away"))
-    samples: dict[tuple[str, str], list[float]] = {}
-    for round_ in range(options.rounds):
-        for placement in ("original", "relocate"):
-            settings = load_settings(
-                overrides={
-                    "data_dir": str(data),
-                    "storage": {"url": (data / "store").as_uri(), "shared": True},
-                    "scheduler": {
-                        "slurm": {"cache_dir": str(work / f"cache-{placement}-{round_}")}
+    try:
+        data = work / "data"
+        manifest = _publish(work, venv, data / "store")
+        # The jobs run on this machine: the packed paths must be absent, as on a compute node, or
+        # --paths original would fall back to relocating.
+        for packed in (work / "project", venv):
+            packed.rename(packed.with_name(packed.name + "-away"))
+        samples: dict[tuple[str, str], list[float]] = {}
+        for round_ in range(options.rounds):
+            for placement in ("original", "relocate"):
+                settings = load_settings(
+                    overrides={
+                        "data_dir": str(data),
+                        "storage": {"url": (data / "store").as_uri(), "shared": True},
+                        "scheduler": {
+                            "slurm": {"cache_dir": str(work / f"cache-{placement}-{round_}")}
+                        },
                     },
-                },
-            )
-            for kind in ("cold", "warm"):
-                seconds, line = asyncio.run(
-                    first_line(SlurmScheduler(settings), None, manifest, placement)
                 )
-                samples.setdefault((placement, kind), []).append(seconds)
-                print(f"round {round_ + 1} {placement:8} {kind}: {seconds:.2f} s  {line}")
+                for kind in ("cold", "warm"):
+                    seconds, line = asyncio.run(
+                        first_line(SlurmScheduler(settings), None, manifest, placement)
+                    )
+                    samples.setdefault((placement, kind), []).append(seconds)
+                    print(f"round {round_ + 1} {placement:8} {kind}: {seconds:.2f} s  {line}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the venv copy and a cache per round
     cold_warm_table(samples)
 
 

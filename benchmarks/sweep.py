@@ -152,6 +152,7 @@ async def run(args: argparse.Namespace) -> None:
                     print(f"  round {round_no + 1} N={n} {side}: {got}", flush=True)
     finally:
         await service.stop()
+        shutil.rmtree(work, ignore_errors=True)
     _table(results, args)
 
 

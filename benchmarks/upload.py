@@ -75,20 +75,21 @@ def bench_file(size_mb: int) -> Path:
     return path
 
 
-def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+def start_moto(host: str = "127.0.0.1") -> tuple[subprocess.Popen[bytes], str]:
+    """moto's server listening on ``host`` (an address of this machine): it and its endpoint."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         port = sock.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, **FAKE_ENV},
     )
     for _ in range(300):
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return server, f"http://127.0.0.1:{port}"
+            socket.create_connection((host, port), timeout=0.5).close()
+            return server, f"http://{host}:{port}"
         except OSError:
             time.sleep(0.1)
     server.kill()
