@@ -49,6 +49,7 @@ from j2c_server.jobs.sweep_tracking import track_variants
 from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.jobs.watch_stage import Log, Watcher, until_available
 from j2c_server.pack import PackResult, PackSpec, make_manifest, publish
+from j2c_server.pack.held import hold, release
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.storage.redact import redact_url
 from j2c_server.usage.writer import job_submitted
@@ -166,9 +167,13 @@ class Pipeline:
         previous = await self.registry.previous(record)
         spec = pack_spec(self.settings, record)
         await self.journal.status(JobStatus.packing, "packing the project")
-        result, packed_at = await self._scan_and_pack(record, spec, previous)
-        await self.journal.status(JobStatus.uploading, "uploading layers")
-        manifest, manifest_uri = await self._upload(record, result, packed_at, previous)
+        cache_dir = layer_cache_dir(self.settings)
+        try:
+            result, packed_at = await self._scan_and_pack(record, spec, previous)
+            await self.journal.status(JobStatus.uploading, "uploading layers")
+            manifest, manifest_uri = await self._upload(record, result, packed_at, previous)
+        finally:
+            await asyncio.to_thread(release, cache_dir, self.job_id)
         if is_parent(record):  # one upload, then every variant pinned to it
             await run_children(self, record, manifest, manifest_uri)
             return None
@@ -240,6 +245,10 @@ class Pipeline:
                 add_base_layers, result, shipping, spec, layer_cache_dir(self.settings)
             )
             result = result.model_copy(update={"needs": needs})
+            # Still in the pack slot: no other pack of this server evicts them meanwhile.
+            result = await asyncio.to_thread(
+                hold, result, layer_cache_dir(self.settings), self.job_id
+            )
         await self._pack_finished(pack_inputs, result, previous)
         return result, packed_at
 
