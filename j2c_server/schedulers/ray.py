@@ -1,10 +1,10 @@
 """The Ray backend: one Ray job per j2c job through the dashboard's Jobs REST API (httpx; no
 ``ray`` import here).
 
-- submit: ``POST /api/jobs/`` with ``entrypoint`` = the ``j2c-unpack …`` command and no
-  ``runtime_env`` upload (the layers come from the store; only ``env_vars``, and ``image_uri``
-  in ``image_mode: image_uri``). ``submission_id`` is derived from the job key: a retried submit
-  is answered "already exists" and adopts that job. GPUs, CPUs and memory become
+- submit: ``POST /api/jobs/`` with ``entrypoint`` = ``exec j2c-unpack …`` (:func:`entrypoint`)
+  and no ``runtime_env`` upload (the layers come from the store; only ``env_vars``, and
+  ``image_uri`` in ``image_mode: image_uri``). ``submission_id`` is derived from the job key:
+  a retried submit is answered "already exists" and adopts that job. GPUs, CPUs and memory become
   ``entrypoint_num_gpus/num_cpus/memory`` (they decide which node runs the entrypoint: the head
   unless they place it on a worker); a GPU type asks for ``accelerator_type:<type>``.
 - status: ``GET /api/jobs/{id}``; a job Ray no longer knows reads as lost.
@@ -107,7 +107,7 @@ def job_body(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
         if ray.cache_max:
             env[CACHE_MAX_ENV] = ray.cache_max
     body: dict[str, Any] = {
-        "entrypoint": shlex.join(spec.command),
+        "entrypoint": entrypoint(spec.command),
         "submission_id": submission_id(spec.key),
         "metadata": {"j2c_job_id": spec.job_id, "j2c_key": spec.key, "j2c_name": spec.name},
         "runtime_env": {"env_vars": env, **_image_runtime_env(spec, ray, settings)},
@@ -122,6 +122,18 @@ def job_body(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
         name = ray.gpu_type_resource.replace("{gpu_type}", resources.gpu_type)
         body["entrypoint_resources"] = {name: _TYPE_SHARE}
     return body
+
+
+def entrypoint(command: list[str]) -> str:
+    """The shell line Ray runs: ``exec`` makes the command itself the process Ray started.
+
+    Ray runs the line under ``/bin/sh -c`` and, to stop a job, signals that process and the
+    children it has at that instant. dash forks a plain command rather than replacing itself,
+    so a stop that came while the job waited for resources (Ray applies it as the job starts)
+    could signal the shell before its child existed: the shell died and the orphaned command
+    ran on (user code included) until Ray's watcher killed its group, seconds later.
+    """
+    return "exec " + shlex.join(command)
 
 
 def job_state(job: Mapping[str, Any]) -> SchedulerState:

@@ -8,6 +8,7 @@ Jobs are small Python programs run by the head's Python (the node is this machin
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import secrets
@@ -134,8 +135,9 @@ async def test_a_job_cancelled_while_it_waits_for_the_gpu_never_runs_its_code(
 ) -> None:
     """Ray answers a stop sent while a job waits for resources at once but applies it only
     when the job starts (ray#58353 reports it as lost): the job's first instant runs, which
-    under j2c is ``j2c-unpack``'s start, never the user's code (measured: a program that
-    writes a tick every 50 ms from its first line wrote none)."""
+    under j2c is ``j2c-unpack``'s start, never the user's code. (Before the entrypoint was
+    ``exec``'d, a clean-clone CI saw this job's code run to its end: Ray had signalled the
+    shell before the shell had forked it.)"""
     async with opened(ray_head, tmp_path / "store") as scheduler:
         gate, ran = tmp_path / "gate", tmp_path / "ran"
         holder = await scheduler.submit(
@@ -162,6 +164,20 @@ async def test_a_job_cancelled_while_it_waits_for_the_gpu_never_runs_its_code(
         assert not ran.exists()
 
 
+async def test_the_process_ray_starts_and_stops_is_the_command_itself(
+    ray_head: RayHead, tmp_path: Path
+) -> None:
+    """No shell stands between Ray and the command: Ray's stop signals the process it started
+    and the children that process has at that instant, so a shell that had not yet forked the
+    command would have been the only one signalled (ray.entrypoint)."""
+    async with opened(ray_head, tmp_path / "store") as scheduler:
+        code = "import os; print(open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[:2])"
+        handle = await scheduler.submit(spec_of(code))
+        [line] = [line.text for line in await lines_of(scheduler, handle)]
+        parent = ast.literal_eval(line)
+        assert "sh" not in {Path(word).name for word in parent}, parent  # Ray's worker, not sh
+
+
 async def test_the_job_gets_its_environment_and_the_submission_id_follows_the_key(
     ray_head: RayHead, tmp_path: Path
 ) -> None:
@@ -178,7 +194,7 @@ async def test_the_job_gets_its_environment_and_the_submission_id_follows_the_ke
             "j2c_key": spec.key,
             "j2c_name": spec.name,
         }
-        assert job["entrypoint"] == shlex.join(spec.command)
+        assert job["entrypoint"] == "exec " + shlex.join(spec.command)
         assert "working_dir" not in (job.get("runtime_env") or {})  # nothing shipped through Ray
 
 
