@@ -117,9 +117,12 @@ _SQLITE_FULL = 13  # sqlite3.SQLITE_FULL: "database or disk is full"
 
 def disk_full_to_j2c(exc: BaseException | None, data_dir: str) -> DiskFull | None:
     """A full disk as met by a write (``OSError`` ENOSPC or EDQUOT, SQLite's SQLITE_FULL) as one
-    :class:`DiskFull` naming the data dir; None for any other error."""
+    :class:`DiskFull` naming the data dir; a :class:`DiskFull` as it is (a pack worker's, naming
+    its folder); None for any other error."""
     import errno
 
+    if isinstance(exc, DiskFull):
+        return exc
     full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
         getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
     )

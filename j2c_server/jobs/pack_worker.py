@@ -101,6 +101,11 @@ class _Answers:
         except J2CError as exc:
             return {"error": {"type": type(exc).__name__, **exc.to_dict()}}
         except Exception as exc:
+            # The layer cache is in the data dir: a full disk there is the server's 507, and a
+            # job's driver waits for space (jobs/lease.py), rather than "packing failed".
+            folder = str(request.get("cache_dir") or "its layer cache")
+            if (full := errors.disk_full_to_j2c(exc, folder)) is not None:
+                return {"error": {"type": "DiskFull", **full.to_dict()}}
             detail = "".join(traceback.format_exception_only(exc)).strip()
             return {"error": {"type": "J2CError", "message": f"packing failed: {detail}"}}
 

@@ -18,6 +18,7 @@ Nothing is written before validation passes; a failed write leaves no partial bl
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import os
 import time
@@ -182,6 +183,8 @@ def _pack_file(
                     size += len(chunk)
                 after = os.fstat(source.fileno())
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the cache's disk, not the input
+                raise
             raise PackError(
                 f"cannot pack the big file {entry.rel}: {exc.strerror}", field="code_path"
             ) from None

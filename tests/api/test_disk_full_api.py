@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from tests.support.full_disk import small_disk, take_all_space
-from tests.support.jobs import job_body
+from tests.support.jobs import job_body, settle
 
 
 @pytest.fixture
@@ -59,6 +60,53 @@ async def test_a_send_on_a_full_disk_is_refused_with_507_and_works_once_space_re
     (disk / "ballast").unlink()
     again = await jp_fetch("j2c", "api", "jobs", method="POST", body=edited)
     assert again.code == 202
+
+
+async def test_a_send_whose_files_changed_on_a_full_disk_is_refused_with_507_too(
+    jp_fetch: Any, project: Path, disk: Path
+) -> None:
+    """Its scan writes into the layer cache, in the data dir: the pack worker's ENOSPC had come
+    back as ``500 packing failed: OSError`` (the sends the soak saw answered 500 in its fills)."""
+    body = json.dumps(job_body(args=["--lines", "1"]))
+    assert (await jp_fetch("j2c", "api", "jobs", method="POST", body=body)).code == 202
+
+    (project / "train.py").write_text((project / "train.py").read_text() + "# edited\n")
+    take_all_space(disk / "ballast")
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch("j2c", "api", "jobs", method="POST", body=body)
+    assert refused.value.code == 507
+    answer = json.loads(refused.value.response.body)
+    assert answer["error"] == "disk_full"
+    assert str(disk) in answer["message"] and "No space left" in answer["message"]
+
+    (disk / "ballast").unlink()
+    again = json.loads((await jp_fetch("j2c", "api", "jobs", method="POST", body=body)).body)
+    assert not again["decision"]["attached"], again["decision"]
+    assert [c["path"] for c in again["decision"]["changes"]] == ["train.py"], again["decision"]
+
+
+async def test_a_job_whose_pack_meets_a_full_disk_waits_for_space_and_succeeds(
+    jp_fetch: Any, project: Path, disk: Path
+) -> None:
+    """Room for the registry's rows but not for the new 2 MB layer: the pack stage meets ENOSPC
+    after the send was accepted. Its driver waits (jobs/lease.py), as for any full disk of the
+    data dir, and the job runs once the space is back; it had failed "packing failed"."""
+    (project / "weights.bin").write_bytes(os.urandom(2 * 1024 * 1024))  # zstd cannot shrink it
+    settle(project)
+    take_all_space(disk / "ballast", leave=512 * 1024)
+    body = json.dumps(job_body(args=["--lines", "1"]))
+    job_id = json.loads((await jp_fetch("j2c", "api", "jobs", method="POST", body=body)).body)["id"]
+    await asyncio.sleep(2.0)
+    held = await record_of(jp_fetch, job_id)
+    (disk / "ballast").unlink()
+
+    deadline = time.monotonic() + 60
+    while (record := await record_of(jp_fetch, job_id))["status"] not in TERMINAL:
+        assert time.monotonic() < deadline, f"still {record['status']} 60 s after the disk freed"
+        await asyncio.sleep(0.5)
+    # It waited: neither failed nor sent.
+    assert held["status"] in {"pending", "packing"}, (held["status"], held["message"])
+    assert record["status"] == "succeeded", record
 
 
 async def test_a_running_job_whose_disk_fills_for_a_moment_still_ends(

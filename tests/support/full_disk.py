@@ -43,14 +43,16 @@ def free_bytes(folder: Path) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
-def take_all_space(ballast: Path) -> int:
-    """Write ``ballast`` until its file system has no byte left; the bytes it took. Removing
-    the file gives them back."""
+def take_all_space(ballast: Path, *, leave: int = 0) -> int:
+    """Write ``ballast`` until its file system has no byte left (about ``leave`` bytes left,
+    when given); the bytes it took. Removing the file gives them back."""
     with open(ballast, "wb") as handle:
         fd = handle.fileno()
         with contextlib.suppress(OSError):  # what allocation leaves over is written below
-            os.posix_fallocate(fd, 0, max(free_bytes(ballast.parent), 1))
+            os.posix_fallocate(fd, 0, max(free_bytes(ballast.parent) - leave, 1))
         taken = os.lseek(fd, 0, os.SEEK_END)
+        if leave:
+            return taken
         chunk = b"\0" * 4096
         with contextlib.suppress(OSError):  # ENOSPC: full
             while True:
