@@ -17,6 +17,7 @@ from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import JobRequest, JobStatus
 
 JOBS = 50
+BATCH = 5  # sends in flight at once
 KEEP_RUNS = 10
 CACHE_MAX = 1024 * 1024  # 1M
 LAYER_CACHE_MAX = 1024 * 1024  # 1 MB
@@ -41,9 +42,9 @@ async def test_fifty_jobs_leave_only_what_the_settings_keep(
     service.start()
     finals = []
     try:
-        for batch in range(0, JOBS, 5):
+        for batch in range(0, JOBS, BATCH):
             ids = []
-            for index in range(batch, batch + 5):
+            for index in range(batch, batch + BATCH):
                 (project / "data.bin").write_bytes(os.urandom(NEW_BYTES))
                 request = JobRequest(
                     code_path=str(project), call_path="train.py", args=[str(index)]
@@ -71,7 +72,10 @@ async def test_fifty_jobs_leave_only_what_the_settings_keep(
     assert all(not any((runs / name / "work").iterdir()) for name in kept)  # work dirs released
 
     cache = j2c_data_dir / "unpack-cache"
-    assert _bytes(cache) <= CACHE_MAX + 2 * NEW_BYTES, _bytes(cache)  # the cap and one job's use
+    # The cap, and the entries (a blob and its tree: 2 x 300 kB a job) of the jobs that were in
+    # use when the last job started and evicted: in a batch of five, up to five jobs' (a CI run
+    # had 1.9 MB, over the cap and one job's use that this bound was before).
+    assert _bytes(cache) <= CACHE_MAX + BATCH * 2 * NEW_BYTES, _bytes(cache)
     assert not [p for p in cache.rglob("tmp/*")], "j2c-unpack left temp files"
     # The lab keeps each project's last sends whatever the cap (pack.layer_cache_keep_sends).
     layers = _bytes(j2c_data_dir / "layers")
