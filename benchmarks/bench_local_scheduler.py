@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from j2c_server.config import J2CSettings
-from j2c_server.schedulers.local import LocalScheduler
+from j2c_server.schedulers.local.backend import LocalScheduler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from j2c_server.config import J2CSettings
-from j2c_server.schedulers.slurm import SlurmScheduler
+from j2c_server.schedulers.slurm.backend import SlurmScheduler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common

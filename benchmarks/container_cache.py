@@ -94,14 +94,14 @@ def _copied(venv: Path, target: Path) -> Path:
 
 
 async def _one(settings: Any, image: str, manifest: Any, placement: str) -> tuple[float, str]:
-    from j2c_server.schedulers.container import ContainerScheduler
+    from j2c_server.schedulers.container.backend import ContainerScheduler
 
     scheduler = ContainerScheduler(settings)
     if isinstance(manifest, str):
         return await first_line(scheduler, image, manifest, placement)
     # S3: a presigned manifest of its own per job (made before the clock starts, as the
     # server makes it before the submit).
-    from j2c_server.jobs.job_inputs import presigned_manifest
+    from j2c_server.jobs.send.inputs import presigned_manifest
     from j2c_server.storage import open_store
 
     store = open_store(settings.storage.url, settings.storage)

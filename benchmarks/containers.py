@@ -35,7 +35,7 @@ from pathlib import Path
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.container import ContainerScheduler
+from j2c_server.schedulers.container.backend import ContainerScheduler
 from j2c_server.storage import open_store
 from j2c_server.wire.api import JobStatus
 

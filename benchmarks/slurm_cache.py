@@ -33,7 +33,7 @@ def main() -> None:
     if not os.environ.get("J2C_SCHEDULER__SLURM__URL"):
         raise SystemExit('start a Slurm first: eval "$(scripts/slurm-up.sh DIR)"')
     from j2c_server.config import load_settings
-    from j2c_server.schedulers.slurm import SlurmScheduler
+    from j2c_server.schedulers.slurm.backend import SlurmScheduler
 
     work = Path(tempfile.mkdtemp(prefix="j2c-bench-slurm-cache-"))
     venv = work / "venv"  # a copy (hard links) of --venv: moved away below

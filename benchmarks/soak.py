@@ -424,7 +424,7 @@ class Soak:
                 )
         ended = sum(1 for r in records.values() if r["status"] in TERMINAL)
         # A job whose driver was killed before its usage record gets it from the next
-        # service's sweep, after a grace (jobs/service_lifecycle.py ACCOUNT_GRACE_S): wait for it.
+        # service's sweep, after a grace (jobs/drive/drivers.py ACCOUNT_GRACE_S): wait for it.
         for _ in range(60):
             usage = self.usage_ids()
             missing_usage = sorted(set(records) - usage)

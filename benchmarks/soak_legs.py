@@ -74,7 +74,7 @@ class ContainerLeg:
             script = REPO / "scripts" / "platform-image.sh"
             values = _start(["bash", str(script), str(self.folder)], "podman")
         self.socket = values["J2C_SCHEDULER__CONTAINER__SOCKET"]
-        from j2c_server.schedulers.container_lifecycle import LABEL_RUNS, runs_label
+        from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, runs_label
 
         # The backend's default runs folder (container_spec.runs_root): <data dir>/containers.
         self.label = f"{LABEL_RUNS}={runs_label((data / 'containers').absolute())}"
@@ -98,7 +98,7 @@ class ContainerLeg:
 
         import httpx
 
-        from j2c_server.schedulers.container_lifecycle import PROBE_ORPHAN_S, PROBE_PREFIX
+        from j2c_server.schedulers.container.lifecycle import PROBE_ORPHAN_S, PROBE_PREFIX
 
         transport = httpx.HTTPTransport(uds=self.socket)
         with httpx.Client(transport=transport, base_url="http://engine", timeout=30) as client:

@@ -1,8 +1,8 @@
 """docs/architecture.md's module table names every module of j2c_server, and only real ones.
 
-A row's first cell names modules by path under ``j2c_server/`` (``jobs/lease.py``); a bare name
-after a path in the same cell is in that path's folder (``slurm_job.py`` after
-``schedulers/slurm.py``); a folder (``usage/``) covers every module in it.
+A row's first cell names modules by path under ``j2c_server/`` (``jobs/drive/lease.py``); a bare
+name after a path in the same cell is in that path's folder (``job.py`` after
+``schedulers/slurm/backend.py``); a folder (``usage/``) covers every module in it.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 from j2c_server.config import load_settings
 from j2c_server.core import config_locks
 from j2c_server.core.errors import ConfigError
-from j2c_server.schedulers.container_engine import EngineInfo, unsafe_settings
-from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.container.engine import EngineInfo, unsafe_settings
+from j2c_server.schedulers.container.settings import ContainerSettings
 
 OPERATOR = """
 locked:

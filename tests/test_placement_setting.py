@@ -8,7 +8,7 @@ import pytest
 
 from j2c_server.config import load_settings
 from j2c_server.core.errors import ConfigError
-from j2c_server.jobs.job_inputs import placement_env
+from j2c_server.jobs.send.inputs import placement_env
 from j2c_server.unpack.command_line import parse_command_line
 
 

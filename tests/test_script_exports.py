@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import ENV_DELIMITER, J2CSettings, env_overrides
-from j2c_server.schedulers.ray_settings import RaySettings
+from j2c_server.schedulers.ray.settings import RaySettings
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 NAME = re.compile(r"\b(J2C_[A-Z0-9_]+)=")

@@ -18,9 +18,9 @@ from pydantic import ValidationError
 from j2c_server.cli.options import config_option, json_option, load_cli_config
 from j2c_server.cli.output import print_json, say
 from j2c_server.core.errors import InvalidInput
-from j2c_server.image.probe import container_inventory, engine, image_id
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.image.target import CONTAINER, container_key, target_for
+from j2c_server.schedulers.container.probe import container_inventory, engine, image_id
 from j2c_server.wire.image import ImageInventory
 
 

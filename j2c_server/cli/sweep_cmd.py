@@ -1,7 +1,7 @@
 """``j2c sweep status SWEEP``: a sweep's variants as the Compute panel's sweep view shows them.
 
 One row per variant: its index and job, each swept value, status, duration, exit code and its
-metrics (from its MLflow run, else its ``metrics.json``: ``jobs/sweep_view.py``, the same
+metrics (from its MLflow run, else its ``metrics.json``: ``sweeps/view.py``, the same
 ``JobService.sweep`` that answers ``GET /jobs/{id}/sweep``). ``--json`` prints the rows as flat
 dicts (one key per value and per metric), so ``pandas.DataFrame(rows)`` has one row per
 variant; ``%j2c sweep status`` (``magic.py``) returns them as a :class:`SweepRows` list that
@@ -24,7 +24,7 @@ from j2c_server.cli.session import open_service, resolve_job
 from j2c_server.core.errors import InvalidInput
 from j2c_server.core.units import duration
 from j2c_server.jobs.end_notice import job_seconds
-from j2c_server.jobs.sweep_view import sweep_children
+from j2c_server.sweeps.view import sweep_children
 from j2c_server.wire.api import JobRecord
 from j2c_server.wire.sweep_view import SweepVariant, SweepView
 

@@ -2,7 +2,7 @@
 
 :class:`j2c_server.wire.manifest.Manifest` (pydantic) is the wire contract and the one validator
 of a manifest. ``j2c-unpack`` validates with it once per manifest and node, then works on this plain
-copy of what it accepted; a warm start (the node cache holds the plan, ``unpack/plan_cache.py``)
+copy of what it accepted; a warm start (the node cache holds the plan, ``unpack/cache/plans.py``)
 builds the copy from the plan without importing pydantic, whose import and first model cost
 more than the rest of a warm start together.
 

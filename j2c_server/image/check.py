@@ -23,9 +23,9 @@ from j2c_server.core.units import count
 from j2c_server.image.base_layer import ShipChoice, select
 from j2c_server.image.diff import compare, lab_glibc
 from j2c_server.image.job_needs import lab_side
-from j2c_server.image.probe import container_image_key, container_inventory
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.image.target import CONTAINER, Target, target_for
+from j2c_server.schedulers.container.probe import container_image_key, container_inventory
 from j2c_server.unpack.inventory import PREFIX
 from j2c_server.wire.api import JobHandle
 from j2c_server.wire.image import ImageInventory, ImageReport

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from j2c_server.config import J2CSettings
-from j2c_server.schedulers.slurm_settings import SlurmSettings
+from j2c_server.schedulers.slurm.settings import SlurmSettings
 
 CONTAINER = "container"
 

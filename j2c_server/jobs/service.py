@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from j2c_server.core.errors import Conflict
-from j2c_server.jobs import send_rule
 from j2c_server.jobs.artifacts import (
     ArtifactFile,
     copy_all_into_project,
@@ -29,16 +28,17 @@ from j2c_server.jobs.artifacts import (
     open_artifact,
 )
 from j2c_server.jobs.audit import Actor, audit
-from j2c_server.jobs.job_inputs import layer_cache_dir, pack_spec, refuse_if_over_limit
-from j2c_server.jobs.journal import Journal
-from j2c_server.jobs.lease import account_ended
-from j2c_server.jobs.preflight_checks import check_store_for_submit
-from j2c_server.jobs.send_rule import job_key
-from j2c_server.jobs.service_drafts import Drafting
-from j2c_server.jobs.service_follow import Following
-from j2c_server.jobs.sweep import cancel_children, submit_sweep
-from j2c_server.jobs.sweep_view import sweep_view
+from j2c_server.jobs.drive.journal import Journal
+from j2c_server.jobs.drive.lease import account_ended
+from j2c_server.jobs.follow import Following
+from j2c_server.jobs.send import rule as send_rule
+from j2c_server.jobs.send.drafts import Drafting
+from j2c_server.jobs.send.inputs import layer_cache_dir, pack_spec, refuse_if_over_limit
+from j2c_server.jobs.send.preflight import check_store_for_submit
+from j2c_server.jobs.send.rule import job_key
 from j2c_server.registry.paging import Cursor, Page
+from j2c_server.sweeps.send import cancel_children, submit_sweep
+from j2c_server.sweeps.view import sweep_view
 from j2c_server.usage import metrics
 from j2c_server.wire.api import (
     ArtifactsCopy,

@@ -34,7 +34,7 @@ from j2c_server.cli.session import resolve_job
 from j2c_server.cli.submit import submit as submit_command
 from j2c_server.core.errors import InvalidInput, J2CError
 from j2c_server.image.text import report_lines
-from j2c_server.jobs.send_proposal import choose_venv, project_root
+from j2c_server.jobs.send.proposal import choose_venv, project_root
 from j2c_server.magic.runtime import (
     BackgroundService,
     Job,
@@ -64,7 +64,7 @@ def notebook_defaults(
     kernel_prefix: Path | None = None,
 ) -> dict[str, Any]:
     """The project around the notebook, the venv the common rule picks for this kernel
-    (``j2c_server.jobs.send_proposal``, the UI form's rule too), and the notebook as entry point."""
+    (``j2c_server.jobs.send.proposal``, the UI form's rule too), and the notebook as entry point."""
     if kernel_prefix is None and sys.prefix != sys.base_prefix:
         kernel_prefix = Path(sys.prefix)
     root = server_root(environ)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "j2c.schedulers"
 # Keys of ``scheduler.*`` that are not backends (settings.py's own; a test checks the list).
-RESERVED_NAMES = frozenset({"default", "pass_env", "placement", "section"})
+RESERVED_NAMES = frozenset({"default", "gpu_ledger", "pass_env", "placement", "section"})
 # A backend's name is its settings key (``scheduler.<name>``, ``J2C_SCHEDULER__<NAME>__*``).
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -52,11 +52,15 @@ class Backend:
 
 
 BACKENDS: dict[str, Backend] = {
-    "local": Backend(".local:LocalScheduler", ".local_settings:LocalSchedulerSettings"),
-    "slurm": Backend(".slurm:SlurmScheduler", ".slurm_settings:SlurmSettings"),
-    "kubernetes": Backend(".kubernetes:KubernetesScheduler", ".kube_settings:KubernetesSettings"),
-    "container": Backend(".container:ContainerScheduler", ".container_settings:ContainerSettings"),
-    "ray": Backend(".ray:RayScheduler", ".ray_settings:RaySettings"),
+    "local": Backend(".local.backend:LocalScheduler", ".local.settings:LocalSchedulerSettings"),
+    "slurm": Backend(".slurm.backend:SlurmScheduler", ".slurm.settings:SlurmSettings"),
+    "kubernetes": Backend(
+        ".kubernetes.backend:KubernetesScheduler", ".kubernetes.settings:KubernetesSettings"
+    ),
+    "container": Backend(
+        ".container.backend:ContainerScheduler", ".container.settings:ContainerSettings"
+    ),
+    "ray": Backend(".ray.backend:RayScheduler", ".ray.settings:RaySettings"),
 }
 
 

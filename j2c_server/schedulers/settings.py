@@ -1,6 +1,7 @@
-"""``scheduler.*``: the default backend, where j2c-unpack places layers, the credential
-allow-list, and one section per backend (``scheduler.<name>``, typed by that backend's settings
-model), added from the backends found on the first settings load, never at import.
+"""``scheduler.*``: the default backend, where j2c-unpack places layers, this machine's GPU
+ledger, the credential allow-list, and one section per backend (``scheduler.<name>``, typed by
+that backend's settings model), added from the backends found on the first settings load, never
+at import.
 
 Owned by the scheduler table (:mod:`j2c_server.schedulers`); :mod:`j2c_server.config` puts it in
 the whole settings. Importing it imports no backend: the table is read inside the functions.
@@ -41,6 +42,12 @@ class SchedulerSettingsBase(BaseModel):
         "free and private (a warm start hard-links the venv from the node cache and copies the "
         "code), or relocate (under its workdir; a cached venv runs in place). Passed as "
         "J2C_UNPACK_PATHS; a request's env may set its own.",
+    )
+    gpu_ledger: str = Field(
+        "/tmp/j2c-gpus",  # = schedulers.gpu_ledger.DEFAULT_LEDGER_DIR
+        description="Folder of the machine-wide GPU ledger that the backends running jobs on "
+        "this machine (local, container) share with every user's servers: root-owned with "
+        "mode 1777 (sticky), or the user's own.",
     )
     pass_env: list[str] = Field(
         default_factory=list,

@@ -15,7 +15,7 @@ import pwd
 import re
 from collections.abc import Mapping
 
-CACHE_ENV = "J2C_UNPACK_CACHE"  # as j2c_server.unpack.cache reads it (no import of unpack/)
+CACHE_ENV = "J2C_UNPACK_CACHE"  # as j2c_server.unpack.cache.node reads it (no import of unpack/)
 CACHE_MAX_ENV = "J2C_UNPACK_CACHE_MAX"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

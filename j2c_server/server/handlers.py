@@ -19,7 +19,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from j2c_server.core.errors import InvalidInput
-from j2c_server.jobs.send_proposal import defaults_for_browser
+from j2c_server.jobs.send.proposal import defaults_for_browser
 from j2c_server.registry import paging as registry_paging
 from j2c_server.schedulers import capabilities, known_backends, skipped_backends
 from j2c_server.server.handler_base import (

@@ -57,7 +57,7 @@ from j2c_server.unpack.log import Stage, say
 
 if TYPE_CHECKING:
     from j2c_server.core.manifest_plan import ManifestPlan
-    from j2c_server.unpack.cache import Cache
+    from j2c_server.unpack.cache.node import Cache
     from j2c_server.unpack.downloads import Fetched
     from j2c_server.unpack.homes import Placement
     from j2c_server.unpack.interpreter import Interpreter
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
-    from j2c_server.unpack.cache import open_cache
+    from j2c_server.unpack.cache.node import open_cache
 
     # The node's cache first: it may hold this manifest's plan (no validation, no pydantic).
     cache = open_cache(options.cache_dir, options.cache_max)
@@ -171,7 +171,7 @@ def _run_placed(
     cache: Cache | None,
 ) -> int:
     """Phases 3 (room) to 8, once the layers' homes are decided."""
-    from j2c_server.unpack.cache import Bypass
+    from j2c_server.unpack.cache.node import Bypass
 
     prepared = None
     extra_env: dict[str, str] = {}

@@ -32,7 +32,7 @@ from j2c_server.unpack.errors import (
 from j2c_server.unpack.log import Stage, say
 
 if TYPE_CHECKING:
-    from j2c_server.unpack.cache import Cache
+    from j2c_server.unpack.cache.node import Cache
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _CHUNK = 1024 * 1024
@@ -80,8 +80,8 @@ def place_files(
     unique = list({blob.digest: blob for blob in files}.values())
     sources: dict[str, Path] | None = None
     if cache is not None:
-        from j2c_server.unpack.cache import Bypass
-        from j2c_server.unpack.cache_blobs import file_blobs
+        from j2c_server.unpack.cache.blobs import file_blobs
+        from j2c_server.unpack.cache.node import Bypass
 
         try:
             sources = file_blobs(cache, manifest_uri, unique)

@@ -26,12 +26,12 @@ from j2c_server.core.backoff import Backoff, retry_sync
 from j2c_server.core.errors import J2CError
 from j2c_server.core.manifest_plan import LayerPlan, ManifestPlan
 from j2c_server.core.units import byte_size, count
+from j2c_server.unpack.cache.plans import dump_without_urls, without_urls
 from j2c_server.unpack.errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
 from j2c_server.unpack.log import Stage, say
-from j2c_server.unpack.plan_cache import dump_without_urls, without_urls
 
 if TYPE_CHECKING:
-    from j2c_server.unpack.plan_cache import PlanCache
+    from j2c_server.unpack.cache.plans import PlanCache
 
 CHUNK = 1024 * 1024
 MANIFEST_LIMIT = 16 * 1024 * 1024

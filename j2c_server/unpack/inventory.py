@@ -206,7 +206,7 @@ class Said:
 def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Said:
     """Say the inventory in the job's log, unless this node's cache says it was said for this
     interpreter before (then nothing is computed)."""
-    from j2c_server.unpack.cache_files import unsafe, write_json
+    from j2c_server.unpack.cache.files import unsafe, write_json
     from j2c_server.unpack.log import say
 
     kept: Path | None = None

@@ -438,7 +438,7 @@ class ServerConfig(Strict):
 
 class SendDefaults(Strict):
     """GET /j2c/api/defaults: what the Send form proposes for a file
-    (``j2c_server.jobs.send_proposal``,
+    (``j2c_server.jobs.send.proposal``,
     the rule ``%j2c submit`` follows too). Paths are relative to the server's root ('' is the
     root itself)."""
 

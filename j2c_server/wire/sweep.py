@@ -5,7 +5,7 @@ A sweep is one send of a base :class:`~j2c_server.wire.api.JobRequest` whose ``a
 sweep's ``env`` templates) name swept parameters as ``{name}``; ``{{`` and ``}}`` are a literal
 brace. The variants are the cross product of ``grid`` (in its key order, the last key varying
 fastest) or the explicit ``variants`` list, never both. Expansion and its errors live in
-``jobs/sweep_grid.py``; the variant table the job reads is ``wire.manifest.Variant``.
+``sweeps/grid.py``; the variant table the job reads is ``wire.manifest.Variant``.
 
 Only pydantic and ``wire.manifest`` (for ``Strict`` and the retries' cap) are imported:
 ``wire.api`` imports this.

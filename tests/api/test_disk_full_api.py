@@ -89,7 +89,7 @@ async def test_a_job_whose_pack_meets_a_full_disk_waits_for_space_and_succeeds(
     jp_fetch: Any, project: Path, disk: Path
 ) -> None:
     """Room for the registry's rows but not for the new 2 MB layer: the pack stage meets ENOSPC
-    after the send was accepted. Its driver waits (jobs/lease.py), as for any full disk of the
+    after the send was accepted. Its driver waits (jobs/drive/lease.py), as for any full disk of the
     data dir, and the job runs once the space is back; it had failed "packing failed"."""
     (project / "weights.bin").write_bytes(os.urandom(2 * 1024 * 1024))  # zstd cannot shrink it
     settle(project)

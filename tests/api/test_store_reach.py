@@ -11,7 +11,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from j2c_server.config import J2CSettings
-from j2c_server.jobs.preflight_checks import store_problem
+from j2c_server.jobs.send.preflight import store_problem
 
 
 @pytest.fixture

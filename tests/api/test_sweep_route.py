@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from j2c_server.jobs import sweep_view
+from j2c_server.sweeps import view as sweep_view
 from j2c_server.wire.sweep_view import SweepView
 from tests.support.jobs import follow, settle, submit
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import load_settings
-from j2c_server.jobs.sweep_view import VariantRef, build_view, parse_metrics_file, summarize
+from j2c_server.sweeps.view import VariantRef, build_view, parse_metrics_file, summarize
 from j2c_server.wire.api import Artifact, JobRecord, JobRequest, JobResults, JobStatus
 
 S = JobStatus

@@ -166,9 +166,9 @@ def local_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driver]:
             "scheduler": {
                 "local": {
                     "cancel_grace_s": 2.0,
-                    "gpu_ledger": str(tmp / "gpu-ledger"),
                     "pass_env": ["PYTHONPATH"],  # this checkout's j2c_server
-                }
+                },
+                "gpu_ledger": str(tmp / "gpu-ledger"),
             },
         }
     )
@@ -209,7 +209,7 @@ def slurm_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driver]:
 
 
 def container_driver(request: pytest.FixtureRequest, tmp: Path) -> Iterator[Driver]:
-    from j2c_server.schedulers.container_spec import HOME, job_folder
+    from j2c_server.schedulers.container.spec import HOME, job_folder
     from tests.support.podman import Podman
 
     podman: Podman = request.getfixturevalue("podman")

@@ -20,12 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from j2c_server.image import probe
 from j2c_server.image.store import InventoryStore
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
-from j2c_server.schedulers.container_lifecycle import LABEL_RUNS, runs_label
-from j2c_server.schedulers.container_spec import runs_root
+from j2c_server.schedulers.container.backend import probe
+from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, runs_label
+from j2c_server.schedulers.container.spec import runs_root
 from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
 from tests.support.lab_python import image_request, image_settings, lab_has
 from tests.support.lab_python import lab_project as make_lab_project

@@ -84,7 +84,7 @@ def test_a_system_site_packages_kernel_venv_outside_the_project_is_shipped(
 
 
 def test_the_magic_and_the_ui_route_share_one_rule(project: Path, tmp_path: Path) -> None:
-    from j2c_server.jobs.send_proposal import send_defaults
+    from j2c_server.jobs.send.proposal import send_defaults
 
     notebook = project / "notebooks" / "explore.ipynb"
     hub = make_venv(tmp_path / "hub-venv", system_site=False)

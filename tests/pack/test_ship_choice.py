@@ -13,7 +13,7 @@ from j2c_server.cli.submit import submit
 from j2c_server.config import load_settings
 from j2c_server.core.errors import ConfigError
 from j2c_server.image.base_layer import ShipChoice
-from j2c_server.jobs.job_inputs import ship_choice
+from j2c_server.jobs.send.inputs import ship_choice
 from j2c_server.wire.api import JobRequest
 
 

@@ -16,7 +16,7 @@ from tornado.httpclient import HTTPClientError
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import PackError
-from j2c_server.jobs.job_inputs import pack_spec
+from j2c_server.jobs.send.inputs import pack_spec
 from j2c_server.pack import ExcludeRule, PackSpec, pack, preflight
 from j2c_server.wire.api import JobRecord, JobRequest, JobStatus
 from j2c_server.wire.manifest import LayerRole

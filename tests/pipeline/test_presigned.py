@@ -15,12 +15,12 @@ import pytest
 
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.core.job_env import MASK
-from j2c_server.jobs.job_inputs import job_spec, presigned_manifest
+from j2c_server.jobs.send.inputs import job_spec, presigned_manifest
 from j2c_server.jobs.service import JobService
 from j2c_server.pack import PackSpec, make_manifest, pack, publish
 from j2c_server.schedulers import scheduler_class
-from j2c_server.schedulers.slurm_job import batch_script
-from j2c_server.schedulers.slurm_settings import SlurmSettings
+from j2c_server.schedulers.slurm.job import batch_script
+from j2c_server.schedulers.slurm.settings import SlurmSettings
 from j2c_server.storage import open_store
 from j2c_server.storage.base import ObjectStore
 from j2c_server.storage.post_upload import ENV_NAME as POST_POLICY_ENV

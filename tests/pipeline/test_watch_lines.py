@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from j2c_server.jobs.watch_stage import _Lines
+from j2c_server.jobs.drive.watch import _Lines
 from j2c_server.schedulers.base import LogLine
 
 

@@ -44,7 +44,7 @@ class EchoScheduler(SchedulerBase):
 CHECK = """
 import json
 from j2c_server.config import load_settings
-from j2c_server.jobs.job_inputs import job_spec
+from j2c_server.jobs.send.inputs import job_spec
 from j2c_server.schedulers import make_scheduler, scheduler_class, known_backends
 settings = load_settings(overrides={"scheduler": {"echo": {"greeting": "hi"}}})
 print(json.dumps({
@@ -122,7 +122,7 @@ def test_importing_the_settings_or_storage_discovers_no_backend() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('j2c_server.schedulers')))\n"
         "from j2c_server.config import J2CSettings\n"
         "J2CSettings()\n"
-        "print('j2c_server.schedulers.slurm_settings' in sys.modules)\n"
+        "print('j2c_server.schedulers.slurm.settings' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     table = "['j2c_server.schedulers', 'j2c_server.schedulers.settings']"
@@ -130,7 +130,7 @@ def test_importing_the_settings_or_storage_discovers_no_backend() -> None:
 
 
 def _store_problem(scheduler: str, **section: str) -> str | None:
-    from j2c_server.jobs.preflight_checks import store_problem
+    from j2c_server.jobs.send.preflight import store_problem
 
     settings = J2CSettings.model_validate(
         {"storage": {"url": "file:///srv/j2c"}, "scheduler": {"container": section}}

@@ -14,14 +14,15 @@ import httpx
 import pytest
 
 from j2c_server.core.errors import Conflict, InvalidInput
-from j2c_server.image.probe import probe_body
-from j2c_server.schedulers import container_lifecycle, make_scheduler
+from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine
-from j2c_server.schedulers.container import ContainerScheduler, render_dry_run
-from j2c_server.schedulers.container_api import LogCursor, LogReader
-from j2c_server.schedulers.container_lifecycle import PROBE_PREFIX, runs_label
-from j2c_server.schedulers.container_settings import ContainerSettings
-from j2c_server.schedulers.container_spec import LABEL_MANAGED_BY, runs_root
+from j2c_server.schedulers.container.api import LogCursor, LogReader
+from j2c_server.schedulers.container.backend import ContainerScheduler, render_dry_run
+from j2c_server.schedulers.container.backend import lifecycle as container_lifecycle
+from j2c_server.schedulers.container.lifecycle import PROBE_PREFIX, runs_label
+from j2c_server.schedulers.container.probe import probe_body
+from j2c_server.schedulers.container.settings import ContainerSettings
+from j2c_server.schedulers.container.spec import LABEL_MANAGED_BY, runs_root
 from j2c_server.wire.api import JobHandle, JobStatus, Resources
 from tests.support.podman import Podman
 
@@ -165,7 +166,7 @@ def test_a_retried_submit_adopts_the_container_and_another_request_is_refused(
         assert other.status_code == 201
         try:
             clash = spec.model_copy(update={"key": "x"})
-            from j2c_server.schedulers import container_spec
+            from j2c_server.schedulers.container.backend import spec as container_spec
 
             original = container_spec.container_name
             container_spec.container_name = lambda key: "j2c-" + "0" * 20  # type: ignore[assignment]
@@ -360,7 +361,7 @@ def test_jobs_run_as_the_servers_own_uid_by_default_but_never_as_root(
 def test_the_job_mounts_its_layer_and_big_file_blobs_not_those_with_their_own_url(
     podman: Podman, tmp_path: Path
 ) -> None:
-    from j2c_server.schedulers.container_spec import store_files
+    from j2c_server.schedulers.container.spec import store_files
 
     settings = podman.settings(tmp_path / "data")
     store = tmp_path / "data" / "store"

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.container import render_dry_run
-from j2c_server.schedulers.container_engine import Access
-from j2c_server.schedulers.container_folders import cache_folder, prepare_cache
-from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.container.backend import render_dry_run
+from j2c_server.schedulers.container.engine import Access
+from j2c_server.schedulers.container.folders import cache_folder, prepare_cache
+from j2c_server.schedulers.container.settings import ContainerSettings
 from j2c_server.schedulers.unpack_cache import tenant_name
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
 from tests.support.jobs import final_status, follow, log_lines, submit

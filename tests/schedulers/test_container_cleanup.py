@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.container import ContainerScheduler
-from j2c_server.schedulers.container_lifecycle import LABEL_RUNS, runs_label
-from j2c_server.schedulers.container_spec import runs_root
+from j2c_server.schedulers.container.backend import ContainerScheduler
+from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, runs_label
+from j2c_server.schedulers.container.spec import runs_root
 from j2c_server.wire.api import JobStatus
 from tests.support.podman import Podman
 

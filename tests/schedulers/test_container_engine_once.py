@@ -15,8 +15,8 @@ import contextlib
 from collections import Counter
 from pathlib import Path
 
-from j2c_server.schedulers.container import ContainerScheduler
-from j2c_server.schedulers.container_engine import EngineInfo
+from j2c_server.schedulers.container.backend import ContainerScheduler
+from j2c_server.schedulers.container.engine import EngineInfo
 from tests.support.podman import Podman
 
 

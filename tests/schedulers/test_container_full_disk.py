@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.container import ContainerScheduler
-from j2c_server.schedulers.container_lifecycle import FINAL
+from j2c_server.schedulers.container.backend import ContainerScheduler
+from j2c_server.schedulers.container.lifecycle import FINAL
 from j2c_server.wire.api import JobStatus
 from tests.support.full_disk import small_disk, take_all_space
 from tests.support.podman import Podman

@@ -20,18 +20,18 @@ from pydantic import ValidationError
 
 from j2c_server.core.errors import ConfigError
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.container import ContainerScheduler, render_dry_run
-from j2c_server.schedulers.container_api import EngineClient
-from j2c_server.schedulers.container_engine import (
+from j2c_server.schedulers.container.api import EngineClient
+from j2c_server.schedulers.container.backend import ContainerScheduler, render_dry_run
+from j2c_server.schedulers.container.engine import (
     Access,
     EngineInfo,
     job_access,
     read_engine,
     unsafe_settings,
 )
-from j2c_server.schedulers.container_folders import prepare
-from j2c_server.schedulers.container_settings import ContainerSettings
-from j2c_server.schedulers.container_spec import job_folder, render_create
+from j2c_server.schedulers.container.folders import prepare
+from j2c_server.schedulers.container.settings import ContainerSettings
+from j2c_server.schedulers.container.spec import job_folder, render_create
 from j2c_server.wire.api import JobStatus
 from tests.support.podman import Podman
 

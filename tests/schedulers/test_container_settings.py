@@ -9,8 +9,8 @@ import pytest
 
 from j2c_server.config import load_settings
 from j2c_server.core.errors import ConfigError
-from j2c_server.schedulers.container import ContainerScheduler
-from j2c_server.schedulers.container_settings import ContainerSettings
+from j2c_server.schedulers.container.backend import ContainerScheduler
+from j2c_server.schedulers.container.settings import ContainerSettings
 from tests.support.podman import Podman
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from j2c_server.schedulers import local_gpus
-from j2c_server.schedulers.local import LocalScheduler
+from j2c_server.schedulers import gpu_ledger as local_gpus
+from j2c_server.schedulers.local.backend import LocalScheduler
 from j2c_server.wire.api import JobStatus
 from tests.schedulers.test_local import gpu_job, wait_status
 
@@ -178,7 +178,8 @@ async def test_a_local_job_says_how_many_jobs_are_ahead_of_it(ledger: Path, tmp_
         {
             "data_dir": str(tmp_path / "data"),
             "scheduler": {
-                "local": {"gpus": 1, "gpu_ledger": str(ledger), "pass_env": ["PYTHONPATH"]}
+                "local": {"gpus": 1, "pass_env": ["PYTHONPATH"]},
+                "gpu_ledger": str(ledger),
             },
         }
     )
@@ -219,14 +220,14 @@ def test_a_container_jobs_waiter_says_its_place_and_leaves_on_cancel(
     ``gpus.json`` and ends without a container when cancelled (no engine is reached before a
     grant, so none runs here)."""
     from j2c_server.config import J2CSettings
-    from j2c_server.schedulers.container_gpus import GpuWaiter
+    from j2c_server.schedulers.container.gpus import GpuWaiter
     from tests.schedulers.test_local import job_spec
 
     settings = J2CSettings.model_validate(
         {
             "data_dir": str(tmp_path / "data"),
             "scheduler": {
-                "local": {"gpu_ledger": str(ledger)},
+                "gpu_ledger": str(ledger),
                 "container": {"gpus": 1, "socket": str(tmp_path / "no-engine.sock")},
             },
         }

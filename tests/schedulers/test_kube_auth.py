@@ -20,8 +20,8 @@ import yaml
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.kube_auth import load_connection
-from j2c_server.schedulers.kubernetes import KubernetesScheduler
+from j2c_server.schedulers.kubernetes.auth import load_connection
+from j2c_server.schedulers.kubernetes.backend import KubernetesScheduler
 from tests.support.fake_kube import CLIENT_USER, GOOD_TOKEN, FakeKube, make_tls, write_kubeconfig
 
 SPEC = JobSpec(key="k", job_id="j-1", name="n", image="img:1", command=["true"])

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from j2c_server.core.errors import ConfigError
-from j2c_server.schedulers.kube_spec import job_name, render_job
+from j2c_server.schedulers.kubernetes.spec import job_name, render_job
 from tests.schedulers.test_kube_multinode import official
 from tests.schedulers.test_kubernetes import connect, container, make_settings, make_spec
 from tests.support.fake_kube import FakeKube

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from j2c_server.schedulers.kube_spec import job_name, render_job, render_service
-from j2c_server.schedulers.kubernetes import KubernetesScheduler
+from j2c_server.schedulers.kubernetes.backend import KubernetesScheduler
+from j2c_server.schedulers.kubernetes.spec import job_name, render_job, render_service
 from j2c_server.wire.api import JobStatus, Resources
 from tests.schedulers.test_kubernetes import collect, connect, container, make_settings, make_spec
 from tests.support.fake_kube import FakeKube

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from j2c_server.schedulers.kube_spec import render_job
-from j2c_server.schedulers.kubernetes import KubernetesScheduler
+from j2c_server.schedulers.kubernetes.backend import KubernetesScheduler
+from j2c_server.schedulers.kubernetes.spec import render_job
 from j2c_server.wire.api import Resources
 from tests.schedulers.test_kube_multinode import official
 from tests.schedulers.test_kubernetes import make_settings, make_spec

@@ -22,8 +22,8 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler
-from j2c_server.schedulers.kube_spec import job_name, render_job
-from j2c_server.schedulers.kubernetes import KubernetesScheduler
+from j2c_server.schedulers.kubernetes.backend import KubernetesScheduler
+from j2c_server.schedulers.kubernetes.spec import job_name, render_job
 from j2c_server.wire.api import JobStatus, Resources
 from tests.support.fake_kube import FakeKube, write_kubeconfig
 

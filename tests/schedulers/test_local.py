@@ -26,9 +26,9 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import Conflict, InvalidInput
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler
-from j2c_server.schedulers.local import LocalScheduler
-from j2c_server.schedulers.local_files import same_process
+from j2c_server.schedulers.local.backend import LocalScheduler
 from j2c_server.schedulers.logfile import MAX_LINE_BYTES
+from j2c_server.schedulers.state_files import same_process
 from j2c_server.wire.api import JobHandle, JobStatus, Resources
 
 TIMEOUT_S = 30.0
@@ -86,11 +86,13 @@ def make_scheduler_with(data_dir: Path, ledger: Path) -> MakeScheduler:
 
     def make(**local: Any) -> LocalScheduler:
         local.setdefault("cancel_grace_s", 2.0)
-        local.setdefault("gpu_ledger", str(ledger))
         # Supervisors import j2c_server: this checkout's, not whatever else is installed.
         local.setdefault("pass_env", ["PYTHONPATH"])
         settings = J2CSettings.model_validate(
-            {"data_dir": str(data_dir), "scheduler": {"local": local}}
+            {
+                "data_dir": str(data_dir),
+                "scheduler": {"local": local, "gpu_ledger": str(ledger)},
+            }
         )
         return LocalScheduler(settings)
 
@@ -375,8 +377,8 @@ async def test_a_job_that_reaches_its_time_limit_is_stopped_and_failed(
     (run / "spec.json").write_text(json.dumps(spec))
     supervise = (
         "import sys; from pathlib import Path; "
-        "from j2c_server.schedulers.local_runner import Supervisor; "
-        "from j2c_server.schedulers.local_files import RunDir; "
+        "from j2c_server.schedulers.local.runner import Supervisor; "
+        "from j2c_server.schedulers.local.files import RunDir; "
         "Supervisor(RunDir(Path(sys.argv[1]))).main()"
     )
     supervisor = await asyncio.create_subprocess_exec(sys.executable, "-c", supervise, str(run))
@@ -577,7 +579,7 @@ async def test_a_job_outlives_the_process_that_submitted_it(
     submitter = f"""
 import asyncio, sys
 from j2c_server.config import J2CSettings
-from j2c_server.schedulers.local import LocalScheduler
+from j2c_server.schedulers.local.backend import LocalScheduler
 from j2c_server.schedulers.base import JobSpec
 spec = JobSpec.model_validate_json(sys.argv[1])
 scheduler = LocalScheduler(J2CSettings(data_dir={str(data_dir)!r}))

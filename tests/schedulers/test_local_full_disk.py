@@ -23,8 +23,8 @@ import pytest
 
 from j2c_server.config import J2CSettings
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.local import LocalScheduler
-from j2c_server.schedulers.local_files import same_process
+from j2c_server.schedulers.local.backend import LocalScheduler
+from j2c_server.schedulers.state_files import same_process
 from j2c_server.wire.api import JobHandle, JobStatus, Resources
 from tests.support.full_disk import small_disk, take_all_space
 
@@ -47,9 +47,9 @@ def small_data_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def scheduler_on(data: Path, ledger: Path) -> LocalScheduler:
-    local = {"gpu_ledger": str(ledger), "pass_env": ["PYTHONPATH"]}
+    scheduler = {"local": {"pass_env": ["PYTHONPATH"]}, "gpu_ledger": str(ledger)}
     return LocalScheduler(
-        J2CSettings.model_validate({"data_dir": str(data), "scheduler": {"local": local}})
+        J2CSettings.model_validate({"data_dir": str(data), "scheduler": scheduler})
     )
 
 

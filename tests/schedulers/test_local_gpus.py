@@ -23,9 +23,9 @@ import pytest
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError
-from j2c_server.schedulers import local_gpus
-from j2c_server.schedulers.local import LocalScheduler
-from j2c_server.schedulers.local_files import same_process
+from j2c_server.schedulers import gpu_ledger as local_gpus
+from j2c_server.schedulers.local.backend import LocalScheduler
+from j2c_server.schedulers.state_files import same_process
 from j2c_server.wire.api import JobStatus
 from tests.schedulers.test_local import first_line, gpu_job, wait_status
 from tests.support.other_users import checkout_closed_to_others
@@ -71,12 +71,11 @@ def user_scheduler(tmp_path: Path, ledger: Path) -> Iterator[MakeScheduler]:
         local = {
             "gpus": 1,
             "cancel_grace_s": 1.0,
-            "gpu_ledger": str(ledger),
             "pass_env": ["PYTHONPATH"],  # supervisors run this checkout's code
             **local,
         }
         settings = J2CSettings.model_validate(
-            {"data_dir": str(data), "scheduler": {"local": local}}
+            {"data_dir": str(data), "scheduler": {"local": local, "gpu_ledger": str(ledger)}}
         )
         return LocalScheduler(settings)
 
@@ -289,7 +288,7 @@ async def test_a_ledger_folder_others_could_tamper_with_is_refused_naming_the_ke
     scheduler = user_scheduler("alice")
     with pytest.raises(ConfigError) as caught:
         await scheduler.submit(gpu_job("refused", tmp_path / "never"))
-    assert caught.value.field == "scheduler.local.gpu_ledger"
+    assert caught.value.field == "scheduler.gpu_ledger"
     assert str(ledger) in caught.value.message
     assert "install -d -m 1777" in caught.value.message
 

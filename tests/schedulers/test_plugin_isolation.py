@@ -79,7 +79,7 @@ _SERVICE_SIDE = """
 import json
 from j2c_server.config import load_settings
 from j2c_server.core.errors import InvalidInput
-from j2c_server.jobs.preflight_checks import store_problem
+from j2c_server.jobs.send.preflight import store_problem
 from j2c_server.schedulers import make_scheduler
 
 settings = load_settings(overrides={"storage": {"url": "file:///srv/j2c"}})

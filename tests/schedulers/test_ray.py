@@ -21,7 +21,7 @@ import pytest
 
 from j2c_server.core.errors import InvalidInput
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerState
-from j2c_server.schedulers.ray import RayScheduler, submission_id
+from j2c_server.schedulers.ray.backend import RayScheduler, submission_id
 from j2c_server.wire.api import JobHandle, JobRequest, JobStatus, Resources
 from tests.support.projects import write
 from tests.support.ray import RayHead

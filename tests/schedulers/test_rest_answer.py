@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from j2c_server.core.errors import SchedulerError
-from j2c_server.schedulers.ray_rest import RayRest
-from j2c_server.schedulers.ray_settings import RaySettings
-from j2c_server.schedulers.slurm_rest import SlurmRest
-from j2c_server.schedulers.slurm_settings import SlurmSettings
+from j2c_server.schedulers.ray.rest import RayRest
+from j2c_server.schedulers.ray.settings import RaySettings
+from j2c_server.schedulers.slurm.rest import SlurmRest
+from j2c_server.schedulers.slurm.settings import SlurmSettings
 
 
 class _Page(BaseHTTPRequestHandler):

@@ -11,8 +11,8 @@ import pytest
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.container_spec import render_create
-from j2c_server.schedulers.kube_spec import render_job
+from j2c_server.schedulers.container.spec import render_create
+from j2c_server.schedulers.kubernetes.spec import render_job
 
 SPEC = JobSpec(key="k", job_id="j", name="n", image="img:1", command=["j2c-unpack", "m.json"])
 

@@ -27,7 +27,7 @@ import pytest
 
 from j2c_server.core.errors import ConfigError, InvalidInput, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerState
-from j2c_server.schedulers.slurm import SlurmScheduler
+from j2c_server.schedulers.slurm.backend import SlurmScheduler
 from j2c_server.wire.api import JobHandle, JobRequest, JobStatus, Resources
 from tests.support.service_run import run_job
 from tests.support.slurm import SlurmCluster

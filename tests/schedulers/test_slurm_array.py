@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.schedulers.slurm_array import (
+from j2c_server.schedulers.slurm.array import (
     array_field,
     pending_tasks,
     split_task_id,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.schedulers.slurm_job import job_environment
-from j2c_server.schedulers.slurm_settings import SlurmSettings
+from j2c_server.schedulers.slurm.job import job_environment
+from j2c_server.schedulers.slurm.settings import SlurmSettings
 from j2c_server.schedulers.unpack_cache import tenant_name
 from j2c_server.wire.api import JobRequest, JobStatus
 from tests.support.slurm import SlurmCluster

@@ -21,8 +21,8 @@ import pytest
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.core.errors import ConfigError, InvalidInput, SchedulerError, SchedulerUnavailable
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.schedulers.slurm import SlurmScheduler
-from j2c_server.schedulers.slurm_job import (
+from j2c_server.schedulers.slurm.backend import SlurmScheduler
+from j2c_server.schedulers.slurm.job import (
     batch_script,
     comment_fields,
     job_comment,
@@ -30,8 +30,8 @@ from j2c_server.schedulers.slurm_job import (
     memory_mib,
     pyxis_image,
 )
-from j2c_server.schedulers.slurm_settings import SlurmSettings
-from j2c_server.schedulers.slurm_state import job_state
+from j2c_server.schedulers.slurm.settings import SlurmSettings
+from j2c_server.schedulers.slurm.state import job_state
 from j2c_server.wire.api import JobHandle, JobStatus, Resources
 
 OUTPUT = Path("/shared/j2c/job-1/output.log")
@@ -245,7 +245,7 @@ def test_cancelled_in_slurm_is_cancelled() -> None:
 
 def test_slurm_is_a_registered_backend() -> None:
     from j2c_server.schedulers import scheduler_class, settings_model
-    from j2c_server.schedulers.slurm import SlurmScheduler
+    from j2c_server.schedulers.slurm.backend import SlurmScheduler
 
     assert scheduler_class("slurm") is SlurmScheduler
     assert settings_model("slurm") is SlurmSettings

@@ -9,8 +9,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from j2c_server.schedulers.slurm_job import batch_script, job_description, label_rank
-from j2c_server.schedulers.slurm_settings import SlurmSettings
+from j2c_server.schedulers.slurm.job import batch_script, job_description, label_rank
+from j2c_server.schedulers.slurm.settings import SlurmSettings
 from j2c_server.wire.api import Resources
 from tests.schedulers.test_slurm_job import OUTPUT, spec
 

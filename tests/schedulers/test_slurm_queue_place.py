@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.schedulers.slurm_state import jobs_ahead, place_words
+from j2c_server.schedulers.slurm.state import jobs_ahead, place_words
 
 
 def job(job_id: int, priority: int, *, state: Any = "PENDING", partition: str = "gpu",

@@ -14,9 +14,10 @@ import httpx
 import pytest
 
 from j2c_server.config import J2CSettings, load_settings
+from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.fanout import EventBus
-from j2c_server.jobs.journal import Journal
-from j2c_server.jobs.sweep_tracking import (
+from j2c_server.registry.job_registry import Registry
+from j2c_server.sweeps.tracking import (
     VariantRun,
     finish_sweep_run,
     grid_params,
@@ -24,8 +25,7 @@ from j2c_server.jobs.sweep_tracking import (
     start_sweep_runs,
     track_variants,
 )
-from j2c_server.jobs.sweep_view import VariantRef, build_view
-from j2c_server.registry.job_registry import Registry
+from j2c_server.sweeps.view import VariantRef, build_view
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.wire.manifest import Variant
 from j2c_server.wire.sweep import SweepInfo

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import ConfigError, J2CSettings, load_settings
+from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.fanout import EventBus
-from j2c_server.jobs.journal import Journal
-from j2c_server.jobs.sweep_tracking import start_sweep_runs
 from j2c_server.jobs.tracking import _closing_status, _public_uri, run_url, start_run
 from j2c_server.registry.job_registry import Registry
 from j2c_server.schedulers.base import JobSpec
+from j2c_server.sweeps.tracking import start_sweep_runs
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 from j2c_server.wire.manifest import Manifest
 

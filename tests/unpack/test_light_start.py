@@ -47,7 +47,7 @@ SERVER_SIDE = (
 # What only a cold start needs: fetching and checking layers, extracting, relocating a venv.
 BUILDERS = (
     "j2c_server.unpack.downloads",
-    "j2c_server.unpack.cache_blobs",
+    "j2c_server.unpack.cache.blobs",
     "j2c_server.unpack.extract",
     "j2c_server.unpack.decompress",
     "j2c_server.unpack.relocate",

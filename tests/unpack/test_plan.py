@@ -301,8 +301,8 @@ def test_a_presigned_manifest_is_warm_for_the_next_job_with_that_jobs_urls(
 ) -> None:
     """Each job's presigned manifest has other bytes (its urls): the plan is kept without them,
     so the next job is a warm start too, and it gets its own urls, never the first job's."""
+    from j2c_server.unpack.cache.plans import PlanCache
     from j2c_server.unpack.fetch import read_manifest
-    from j2c_server.unpack.plan_cache import PlanCache
 
     published = small_job.publish()
     first, second = _presigned(published, "j1"), _presigned(published, "j2")
@@ -326,9 +326,9 @@ def test_a_presigned_manifest_is_warm_for_the_next_job_with_that_jobs_urls(
 def test_a_presigned_manifest_with_a_url_that_is_no_string_is_refused(
     small_job: SmallJob, tmp_path: Path
 ) -> None:
+    from j2c_server.unpack.cache.plans import PlanCache
     from j2c_server.unpack.errors import ManifestInvalid
     from j2c_server.unpack.fetch import read_manifest
-    from j2c_server.unpack.plan_cache import PlanCache
 
     published = small_job.publish()
     cache = tmp_path / "cache"

@@ -1,8 +1,9 @@
 """A scheduler plug-in written the way the built-in backends are: it imports j2c's settings at
-the top (``from j2c_server.config import J2CSettings``, as ``schedulers/slurm.py`` does), and
-uses only the stable surface a plug-in may rely on (docs/architecture.md): ``SchedulerBase``,
-``JobSpec``, ``LogLine``, ``SchedulerState``, the ``wire.api`` models it returns, the errors of
-``core.errors``, and its settings section read through ``settings.scheduler.section``.
+the top (``from j2c_server.config import J2CSettings``, as ``schedulers/slurm/backend.py``
+does), and uses only the stable surface a plug-in may rely on (docs/architecture.md):
+``SchedulerBase``, ``JobSpec``, ``LogLine``, ``SchedulerState``, the ``wire.api`` models it
+returns, the errors of ``core.errors``, and its settings section read through
+``settings.scheduler.section``.
 
 Its jobs "run on other machines" (``remote = True``), so a private ``file://`` store is
 refused for it like for Slurm. They really run, on this machine standing in for the far-away

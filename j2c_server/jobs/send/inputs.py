@@ -1,0 +1,233 @@
+"""What a job is given: the packer's spec, and the scheduler's job spec with its command, env and
+image; the presigned manifest when jobs get no storage credentials.
+
+Pure functions of the settings and the job's record (and the store, for its URIs), shared by the
+pipeline's stages and by the service's dry run and preflight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import ConfigError, PackError
+from j2c_server.core.job_env import job_env
+from j2c_server.image.base_layer import ShipChoice
+from j2c_server.image.check import image_report
+from j2c_server.image.job_needs import needs_of
+from j2c_server.pack import PackPlan, PackSpec
+from j2c_server.schedulers import scheduler_class
+from j2c_server.schedulers.base import JobSpec
+from j2c_server.schedulers.multinode import unpack_options
+from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key
+from j2c_server.storage.post_upload import ENV_NAME as POST_POLICY_ENV
+from j2c_server.wire.api import JobRecord, JobRequest
+from j2c_server.wire.image import ImageReport
+from j2c_server.wire.manifest import JobNeeds, Layer, LayerRole, Manifest
+
+
+def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:
+    """The packer's spec for a (resolved) request. Args and env stay out of the manifest:
+    they go on the job's command line and environment, so changing them reuses the upload."""
+    request = record.request
+    return PackSpec.from_settings(
+        settings.pack,
+        code_path=request.code_path,
+        call_path=request.call_path,
+        venv_path=request.venv_path,
+        excludes=request.excludes,
+        includes=request.includes,
+        compression_level=request.compression_level,
+        source_image=job_image(settings, record),
+        never_pack=[settings.data_path()],
+        secret_scan_cache=layer_cache_dir(settings),
+    )
+
+
+def layer_cache_dir(settings: J2CSettings) -> Path:
+    """Where packed layers are kept between runs (the packer reuses them by fingerprint)."""
+    return settings.data_path() / "layers"
+
+
+def job_image(settings: J2CSettings, record: JobRecord) -> str | None:
+    return record.request.image or settings.lab_image()
+
+
+async def record_image_report(settings: J2CSettings, record: JobRecord) -> ImageReport | None:
+    """What the job's target lacks or has otherwise (:mod:`j2c_server.image`), for its image,
+    and what of the lab's base ships with it."""
+    request = record.request
+    venv = Path(request.venv_path) if request.venv_path else None
+    return await image_report(
+        settings,
+        record.scheduler,
+        job_image(settings, record),
+        venv,
+        Path(request.code_path),
+        ship_choice(settings, request),
+    )
+
+
+async def record_needs(
+    settings: J2CSettings, record: JobRecord, report: ImageReport | None
+) -> JobNeeds | None:
+    """What the job needs of its base Python, for its manifest when the target is not known
+    yet (the job checks it, unpack/needs.py); None for a known target or the lab's own."""
+    if report is None or report.known or not settings.pack.check_in_job:
+        return None
+    request = record.request
+    venv = Path(request.venv_path) if request.venv_path else None
+    skip = [settings.data_path()]
+    return await asyncio.to_thread(needs_of, venv, Path(request.code_path), skip)
+
+
+def ship_choice(settings: J2CSettings, request: JobRequest) -> ShipChoice:
+    """The settings' ``pack.ship_base_packages`` / ``pack.base_conflicts``, unless the job says."""
+    enabled = settings.pack.ship_base_packages if request.ship_base is None else request.ship_base
+    off_by = None
+    if not enabled:
+        off_by = (
+            "--no-ship-base" if request.ship_base is False else "pack.ship_base_packages is off"
+        )
+    return ShipChoice(
+        enabled=enabled,
+        off_by=off_by,
+        conflicts=request.base_conflicts or settings.pack.base_conflicts,
+        force=request.force_base,
+    )
+
+
+def job_spec(
+    settings: J2CSettings,
+    record: JobRecord,
+    manifest_uri: str,
+    store: ObjectStore,
+    *,
+    manifest_digest: str,
+    outputs_post: str | None = None,
+) -> JobSpec:
+    """What the scheduler gets: ``j2c-unpack <manifest> --manifest-digest <sha256:...>
+    --output-uri <store> -- <args>`` in the job's image, with the request's env, ``J2C_JOB_ID``
+    and where the store is (never a credential). ``manifest_digest`` is the sha256 of the exact
+    bytes at ``manifest_uri``: the job refuses any other manifest, so whoever else can write the
+    store cannot swap a queued job's manifest. With presigned URLs the job uploads its outputs
+    through ``outputs_post``, its upload policy (jobs/send/presigned_outputs.py), in
+    ``$J2C_OUTPUTS_POST_CREDENTIAL``; without one it has no way to write to the store."""
+    request = record.request
+    unpack = scheduler_class(record.scheduler).unpack_command(settings)
+    outputs = (
+        [
+            "--output-uri",
+            store.uri(f"jobs/{record.id}/outputs"),
+            *outputs_options(settings),
+        ]
+        if uploads_outputs(settings, outputs_post)
+        else []
+    )
+    policy_env = {POST_POLICY_ENV: outputs_post} if outputs_post is not None else {}
+    return JobSpec(
+        key=f"j2c-{record.id}",
+        job_id=record.id,
+        name=record.name,
+        image=job_image(settings, record),
+        command=[
+            *unpack,
+            manifest_uri,
+            "--manifest-digest",
+            manifest_digest,
+            *outputs,
+            *unpack_options(request.resources),
+            "--",
+            *request.args,
+        ],
+        env={
+            # The operator's placement, unless the request's env asks for its own.
+            **placement_env(settings),
+            **job_env(request.env, settings.scheduler.pass_env),
+            **store_location_env(settings, store),
+            **policy_env,
+            "J2C_JOB_ID": record.id,
+        },
+        resources=request.resources,
+    )
+
+
+def uploads_outputs(settings: J2CSettings, outputs_post: str | None) -> bool:
+    """Whether the job can upload its outputs: with the store's credentials, or presigned
+    with its upload policy."""
+    return not settings.storage.presign_for_jobs or outputs_post is not None
+
+
+def placement_env(settings: J2CSettings) -> dict[str, str]:
+    """``J2C_UNPACK_PATHS`` when ``scheduler.placement`` is not j2c-unpack's own default."""
+    chosen = settings.scheduler.placement
+    return {} if chosen == "original" else {"J2C_UNPACK_PATHS": chosen}
+
+
+def outputs_options(settings: J2CSettings) -> list[str]:
+    """The ``outputs.*`` settings on ``j2c-unpack``'s command line (a job has no config)."""
+    chosen = settings.outputs
+    return [
+        f"--outputs-max-file-mb={chosen.max_file_mb:g}",
+        f"--outputs-max-total-mb={chosen.max_total_mb:g}",
+        f"--outputs-sync-minutes={chosen.sync_every_minutes:g}",
+    ]
+
+
+def store_location_env(settings: J2CSettings, store: ObjectStore) -> dict[str, str]:
+    """The ``J2C_STORAGE__*`` settings ``j2c-unpack`` needs to reach an S3-compatible store
+    (endpoint, region, addressing): locations only, credentials come from the cluster."""
+    if store.kind != "s3":
+        return {}
+    chosen = {
+        "ENDPOINT_URL": settings.storage.endpoint_url,
+        "REGION": settings.storage.region,
+        "ADDRESSING_STYLE": settings.storage.addressing_style,
+    }
+    return {f"J2C_STORAGE__{name}": value for name, value in chosen.items() if value}
+
+
+def refuse_if_over_limit(plan: PackPlan) -> None:
+    """A plan over the hard limit is refused before anything is packed, naming the field of
+    its largest layer."""
+    if plan.refused:
+        largest = max(plan.layers, key=lambda layer: layer.bytes)
+        field = "venv_path" if largest.role == LayerRole.venv else "code_path"
+        raise PackError(
+            plan.refused,
+            field=field,
+            hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
+        )
+
+
+async def presigned_manifest(
+    settings: J2CSettings, store: ObjectStore, manifest: Manifest, job_id: str
+) -> tuple[str, str]:
+    """A per-job manifest whose layers carry presigned URLs, itself presigned: the job needs
+    no storage credentials. Its presigned URL (recorded and shown only redacted) and the
+    digest of the bytes stored there (``sha256:...``, for the job's ``--manifest-digest``)."""
+    expiry = settings.storage.presign_expiry_s
+    layers: list[Layer] = []
+    for layer in manifest.layers:
+        url = await store.presign(blob_key(layer.digest), expires_s=expiry)
+        if url is None:
+            raise ConfigError(
+                f"storage.presign_for_jobs is on but the {store.kind} store cannot presign URLs",
+                field="storage.presign_for_jobs",
+            )
+        layers.append(layer.model_copy(update={"url": url}))
+    files = [  # big files: presigned like the layers (same store, so presign works)
+        blob.model_copy(
+            update={"url": await store.presign(file_blob_key(blob.digest), expires_s=expiry)}
+        )
+        for blob in manifest.files or []
+    ]
+    resolved = manifest.model_copy(update={"layers": layers, "files": files or None})
+    key = f"jobs/{job_id}/manifest.json"
+    body = resolved.canonical_json()
+    await store.put_bytes(key, body)
+    url = await store.presign(key, expires_s=expiry)
+    assert url is not None  # the layers were presigned by the same store
+    return url, "sha256:" + hashlib.sha256(body).hexdigest()

@@ -1,0 +1,163 @@
+"""``scheduler: container``: an image inventoried once through the engine, kept by image ID.
+
+The probe is a short-lived container of the image running the image's own ``python3 -I -c
+<unpack/inventory.py's source>``: no network (``NetworkMode: none``), as the job user, bounded
+in time, removed afterwards (labelled with the server's runs folder, so a server killed
+mid-probe removes it at its next start: ``schedulers/container_lifecycle.sweep``). Its stdout is
+the inventory. The engine's image ID is the key (``target.container_key``): a tag moved to
+another build is probed again, the same build under two tags once. Asking the engine for the ID
+is one API call and starts nothing, so a preflight of a probed image starts no container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from j2c_server.config import J2CSettings
+from j2c_server.core.errors import J2CError
+from j2c_server.image.store import InventoryStore, Stored
+from j2c_server.image.target import container_key
+from j2c_server.schedulers.container.api import EngineClient, LogCursor, LogReader
+from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, PROBE_PREFIX, runs_label
+from j2c_server.schedulers.container.settings import ContainerSettings
+from j2c_server.schedulers.container.spec import runs_root
+from j2c_server.unpack import inventory as inventory_script
+
+PROBE_TIMEOUT_S = 60.0
+# How many probe containers this process created: the tests count them.
+probes_started = 0
+_locks: dict[str, asyncio.Lock] = {}
+# Image IDs whose probe failed in this process, and why: not probed again until a restart (a
+# job's own inventory line, or `j2c image inventory`, still teaches them).
+_failed: dict[str, str] = {}
+
+
+class ProbeFailed(J2CError):
+    """The image could not be inventoried (no python3, an engine error, too slow)."""
+
+    status_code = 502
+    code = "probe_failed"
+
+
+def engine(settings: J2CSettings) -> EngineClient:
+    """A client of the container backend's engine (the caller closes it)."""
+    cfg = settings.scheduler.section("container", ContainerSettings)
+    return EngineClient(cfg.socket_path(), cfg.api_version)
+
+
+def _script() -> str:
+    return Path(inventory_script.__file__).read_text()
+
+
+async def image_id(client: EngineClient, image: str) -> str | None:
+    """The engine's ID of ``image``; None when the engine has no such image."""
+    response = await client.request("GET", f"/images/{quote(image, safe='')}/json", allow=(404,))
+    if response.status_code == 404:
+        return None
+    return str(response.json()["Id"])
+
+
+def probe_body(image: str, cfg: ContainerSettings, label: str) -> dict[str, Any]:
+    return {
+        "Image": image,
+        "Entrypoint": ["python3"],
+        "Cmd": ["-I", "-c", _script()],
+        "User": cfg.job_user(),
+        "Env": ["HOME=/tmp", "PYTHONDONTWRITEBYTECODE=1"],
+        "WorkingDir": "/",
+        "NetworkDisabled": True,
+        "Labels": {"j2c.probe": "inventory", LABEL_RUNS: label},
+        "HostConfig": {"NetworkMode": "none"},
+    }
+
+
+async def run_probe(
+    client: EngineClient, image: str, cfg: ContainerSettings, timeout_s: float, label: str
+) -> dict[str, Any]:
+    """Run the inventory script in a fresh container of ``image``; its parsed output."""
+    global probes_started
+    name = f"{PROBE_PREFIX}{secrets.token_hex(6)}"
+    await client.request(
+        "POST", "/containers/create", params={"name": name}, json=probe_body(image, cfg, label)
+    )
+    probes_started += 1
+    try:
+        try:
+            await client.request("POST", f"/containers/{name}/start", allow=(304,))
+        except J2CError as exc:
+            raise ProbeFailed(f"the probe of {image} could not start its python3: {exc}") from None
+        try:
+            waited = await client.request(
+                "POST", f"/containers/{name}/wait", timeout=httpx.Timeout(timeout_s, connect=10.0)
+            )
+        except httpx.TimeoutException:
+            raise ProbeFailed(f"the probe of {image} did not finish in {timeout_s:.0f} s") from None
+        code = int(waited.json().get("StatusCode", -1))
+        logs = await client.request(
+            "GET", f"/containers/{name}/logs", params={"stdout": 1, "stderr": 1, "timestamps": 1}
+        )
+        reader = LogReader(LogCursor())
+        lines = [*reader.feed(logs.content), *reader.finish()]
+    finally:
+        await client.request("DELETE", f"/containers/{name}", params={"force": 1}, allow=(404,))
+    out = [line.text for line in lines if line.stream == "stdout"]
+    err = " ".join(line.text for line in lines if line.stream == "stderr")[-300:]
+    if code != 0 or not out:
+        raise ProbeFailed(f"the probe of {image} exited with {code}: {err or 'no output'}")
+    try:
+        data: dict[str, Any] = json.loads(out[-1])
+    except ValueError:
+        raise ProbeFailed(f"the probe of {image} printed no inventory: {out[-1][:200]}") from None
+    return data
+
+
+async def container_inventory(
+    settings: J2CSettings, image: str, store: InventoryStore, *, timeout_s: float = PROBE_TIMEOUT_S
+) -> tuple[str, Stored | None]:
+    """(key, stored inventory) of ``image`` on this machine's engine: the kept one, else a new
+    probe (then kept, unless ``probe_images`` is off). The stored part is None when the engine
+    has no such image (the key is then ``image:<reference>``) or it is not probed."""
+    cfg = settings.scheduler.section("container", ContainerSettings)
+    client = engine(settings)
+    try:
+        found = await image_id(client, image)
+        if found is None:
+            return f"image:{image}", None
+        key = container_key(found)
+        async with _locks.setdefault(key, asyncio.Lock()):  # one probe per image at a time
+            stored = await asyncio.to_thread(store.get, key)
+            if stored is None and not cfg.probe_images:
+                return key, None  # not known yet: the job's j2c-unpack checks and teaches it
+            if stored is None:
+                if key in _failed:  # said once; not a container per preflight
+                    raise ProbeFailed(_failed[key])
+                try:
+                    data = await run_probe(
+                        client, image, cfg, timeout_s, runs_label(runs_root(settings))
+                    )
+                except ProbeFailed as exc:
+                    _failed[key] = str(exc)
+                    raise
+                stored = await asyncio.to_thread(store.put, key, data, "probe")
+        return key, stored
+    finally:
+        await client.aclose()
+
+
+async def container_image_key(settings: J2CSettings, container: str) -> str | None:
+    """The image key of a job's container (the ID it was created from); None when gone."""
+    client = engine(settings)
+    try:
+        info = await client.inspect(container)
+    finally:
+        await client.aclose()
+    if info is None or not info.get("Image"):
+        return None
+    return container_key(str(info["Image"]))
