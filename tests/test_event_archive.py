@@ -45,13 +45,13 @@ async def snapshot(registry: Registry, job_id: str) -> dict[Any, Any]:
     pages: dict[Any, Any] = {}
     for after in AFTERS:
         for limit in LIMITS:
-            events, status = await registry.events(job_id, after, limit)
+            events, status = await registry.events.read(job_id, after, limit)
             pages[after, limit] = (
                 [e.model_dump_json(exclude_defaults=True) for e in events],
                 status,
             )
     for count in (0, 1, 3, 50, 1000):
-        pages["last", count] = await registry.last_log_lines(job_id, count)
+        pages["last", count] = await registry.events.last_log_lines(job_id, count)
     return pages
 
 
@@ -206,16 +206,16 @@ def test_removing_a_job_removes_its_archive_and_orphans_are_swept(data: Path) ->
         run(make_job(registry, "done-1", 5))
         run(make_job(registry, "done-2", 5))
         compact_round(registry.path, 0, 10)
-        run(registry.remove("done-1"))
+        run(registry.jobs.remove("done-1"))
         assert not event_archive.archive_path(data, "done-1").exists()
         with pytest.raises(NotFound):
-            run(registry.events("done-1"))
+            run(registry.events.read("done-1"))
         # An archive whose job is gone (a removal racing a crashed compactor) is swept.
         orphan = event_archive.archive_path(data, "gone-9")
         orphan.write_bytes(b"")
         compact_round(registry.path, 0, 10)
         assert not orphan.exists()
-        assert len(run(registry.events("done-2"))[0]) == 8
+        assert len(run(registry.events.read("done-2"))[0]) == 8
     finally:
         registry.close()
 
@@ -257,7 +257,7 @@ def test_the_periodic_task_compacts_at_start(data: Path) -> None:
                     break
                 await asyncio.sleep(0.05)
             await compactor.stop()
-            return (await registry.events("done-1"))[0]
+            return (await registry.events.read("done-1"))[0]
         finally:
             registry.close()
 
@@ -296,7 +296,7 @@ def test_a_job_removed_while_its_archive_is_written_leaves_no_archive(data: Path
             written = write_archive(conn, data, "done-1")
             assert written is not None and written.path.is_file()
             stored = written.path.read_bytes()
-            run(registry.remove("done-1"))  # removes the archive too...
+            run(registry.jobs.remove("done-1"))  # removes the archive too...
             written.path.write_bytes(stored)  # ...but this compactor's rename came after it
             assert event_archive.commit_archive(conn, data, written) is False
         assert not written.path.exists()
@@ -337,11 +337,11 @@ def test_a_batch_stored_as_one_row_reads_as_events_stored_one_per_row(
 
 def test_the_last_line_holding_a_text_is_found_in_a_batch_row(registry: Registry) -> None:
     run(make_job(registry, "batch-01", 100, batch_rows=True, finish=False))
-    assert run(registry.last_log_line_with("batch-01", "😀")) == "é€ 😀 97"
-    assert run(registry.last_log_line_with("batch-01", 'LINE "QUOTED"')) == (
+    assert run(registry.events.last_log_line_with("batch-01", "😀")) == "é€ 😀 97"
+    assert run(registry.events.last_log_line_with("batch-01", 'LINE "QUOTED"')) == (
         'line "quoted" \\ tab\t 96'
     )
-    assert run(registry.last_log_line_with("batch-01", "nowhere")) is None
+    assert run(registry.events.last_log_line_with("batch-01", "nowhere")) is None
 
 
 def test_a_registry_of_one_event_per_row_is_migrated_and_reads_the_same(data: Path) -> None:
@@ -360,9 +360,9 @@ def test_a_registry_of_one_event_per_row_is_migrated_and_reads_the_same(data: Pa
     try:
         assert run(snapshot(registry, "single-1")) == before
         lines = [{"kind": "log", "text": f"after {i}"} for i in range(5)]
-        events = run(registry.append_events("single-1", lines))
+        events = run(registry.events.append_many("single-1", lines))
         assert [e.seq for e in events] == [123, 124, 125, 126, 127]
-        read, _ = run(registry.events("single-1", 124, 2))
+        read, _ = run(registry.events.read("single-1", 124, 2))
         assert [e.text for e in read] == ["after 2", "after 3"]
         assert rows(data, "single-1") == 127
     finally:

@@ -63,7 +63,7 @@ async def test_the_registry_and_its_wal_files_are_private(tmp_path: Path, umask:
     data = tmp_path / "data"
     registry = open_registry(data)
     try:
-        await registry.all_jobs()
+        await registry.jobs.all()
     finally:
         registry.close()
     files = sorted(p.name for p in data.iterdir())

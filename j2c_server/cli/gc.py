@@ -33,7 +33,7 @@ async def run_gc(
 ) -> GcReport:
     registry = open_registry(settings.data_path())
     try:
-        records = await registry.all_jobs()
+        records = await registry.jobs.all()
     finally:
         registry.close()
     now = time.time()

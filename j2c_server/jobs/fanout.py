@@ -218,7 +218,9 @@ class Fanout:
                 if me.behind:
                     # The queue is empty and the feed leaves a follower that is behind alone:
                     # me.last is exactly what was delivered.
-                    events, status = await self.registry.wire_events(job_id, me.last, STREAM_BATCH)
+                    events, status = await self.registry.events.read_wire(
+                        job_id, me.last, STREAM_BATCH
+                    )
                     if events:
                         ended = _up_to_terminal(events)
                         me.last = events[-1].seq
@@ -269,7 +271,7 @@ class Fanout:
     async def _run_feed(self, feed: _Feed) -> None:
         job_id = feed.job_id
         with self.bus.subscribe(job_id, feed.hand_over) as wake:
-            feed.last = (await self.registry.last_seqs([job_id])).get(job_id)
+            feed.last = (await self.registry.events.last_seqs([job_id])).get(job_id)
             if feed.last is None:
                 raise NotFound(f"no job {job_id!r}", field="job_id")
             self._wake_all(feed)  # followers that replayed past it may stop reading now
@@ -285,7 +287,7 @@ class Fanout:
                         idle_since = time.monotonic()
                     terminal = feed.ended
                 else:
-                    events, status = await self.registry.wire_events(
+                    events, status = await self.registry.events.read_wire(
                         job_id, feed.last, STREAM_BATCH
                     )
                     if events:
@@ -340,7 +342,7 @@ class Fanout:
             await asyncio.sleep(POLL_S)
             followed = [job_id for job_id, feed in self._feeds.items() if feed.last is not None]
             try:
-                newest = await self.registry.last_seqs(followed)
+                newest = await self.registry.events.last_seqs(followed)
             except sqlite3.Error:  # e.g. the file locked past busy_timeout: next round retries
                 continue
             holding: dict[str, int] = {}

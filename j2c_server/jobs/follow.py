@@ -60,24 +60,24 @@ class Following(ServiceLifecycle):
 
     async def wait(self, job_id: str) -> JobRecord:
         """Wait for the job to end; returns its final record."""
-        record = await self.registry.get(job_id)
+        record = await self.registry.jobs.get(job_id)
         if not record.status.terminal:
             async for _ in self.stream(job_id, after=record.last_seq):
                 pass
-        return await self.registry.get(job_id)
+        return await self.registry.jobs.get(job_id)
 
     async def watch(self, job_id: str) -> JobRecord:
         """Drive the job in this process whenever no other process does, until it ends (what
         a detached watcher runs)."""
         while True:
-            record = await self.registry.get(job_id)
+            record = await self.registry.jobs.get(job_id)
             if record.status.terminal:
                 return record
             self._drive(job_id)
             driver = self._drivers.get(job_id)
             if driver is not None and driver.task is not None:
                 await asyncio.wait({driver.task})
-            if (await self.registry.lease_owner(job_id)) is not None:
+            if (await self.registry.leases.owner(job_id)) is not None:
                 await asyncio.sleep(WATCH_RETRY_S)
 
     def run_detached_watcher(self, job_id: str, *, notify_fd: int | None = None) -> int:

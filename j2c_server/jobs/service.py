@@ -74,7 +74,7 @@ class JobService(Drafting, Following):
         actor = actor or self.actor
         draft = self._draft(await self._resolve(request))
         check_store_for_submit(self.settings, draft.scheduler)
-        earlier = await self.registry.latest_like(draft)
+        earlier = await self.registry.jobs.latest_like(draft)
         scan = await self.clients.packers.scan(
             pack_spec(self.settings, draft),
             layer_cache_dir(self.settings),
@@ -104,7 +104,7 @@ class JobService(Drafting, Following):
             }
         )
         first = {"kind": EventKind.status, "status": JobStatus.pending, "text": record.message}
-        record, created = await self.registry.create_or_attach(record, first)
+        record, created = await self.registry.jobs.create_or_attach(record, first)
         if created:
             self.clients.scans[record.id] = scan  # the pipeline packs from this walk
             self.bus.publish(record.id)
@@ -121,18 +121,18 @@ class JobService(Drafting, Following):
             scheduler=record.scheduler,
         )
         if not record.status.terminal and (
-            created or await self.registry.lease_owner(record.id) is None
+            created or await self.registry.leases.owner(record.id) is None
         ):
             self._drive(record.id)
         return record
 
     async def get(self, job_id: str) -> JobRecord:
-        return await self.registry.get(job_id)
+        return await self.registry.jobs.get(job_id)
 
     async def cancel(self, job_id: str, actor: Actor | None = None) -> JobRecord:
         """Ask the job to stop. Before submission the pipeline stops; after it, the scheduler
         is asked to cancel and the watcher records the end. A finished job is returned as is."""
-        record = await self.registry.get(job_id)
+        record = await self.registry.jobs.get(job_id)
         await cancel_children(self, record, actor)  # a sweep's parent: every variant
         if record.status.terminal or record.status == JobStatus.cancelling:
             return record
@@ -141,12 +141,12 @@ class JobService(Drafting, Following):
         try:
             record = await journal.status(JobStatus.cancelling, "cancel requested")
         except Conflict:  # it finished meanwhile
-            return await self.registry.get(job_id)
+            return await self.registry.jobs.get(job_id)
         driver = self._drivers.get(job_id)
         if record.handle is None:
             if driver is not None and driver.interrupt_for_cancel():
                 return record
-            if await self.registry.lease_owner(job_id) is None:
+            if await self.registry.leases.owner(job_id) is None:
                 # Nobody drives it: no pipeline to stop, so it is cancelled here and now.
                 with contextlib.suppress(Conflict):
                     record = await journal.status(JobStatus.cancelled, "cancelled")
@@ -155,27 +155,27 @@ class JobService(Drafting, Following):
                     )
             return record
         await self.clients.scheduler(record.handle.scheduler).cancel(record.handle)
-        if await self.registry.lease_owner(job_id) is None:
+        if await self.registry.leases.owner(job_id) is None:
             self._drive(job_id)  # someone must record how it ended
         return record
 
     async def remove(self, job_id: str, actor: Actor | None = None) -> None:
         """Forget a finished job (record and events); a job still going is a Conflict."""
-        await self.registry.remove(job_id)
+        await self.registry.jobs.remove(job_id)
         audit(self.log, "remove", actor or self.actor, job_id)
 
     @contextlib.asynccontextmanager
     async def open_artifact(self, job_id: str, name: str) -> AsyncIterator[ArtifactFile]:
         """One of the finished job's recorded artifacts, readable in chunks while the context
         lasts; a name the job's results do not list is refused."""
-        record = await self.registry.get(job_id)
+        record = await self.registry.jobs.get(job_id)
         async with open_artifact(record, name, self.settings.storage) as artifact:
             yield artifact
 
     async def copy_artifact(self, job_id: str, name: str, actor: Actor | None = None) -> str:
         """Copy an artifact (e.g. the executed notebook) into the job's project folder, at
         ``j2c-outputs/<job id>/<name>``; returns its path relative to the root folder."""
-        record = await self.registry.get(job_id)
+        record = await self.registry.jobs.get(job_id)
         async with open_artifact(record, name, self.settings.storage) as artifact:
             path = await asyncio.to_thread(copy_into_project, record, artifact, self.root_dir)
         audit(self.log, "copy_artifact", actor or self.actor, job_id, artifact=name)
@@ -184,7 +184,7 @@ class JobService(Drafting, Following):
     async def copy_all_artifacts(self, job_id: str, actor: Actor | None = None) -> ArtifactsCopy:
         """Every artifact of the finished job copied into its project folder ("Copy all");
         each file not copied is named with why (:func:`copy_all_into_project`)."""
-        record = await self.registry.get(job_id)
+        record = await self.registry.jobs.get(job_id)
         done = await copy_all_into_project(record, self.settings.storage, self.root_dir)
         audit(
             self.log,
@@ -197,7 +197,7 @@ class JobService(Drafting, Following):
         return done
 
     async def events(self, job_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
-        events, _ = await self.registry.events(job_id, after, limit)
+        events, _ = await self.registry.events.read(job_id, after, limit)
         return events
 
     async def sweep(self, job_id: str) -> SweepView:
@@ -206,8 +206,8 @@ class JobService(Drafting, Following):
 
     async def list_jobs(self) -> list[JobRecord]:
         """Every job, newest first."""
-        return await self.registry.all_jobs()
+        return await self.registry.jobs.all()
 
     async def jobs_page(self, limit: int, before: Cursor | None = None) -> Page:
         """One page of the job list, newest first, as JSON (``registry_paging``)."""
-        return await self.registry.jobs_page(limit, before)
+        return await self.registry.jobs.page(limit, before)

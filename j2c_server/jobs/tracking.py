@@ -361,7 +361,7 @@ async def abandon_run(
     uri = settings.mlflow.uri()
     if not uri:
         return
-    record = await registry.get(job_id)
+    record = await registry.jobs.get(job_id)
     tracking = record.results.tracking if record.results is not None else None
     if tracking is None:
         return

@@ -38,12 +38,15 @@ def mark_accounted(conn: sqlite3.Connection, job_id: str) -> None:
         conn.execute("UPDATE jobs SET accounted_at = ? WHERE id = ?", (time.time(), job_id))
 
 
-class UsageAccounting(RegistryConnections):
+class UsageAccounting:
     """The registry's queries of which ended jobs still want their usage record."""
 
-    async def unaccounted_ended_jobs(self, ended_before: float) -> list[str]:
-        """Ended jobs without their usage record, oldest first."""
-        return await self._call(lambda: unaccounted(self._conn(), ended_before, TERMINAL))
+    def __init__(self, db: RegistryConnections) -> None:
+        self._db = db
 
-    async def mark_accounted(self, job_id: str) -> None:
-        await self._call(lambda: mark_accounted(self._conn(), job_id))
+    async def unaccounted_ended(self, ended_before: float) -> list[str]:
+        """Ended jobs without their usage record, oldest first."""
+        return await self._db.call(lambda: unaccounted(self._db.conn(), ended_before, TERMINAL))
+
+    async def mark(self, job_id: str) -> None:
+        await self._db.call(lambda: mark_accounted(self._db.conn(), job_id))

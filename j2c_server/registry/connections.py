@@ -1,10 +1,11 @@
 """How the registry's async API reaches SQLite: a small thread pool, one connection per thread.
 
-sqlite calls block, so every :class:`~.job_registry.Registry` method runs its statements in a
-pool thread (:meth:`RegistryConnections._call`) and the server's event loop never waits on the
+sqlite calls block, so every part of the :class:`~.job_registry.Registry` runs its statements in
+a pool thread (:meth:`RegistryConnections.call`) and the server's event loop never waits on the
 disk; each thread keeps its own connection (:func:`.db.connect`). Opening the file makes it the
-user's alone and brings its schema up to date (:func:`.db.migrate`). The query mixins
-(:mod:`.jobs_table`, :mod:`.event_log`, :mod:`.leases`, :mod:`.accounting`) build on this class.
+user's alone and brings its schema up to date (:func:`.db.migrate`). The registry's parts
+(:mod:`.jobs_table`, :mod:`.event_log`, :mod:`.leases`, :mod:`.accounting`) each hold this one
+object.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ class RegistryConnections:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="j2c-registry")
-        migrate(self._conn())
+        migrate(self.conn())
 
-    def _conn(self) -> sqlite3.Connection:
+    def conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = connect(self.path)
@@ -51,7 +52,7 @@ class RegistryConnections:
                 self._connections.append(conn)
         return conn
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, partial(fn, *args))
 

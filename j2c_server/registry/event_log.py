@@ -14,7 +14,6 @@ import json
 import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 
 from j2c_server.core.errors import Conflict, NotFound
 from j2c_server.registry import archive as event_archive
@@ -69,12 +68,12 @@ def _log_texts_backwards(rows: Iterable[tuple[int, int, str]]) -> Iterator[str]:
                 yield str(parsed.get("text", ""))
 
 
-class EventLog(RegistryConnections):
+class EventLog:
     """The jobs' events."""
 
-    def __init__(self, path: Path, *, threads: int = 2) -> None:
-        super().__init__(path, threads=threads)
-        self._group_commit = GroupCommit(lambda appends: self._call(self._append_batch, appends))
+    def __init__(self, db: RegistryConnections) -> None:
+        self._db = db
+        self._group_commit = GroupCommit(lambda appends: self._db.call(self._append_batch, appends))
 
     async def append(
         self,
@@ -89,9 +88,9 @@ class EventLog(RegistryConnections):
         an optional scheduler log cursor, all in one transaction. With ``owner``, refuse
         (:class:`LeaseLost`) unless that owner still holds the job's lease: a watcher that lost
         its lease can never write a line its successor also writes."""
-        return await self._call(self._append, job_id, drafts, change, log_cursor, owner)
+        return await self._db.call(self._append, job_id, drafts, change, log_cursor, owner)
 
-    async def append_events(
+    async def append_many(
         self,
         job_id: str,
         drafts: Sequence[EventDraft],
@@ -108,7 +107,7 @@ class EventLog(RegistryConnections):
         def check(append: Append, job: JobRow | None) -> int:
             return _check_append(append.job_id, job, append.owner)
 
-        conn = self._conn()
+        conn = self._db.conn()
         with write(conn):
             return write_batch(conn, appends, check, make_events)
 
@@ -120,7 +119,7 @@ class EventLog(RegistryConnections):
         log_cursor: str | None,
         owner: str | None,
     ) -> tuple[JobRecord, list[WireEvent]]:
-        conn = self._conn()
+        conn = self._db.conn()
         with write(conn):
             row = conn.execute(_APPEND_READ, (job_id,)).fetchone()
             last_seq = _check_append(job_id, None if row is None else row[:3], owner)
@@ -143,23 +142,23 @@ class EventLog(RegistryConnections):
                 )
         return record, events
 
-    async def events(
+    async def read(
         self, job_id: str, after: int = 0, limit: int | None = None
     ) -> tuple[list[Event], JobStatus]:
         """Events with ``seq > after`` in order, and the job's status read in the same snapshot
         (a terminal status means no event will follow the last one returned)."""
-        return await self._call(self._events, job_id, after, limit)
+        return await self._db.call(self._events, job_id, after, limit)
 
     def _events(self, job_id: str, after: int, limit: int | None) -> tuple[list[Event], JobStatus]:
         head, rows, status = self._read_events(job_id, after, limit)  # parsed here, off the loop
         return head + [Event.model_validate_json(text) for _, text in rows], status
 
-    async def wire_events(
+    async def read_wire(
         self, job_id: str, after: int = 0, limit: int | None = None
     ) -> tuple[list[WireEvent], JobStatus]:
         """:meth:`events` as the bytes followers are sent, not parsed (what a follower that
         fell behind reads, many times a second when many jobs print)."""
-        return await self._call(self._wire_events, job_id, after, limit)
+        return await self._db.call(self._wire_events, job_id, after, limit)
 
     def _wire_events(
         self, job_id: str, after: int, limit: int | None
@@ -172,7 +171,7 @@ class EventLog(RegistryConnections):
         self, job_id: str, after: int, limit: int | None
     ) -> tuple[list[Event], list[tuple[int, str]], JobStatus]:
         """The archived events (parsed), the rows after them (seq, JSON) and the status."""
-        conn = self._conn()
+        conn = self._db.conn()
         # A read transaction: the status and the events come from the same snapshot.
         conn.execute("BEGIN")
         try:
@@ -182,7 +181,7 @@ class EventLog(RegistryConnections):
             if row is None:
                 raise NotFound(f"no job {job_id!r}", field="job_id")
             # Events up to archived_seq are in the job's stored log (event_archive).
-            head = event_archive.read_events(self.path.parent, job_id, after, limit, row[1])
+            head = event_archive.read_events(self._db.path.parent, job_id, after, limit, row[1])
             if head:
                 after = row[1]
                 limit = None if limit is None or limit < 0 else limit - len(head)
@@ -205,13 +204,13 @@ class EventLog(RegistryConnections):
     async def last_seqs(self, job_ids: Sequence[str]) -> dict[str, int]:
         """Each job's newest ``seq``, for jobs that exist: what a follower's poller compares
         with to learn that another process wrote events (one indexed read for all jobs)."""
-        return await self._call(self._last_seqs, list(job_ids))
+        return await self._db.call(self._last_seqs, list(job_ids))
 
     def _last_seqs(self, job_ids: list[str]) -> dict[str, int]:
         if not job_ids:
             return {}
         rows = (
-            self._conn()
+            self._db.conn()
             .execute(
                 # One JSON parameter however many jobs: no limit on bound variables to meet.
                 "SELECT id, last_seq FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
@@ -223,10 +222,10 @@ class EventLog(RegistryConnections):
 
     async def last_log_lines(self, job_id: str, count: int) -> list[str]:
         """The job's last ``count`` log lines, oldest first."""
-        return await self._call(self._last_log_lines, job_id, count)
+        return await self._db.call(self._last_log_lines, job_id, count)
 
     def _last_log_lines(self, job_id: str, count: int) -> list[str]:
-        conn = self._conn()
+        conn = self._db.conn()
         conn.execute("BEGIN")
         try:
             rows: list[str] = []  # newest first
@@ -241,7 +240,7 @@ class EventLog(RegistryConnections):
             head: list[str] = []
             if archived is not None and archived[0] > 0 and len(rows) < count:
                 head = event_archive.last_log_lines(
-                    self.path.parent, job_id, count - len(rows), archived[0]
+                    self._db.path.parent, job_id, count - len(rows), archived[0]
                 )
         finally:
             conn.execute("COMMIT")
@@ -249,14 +248,14 @@ class EventLog(RegistryConnections):
 
     async def last_log_line_with(self, job_id: str, text: str) -> str | None:
         """The job's last log line that contains ``text`` (whole log, not yet compacted)."""
-        return await self._call(self._last_log_line_with, job_id, text)
+        return await self._db.call(self._last_log_line_with, job_id, text)
 
     def _last_log_line_with(self, job_id: str, text: str) -> str | None:
         # Rows whose JSON holds the text as JSON writes it (LIKE: ASCII letters in either
         # case), newest first; then their log lines that hold it.
         needle = json_string(text)[1:-1]
         escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        rows = self._conn().execute(
+        rows = self._db.conn().execute(
             "SELECT seq, span, event FROM events WHERE job_id = ? AND event LIKE ? ESCAPE '\\' "
             "ORDER BY seq DESC",
             (job_id, f"%{escaped}%"),
@@ -269,10 +268,14 @@ class EventLog(RegistryConnections):
 
     async def log_cursor(self, job_id: str) -> str | None:
         """Where the scheduler's log was last read up to (persisted with the lines before it)."""
-        return await self._call(self._log_cursor, job_id)
+        return await self._db.call(self._log_cursor, job_id)
 
     def _log_cursor(self, job_id: str) -> str | None:
-        row = self._conn().execute("SELECT log_cursor FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = (
+            self._db.conn()
+            .execute("SELECT log_cursor FROM jobs WHERE id = ?", (job_id,))
+            .fetchone()
+        )
         if row is None:
             raise NotFound(f"no job {job_id!r}", field="job_id")
         cursor: str | None = row[0]

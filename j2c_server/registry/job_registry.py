@@ -10,11 +10,11 @@ inserts it, so numbers never collide between processes. sqlite calls block, so t
 them on a small thread pool, one connection per thread: the server's event loop never waits on
 the disk.
 
-:class:`Registry` is the one object the rest of j2c holds; its statements live by table: the
-file, its connections, write transactions and the versioned schema in :mod:`.db`, the pool in
-:mod:`.connections`, the ``jobs`` table in :mod:`.jobs_table`, the events in :mod:`.event_log`
-(the group commit's batched statements in :mod:`.batch`), the leases in :mod:`.leases` and the
-usage-record bookkeeping in :mod:`.accounting`.
+:class:`Registry` is the one object the rest of j2c holds, made of one part per table over one
+pool of connections (:mod:`.connections`; the file, write transactions and the versioned schema
+in :mod:`.db`): ``registry.jobs`` (:mod:`.jobs_table`), ``registry.events`` (:mod:`.event_log`,
+the group commit's batched statements in :mod:`.batch`), ``registry.leases`` (:mod:`.leases`)
+and ``registry.accounting``, the usage-record bookkeeping (:mod:`.accounting`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from j2c_server.registry.accounting import UsageAccounting
+from j2c_server.registry.connections import RegistryConnections
 from j2c_server.registry.db import REGISTRY_FILE
 from j2c_server.registry.event_log import EventLog
 from j2c_server.registry.jobs_table import JobsTable
@@ -30,8 +31,24 @@ from j2c_server.registry.leases import Leases
 __all__ = ["REGISTRY_FILE", "Registry", "open_registry"]
 
 
-class Registry(JobsTable, EventLog, Leases, UsageAccounting):
-    """Async access to the registry file; every method is one short transaction in a thread."""
+class Registry:
+    """Async access to the registry file by table; every call is one short transaction in a
+    thread of the shared pool."""
+
+    def __init__(self, path: Path, *, threads: int = 2) -> None:
+        self.db = RegistryConnections(path, threads=threads)
+        self.jobs = JobsTable(self.db)
+        self.events = EventLog(self.db)
+        self.leases = Leases(self.db)
+        self.accounting = UsageAccounting(self.db)
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    def close(self) -> None:
+        """Wait for the calls in flight, then close every connection."""
+        self.db.close()
 
 
 def open_registry(data_path: Path) -> Registry:

@@ -40,8 +40,11 @@ def record_from_row(row: tuple[str, int]) -> JobRecord:
     return record
 
 
-class JobsTable(RegistryConnections):
+class JobsTable:
     """The jobs' records."""
+
+    def __init__(self, db: RegistryConnections) -> None:
+        self._db = db
 
     async def create_or_attach(
         self, record: JobRecord, first: EventDraft
@@ -49,10 +52,10 @@ class JobsTable(RegistryConnections):
         """Insert ``record`` with its first event, or return the job an identical request
         (same key) is attached to: one still going or one that succeeded, unless the request
         asks for a new run. Returns the record and whether it was created."""
-        return await self._call(self._create_or_attach, record, first)
+        return await self._db.call(self._create_or_attach, record, first)
 
     def _create_or_attach(self, record: JobRecord, first: EventDraft) -> tuple[JobRecord, bool]:
-        conn = self._conn()
+        conn = self._db.conn()
         with write(conn):
             if not record.request.new:
                 marks = ",".join("?" * len(_ATTACHABLE))
@@ -81,7 +84,7 @@ class JobsTable(RegistryConnections):
         return record, True
 
     async def get(self, job_id: str) -> JobRecord:
-        return await self._call(self._get, job_id)
+        return await self._db.call(self._get, job_id)
 
     async def state(self, job_id: str) -> JobState:
         """The job's status and message, without parsing its record: what the job's driver
@@ -89,11 +92,11 @@ class JobsTable(RegistryConnections):
         The reads of every job asked for in one loop step are one query in one thread hop."""
         reads: Coalesced[str, JobState] | None = getattr(self, "_state_reads", None)
         if reads is None:
-            reads = self._state_reads = Coalesced(lambda ids: self._call(self._states, ids))
+            reads = self._state_reads = Coalesced(lambda ids: self._db.call(self._states, ids))
         return await reads(job_id)
 
     def _states(self, job_ids: list[str]) -> Answers[str, JobState]:
-        rows = self._conn().execute(
+        rows = self._db.conn().execute(
             "SELECT id, status, json_extract(record, '$.message') FROM jobs "
             "WHERE id IN (SELECT value FROM json_each(?))",
             (json.dumps(job_ids),),
@@ -108,7 +111,7 @@ class JobsTable(RegistryConnections):
 
     def _get(self, job_id: str) -> JobRecord:
         row = (
-            self._conn()
+            self._db.conn()
             .execute("SELECT record, last_seq FROM jobs WHERE id = ?", (job_id,))
             .fetchone()
         )
@@ -116,28 +119,30 @@ class JobsTable(RegistryConnections):
             raise NotFound(f"no job {job_id!r}", field="job_id")
         return record_from_row(row)
 
-    async def all_jobs(self) -> list[JobRecord]:
+    async def all(self) -> list[JobRecord]:
         """Every job, newest first."""
-        return await self._call(self._all_jobs)
+        return await self._db.call(self._all_jobs)
 
     def _all_jobs(self) -> list[JobRecord]:
         rows = (
-            self._conn()
+            self._db.conn()
             .execute("SELECT record, last_seq FROM jobs ORDER BY created_at DESC")
             .fetchall()
         )
         return [record_from_row(row) for row in rows]
 
-    async def jobs_page(
+    async def page(
         self, limit: int, before: registry_paging.Cursor | None = None
     ) -> registry_paging.Page:
         """At most ``limit`` jobs, newest first, older than ``before`` (registry_paging)."""
-        return await self._call(lambda: registry_paging.read_page(self._conn(), limit, before))
+        return await self._db.call(
+            lambda: registry_paging.read_page(self._db.conn(), limit, before)
+        )
 
     async def previous(self, record: JobRecord) -> JobRecord | None:
         """The latest job for the same project created before ``record``: what a run is
         compared with to explain what it reuses and what it re-runs."""
-        return await self._call(self._previous, record)
+        return await self._db.call(self._previous, record)
 
     def _previous(self, record: JobRecord) -> JobRecord | None:
         return self._first_record(
@@ -150,7 +155,7 @@ class JobsTable(RegistryConnections):
     async def latest_like(self, record: JobRecord) -> JobRecord | None:
         """What a send is compared with: the latest job with the same settings
         (``request_key``), else the latest job of the same project."""
-        return await self._call(self._latest_like, record)
+        return await self._db.call(self._latest_like, record)
 
     def _latest_like(self, record: JobRecord) -> JobRecord | None:
         return self._first_record(
@@ -163,15 +168,15 @@ class JobsTable(RegistryConnections):
 
     def _first_record(self, query: str, params: tuple[object, ...]) -> JobRecord | None:
         """The record of the first row ``query`` (selecting ``record, last_seq``) finds."""
-        row = self._conn().execute(query, params).fetchone()
+        row = self._db.conn().execute(query, params).fetchone()
         return None if row is None else record_from_row(row)
 
     async def remove(self, job_id: str) -> None:
         """Delete a finished job, its events and its lease; a job still going is a Conflict."""
-        await self._call(self._remove, job_id)
+        await self._db.call(self._remove, job_id)
 
     def _remove(self, job_id: str) -> None:
-        conn = self._conn()
+        conn = self._db.conn()
         with write(conn):
             row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
@@ -184,4 +189,4 @@ class JobsTable(RegistryConnections):
                 )
             for table, column in (("events", "job_id"), ("leases", "job_id"), ("jobs", "id")):
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))  # noqa: S608
-        event_archive.remove_archive(self.path.parent, job_id)
+        event_archive.remove_archive(self._db.path.parent, job_id)

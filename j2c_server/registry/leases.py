@@ -26,15 +26,18 @@ class LeaseLost(J2CError):
     code = "lease_lost"
 
 
-class Leases(RegistryConnections):
+class Leases:
     """The jobs' watcher leases."""
 
-    async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+    def __init__(self, db: RegistryConnections) -> None:
+        self._db = db
+
+    async def acquire(self, job_id: str, owner: str, ttl_s: float) -> bool:
         """Take (or renew) the job's watcher lease unless another owner holds an unexpired one."""
-        return await self._call(self._acquire_lease, job_id, owner, ttl_s)
+        return await self._db.call(self._acquire_lease, job_id, owner, ttl_s)
 
     def _acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
-        conn = self._conn()
+        conn = self._db.conn()
         now = time.time()
         with write(conn):
             row = conn.execute(
@@ -48,16 +51,16 @@ class Leases(RegistryConnections):
             )
         return True
 
-    async def renew_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+    async def renew(self, job_id: str, owner: str, ttl_s: float) -> bool:
         """Extend a lease this owner still holds; False when another process took it over.
         The renewals asked for in one loop step share one transaction and one thread hop."""
         renewals: Coalesced[_Renewal, bool] | None = getattr(self, "_renewals", None)
         if renewals is None:
-            renewals = self._renewals = Coalesced(lambda keys: self._call(self._renew, keys))
+            renewals = self._renewals = Coalesced(lambda keys: self._db.call(self._renew, keys))
         return await renewals((job_id, owner, ttl_s))
 
     def _renew(self, renewals: list[_Renewal]) -> Answers[_Renewal, bool]:
-        conn = self._conn()
+        conn = self._db.conn()
         now = time.time()
         with write(conn):
             return {
@@ -69,21 +72,21 @@ class Leases(RegistryConnections):
                 for job_id, owner, ttl_s in renewals
             }
 
-    async def release_lease(self, job_id: str, owner: str) -> None:
-        await self._call(self._release_lease, job_id, owner)
+    async def release(self, job_id: str, owner: str) -> None:
+        await self._db.call(self._release_lease, job_id, owner)
 
     def _release_lease(self, job_id: str, owner: str) -> None:
-        conn = self._conn()
+        conn = self._db.conn()
         with write(conn):
             conn.execute("DELETE FROM leases WHERE job_id = ? AND owner = ?", (job_id, owner))
 
-    async def lease_owner(self, job_id: str) -> str | None:
+    async def owner(self, job_id: str) -> str | None:
         """The owner of an unexpired lease on the job, if any."""
-        return await self._call(self._lease_owner, job_id)
+        return await self._db.call(self._lease_owner, job_id)
 
     def _lease_owner(self, job_id: str) -> str | None:
         row = (
-            self._conn()
+            self._db.conn()
             .execute(
                 "SELECT owner FROM leases WHERE job_id = ? AND expires > ?",
                 (job_id, time.time()),
@@ -92,14 +95,14 @@ class Leases(RegistryConnections):
         )
         return None if row is None else str(row[0])
 
-    async def unowned_active_jobs(self) -> list[str]:
+    async def unowned_active(self) -> list[str]:
         """Jobs still going whose watcher lease is free or expired: nobody is driving them."""
-        return await self._call(self._unowned_active_jobs)
+        return await self._db.call(self._unowned_active_jobs)
 
     def _unowned_active_jobs(self) -> list[str]:
         marks = ",".join("?" * len(TERMINAL))
         rows = (
-            self._conn()
+            self._db.conn()
             .execute(
                 f"SELECT id FROM jobs WHERE status NOT IN ({marks}) AND NOT EXISTS "  # noqa: S608
                 "(SELECT 1 FROM leases WHERE leases.job_id = jobs.id AND leases.expires > ?) "

@@ -131,7 +131,7 @@ async def submit_sweep(
     for row in table:
         child = _child(record, keys, row)
         first = {"kind": EventKind.status, "status": JobStatus.pending, "text": child.message}
-        created, _ = await service.registry.create_or_attach(child, first)
+        created, _ = await service.registry.jobs.create_or_attach(child, first)
         children.append(created.id)
         service.bus.publish(created.id)
 
@@ -142,7 +142,7 @@ async def submit_sweep(
     journal = Journal(service.registry, service.bus, record.id)
     with contextlib.suppress(Conflict):
         await journal.write([], change=apply)
-    return await service.registry.get(record.id)
+    return await service.registry.jobs.get(record.id)
 
 
 def _child(parent: JobRecord, keys: list[str], row: Variant) -> JobRecord:
@@ -187,11 +187,11 @@ async def run_children(
     """Submit every child pinned to ``manifest`` (``max_parallel`` at a time) and keep the
     parent's aggregate until all have ended; returns with the parent's final status written."""
     registry, clients = pipeline.registry, pipeline.clients
-    info = (await registry.get(record.id)).sweep
+    info = (await registry.jobs.get(record.id)).sweep
     # The send writes the children just after the parent: wait for all of them.
     while info is not None and len(info.children) < info.size:
         await asyncio.sleep(POLL_S / 5)
-        info = (await registry.get(record.id)).sweep
+        info = (await registry.jobs.get(record.id)).sweep
     assert info is not None
     store = clients.store()
     limit = info.max_parallel or max(1, len(info.children))
@@ -208,8 +208,8 @@ async def run_children(
         await journal.status(JobStatus.submitted, f"submitting {len(info.children)} variants")
     last = ""
     while True:
-        parent = await registry.get(record.id)
-        children = [await registry.get(child_id) for child_id in info.children]
+        parent = await registry.jobs.get(record.id)
+        children = [await registry.jobs.get(child_id) for child_id in info.children]
         going = sum(1 for c in children if c.handle is not None and not c.status.terminal)
         stopping = parent.status == JobStatus.cancelling
         while pending and going < limit and not stopping:
@@ -219,7 +219,7 @@ async def run_children(
                 continue
             await _submit_child(pipeline, child, manifest, manifest_uri, store)
             going += 1
-        children = [await registry.get(child_id) for child_id in info.children]
+        children = [await registry.jobs.get(child_id) for child_id in info.children]
         status, counts, summary = aggregate(children)
         if summary != last or status.terminal:
             last = summary
@@ -264,7 +264,7 @@ async def _submit_array(
     """One array job for every variant; each child gets its task's handle. The command and env
     are the same for all tasks: each picks its row by the scheduler's index variable, and
     j2c-unpack fills ``{variant}`` in the job id and outputs address (unpack/variant.py)."""
-    children = [await pipeline.registry.get(child_id) for child_id in info.children]
+    children = [await pipeline.registry.jobs.get(child_id) for child_id in info.children]
     if all(child.handle is not None for child in children):
         return
     bare = parent.request.model_copy(update={"args": [], "sweep": None})

@@ -230,7 +230,7 @@ async def track_variants(
     by_index: dict[int, JobRecord] = {}
     for child_id in parent.sweep.children:
         try:
-            child = await registry.get(child_id)
+            child = await registry.jobs.get(child_id)
         except NotFound:
             continue
         if child.sweep is not None and child.sweep.index is not None:

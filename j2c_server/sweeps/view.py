@@ -259,7 +259,7 @@ def variant_ref(child: JobRecord, position: int) -> VariantRef:
 async def sweep_view(settings: J2CSettings, registry: Registry, parent_id: str) -> SweepView:
     """``GET /jobs/{id}/sweep``: the sweep whose parent job is ``parent_id``; a job that is no
     sweep's parent (a plain job, or one variant) is refused (404, naming it)."""
-    parent = await registry.get(parent_id)
+    parent = await registry.jobs.get(parent_id)
     rows = sweep_children(parent)
     if rows is None:
         raise NotFound(f"job {parent_id} is not a sweep")
@@ -268,7 +268,7 @@ async def sweep_view(settings: J2CSettings, registry: Registry, parent_id: str) 
     refs: list[VariantRef] = []
     for position, child_id in enumerate(child_ids):
         try:
-            child = await registry.get(child_id)
+            child = await registry.jobs.get(child_id)
         except NotFound:
             continue  # a removed variant: no row
         children[child_id] = child

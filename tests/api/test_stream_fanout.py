@@ -35,8 +35,10 @@ async def _running_job(service: JobService, job_id: str) -> tuple[JobRecord, Jou
         created_at=now,
         updated_at=now,
     )
-    await service.registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
-    await service.registry.acquire_lease(record.id, "someone-else", 3600)
+    await service.registry.jobs.create_or_attach(
+        record, {"kind": EventKind.status, "status": "running"}
+    )
+    await service.registry.leases.acquire(record.id, "someone-else", 3600)
     return record, Journal(service.registry, service.bus, record.id)
 
 

@@ -44,7 +44,9 @@ def add_job(data: Path, job_id: str, status: JobStatus, manifest_uri: str | None
     async def create() -> None:
         registry = Registry(data / REGISTRY_FILE)
         try:
-            await registry.create_or_attach(record, {"kind": EventKind.status, "status": status})
+            await registry.jobs.create_or_attach(
+                record, {"kind": EventKind.status, "status": status}
+            )
         finally:
             registry.close()
 

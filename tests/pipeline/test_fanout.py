@@ -36,8 +36,8 @@ from j2c_server.registry.job_registry import Registry
 async def main():
     registry = Registry(Path(sys.argv[1]))
     for i in range(int(sys.argv[3])):
-        await registry.append(sys.argv[2], [{"kind": "log", "text": f"elsewhere {i}"}])
-    await registry.append(sys.argv[2], [{"kind": "status", "status": "succeeded"}],
+        await registry.events.append(sys.argv[2], [{"kind": "log", "text": f"elsewhere {i}"}])
+    await registry.events.append(sys.argv[2], [{"kind": "status", "status": "succeeded"}],
                           change=lambda r: setattr(r, "status", JobStatus.succeeded))
     registry.close()
 
@@ -66,9 +66,11 @@ async def _running_job(service: JobService, job_id: str = "job") -> str:
         created_at=now,
         updated_at=now,
     )
-    await service.registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
+    await service.registry.jobs.create_or_attach(
+        record, {"kind": EventKind.status, "status": "running"}
+    )
     # Somebody drives it: a quiet follower must not take it over during the test.
-    await service.registry.acquire_lease(job_id, "someone-else", 3600)
+    await service.registry.leases.acquire(job_id, "someone-else", 3600)
     return job_id
 
 
@@ -87,7 +89,7 @@ async def _collect(service: JobService, job_id: str, after: int = 0) -> list[Eve
     return [e async for e in service.stream(job_id, after)]
 
 
-def _count_calls(monkeypatch: pytest.MonkeyPatch, registry: Registry, name: str) -> list[int]:
+def _count_calls(monkeypatch: pytest.MonkeyPatch, registry: object, name: str) -> list[int]:
     """Count the registry's synchronous ``name`` calls (what each async method runs)."""
     calls = [0]
     real = getattr(registry, name)
@@ -109,10 +111,10 @@ async def test_idle_followers_cost_no_registry_reads_and_other_writers_reach_all
         job_id = await _running_job(service)
         followers = [asyncio.ensure_future(_collect(service, job_id)) for _ in range(100)]
         await asyncio.sleep(0.5)  # every follower has replayed the first event
-        reads = _count_calls(monkeypatch, service.registry, "_read_events")
+        reads = _count_calls(monkeypatch, service.registry.events, "_read_events")
         await asyncio.sleep(1.0)
         assert reads[0] == 0
-        polls = _count_calls(monkeypatch, service.registry, "_last_seqs")
+        polls = _count_calls(monkeypatch, service.registry.events, "_last_seqs")
         await asyncio.sleep(0.5)
         assert polls[0] <= 0.5 / eventbus.POLL_S + 2  # one shared poll, not one per follower
 
@@ -208,10 +210,10 @@ async def test_a_finished_job_replays_and_ends_and_a_removed_one_is_not_found(
         await asyncio.sleep(0.2)
         # Ended without an event (the registry removes only finished jobs), then removed: no
         # event tells the feed, the poller sees the row gone.
-        await service.registry.append(
+        await service.registry.events.append(
             other, [], change=lambda r: setattr(r, "status", JobStatus.failed)
         )
-        await service.registry.remove(other)
+        await service.registry.jobs.remove(other)
         with pytest.raises(NotFound):
             await asyncio.wait_for(follower, 10)
 
@@ -228,7 +230,7 @@ async def test_this_process_writes_reach_followers_without_reading_them_back(
         journal = Journal(service.registry, service.bus, job_id)
         followers = [asyncio.ensure_future(_collect(service, job_id)) for _ in range(3)]
         await asyncio.sleep(0.3)  # replayed, caught up: fed by the feed from here on
-        reads = _count_calls(monkeypatch, service.registry, "_read_events")
+        reads = _count_calls(monkeypatch, service.registry.events, "_read_events")
         for batch in range(200):
             await journal.write_events(
                 [{"kind": EventKind.log, "text": f"{batch}.{i}"} for i in range(3)],
@@ -299,7 +301,7 @@ async def test_a_commit_whose_hand_over_never_comes_still_reaches_followers(
         follower = asyncio.ensure_future(follow())
         await asyncio.sleep(0.3)  # replayed, live from here on
         with service.bus.writing(job_id):  # in flight, and never published
-            await service.registry.append_events(
+            await service.registry.events.append_many(
                 job_id, [{"kind": EventKind.log, "text": "committed"}]
             )
             started = time.monotonic()

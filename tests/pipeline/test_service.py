@@ -22,8 +22,8 @@ from j2c_server.registry.job_registry import Registry
 
 async def main():
     registry = Registry(Path(sys.argv[1]))
-    await registry.append(sys.argv[2], [{"kind": "log", "text": "from elsewhere"}])
-    await registry.append(sys.argv[2], [{"kind": "status", "status": "failed"}],
+    await registry.events.append(sys.argv[2], [{"kind": "log", "text": "from elsewhere"}])
+    await registry.events.append(sys.argv[2], [{"kind": "status", "status": "failed"}],
                           change=lambda r: setattr(r, "status", JobStatus.failed))
     registry.close()
 
@@ -75,7 +75,7 @@ async def test_stream_follows_events_written_by_another_process(
         created_at=now,
         updated_at=now,
     )
-    await registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
+    await registry.jobs.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
     registry.close()
     service = JobService(settings)
     try:

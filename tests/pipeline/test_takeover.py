@@ -139,7 +139,7 @@ async def test_killed_watcher_is_replaced_after_its_lease_expires(
         killed = False
         async for event in follower.stream(record.id, after=before[-1].seq):
             events.append(event)
-            owner = await follower.registry.lease_owner(record.id) or ""
+            owner = await follower.registry.leases.owner(record.id) or ""
             if not killed and len(log_lines(events)) >= 20 and f":{watcher_pid}:" in owner:
                 os.kill(watcher_pid, signal.SIGKILL)  # no goodbye: the lease must expire
                 killed = True

@@ -125,21 +125,23 @@ async def _running_job(registry: Registry) -> None:
         created_at=now,
         updated_at=now,
     )
-    await registry.create_or_attach(record, {"kind": EventKind.status, "status": JobStatus.running})
+    await registry.jobs.create_or_attach(
+        record, {"kind": EventKind.status, "status": JobStatus.running}
+    )
 
 
 async def test_what_is_stored_is_what_followers_and_readers_get(registry: Registry) -> None:
     await _running_job(registry)
     lines = [{**shape, "text": text} for shape in SHAPES for text in TEXTS[:6]]
-    written = await registry.append_events("job-1", lines, log_cursor="9")
-    await registry.append(
+    written = await registry.events.append_many("job-1", lines, log_cursor="9")
+    await registry.events.append(
         "job-1",
         [{"kind": EventKind.status, "status": JobStatus.succeeded}],
         change=lambda r: setattr(r, "status", JobStatus.succeeded),
     )
 
-    wires, status = await registry.wire_events("job-1")
-    events, _ = await registry.events("job-1")
+    wires, status = await registry.events.read_wire("job-1")
+    events, _ = await registry.events.read("job-1")
     assert status == JobStatus.succeeded
     assert [w.seq for w in wires] == [e.seq for e in events] == list(range(1, len(lines) + 3))
     assert [w.data for w in wires[1:-1]] == [w.data for w in written]
@@ -159,8 +161,8 @@ async def test_a_line_the_model_refuses_is_refused_and_nothing_is_written(
 ) -> None:
     await _running_job(registry)
     with pytest.raises(Exception, match="surrogates not allowed"):
-        await registry.append_events(
+        await registry.events.append_many(
             "job-1", [{"kind": "log", "text": "ok"}, {"kind": "log", "text": "\ud800"}]
         )
-    events, _ = await registry.events("job-1")
+    events, _ = await registry.events.read("job-1")
     assert [e.kind for e in events] == [EventKind.status]

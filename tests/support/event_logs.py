@@ -33,9 +33,9 @@ async def make_job(
         created_at=now,
         updated_at=now,
     )
-    await registry.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
+    await registry.jobs.create_or_attach(record, {"kind": EventKind.status, "status": "running"})
     if lease_to:  # a server in this process must not take it over
-        await registry.acquire_lease(job_id, lease_to, 3600)
+        await registry.leases.acquire(job_id, lease_to, 3600)
     drafts: list[dict[str, Any]] = [
         {"kind": EventKind.stage, "stage": "pack", "state": "finished", "data": {"bytes": 12}}
     ]
@@ -50,11 +50,11 @@ async def make_job(
     for turn, start in enumerate(range(0, len(drafts), 50)):
         chunk = drafts[start : start + 50]
         if batch_rows if batch_rows is not None else turn % 2:
-            await registry.append_events(job_id, chunk)
+            await registry.events.append_many(job_id, chunk)
         else:
-            await registry.append(job_id, chunk)
+            await registry.events.append(job_id, chunk)
     if finish:
-        await registry.append(
+        await registry.events.append(
             job_id,
             [{"kind": EventKind.status, "status": JobStatus.failed}],
             change=lambda r: setattr(r, "status", JobStatus.failed),

@@ -59,7 +59,9 @@ async def _job(registry: Registry, job_id: str, name: str) -> JobRecord:
         created_at=now,
         updated_at=now,
     )
-    await registry.create_or_attach(record, {"kind": EventKind.status, "status": record.status})
+    await registry.jobs.create_or_attach(
+        record, {"kind": EventKind.status, "status": record.status}
+    )
     return record
 
 
@@ -93,7 +95,7 @@ async def test_a_sweep_gets_a_parent_run_and_one_nested_child_run_per_variant(
 
     envs = await start_sweep_runs(settings, parent_journal, parent, variants)
 
-    parent_record = await registry.get(parent.id)
+    parent_record = await registry.jobs.get(parent.id)
     assert parent_record.results is not None and parent_record.results.tracking is not None
     parent_run_id = parent_record.results.tracking.run_id
     parent_run = mlflow_server.run(parent_run_id)
@@ -105,7 +107,7 @@ async def test_a_sweep_gets_a_parent_run_and_one_nested_child_run_per_variant(
     assert len(envs) == len(GRID)
     run_ids = set()
     for variant, env in zip(variants, envs, strict=True):
-        child = await registry.get(variant.record.id)
+        child = await registry.jobs.get(variant.record.id)
         assert child.results is not None and child.results.tracking is not None
         tracking = child.results.tracking
         assert env == {
@@ -137,7 +139,7 @@ async def test_a_sweep_gets_a_parent_run_and_one_nested_child_run_per_variant(
     assert {run["info"]["run_id"] for run in found["runs"]} == run_ids
 
     # A child's metrics by step (what the sweep view plots), then the parent closed.
-    first = await registry.get(variants[0].record.id)
+    first = await registry.jobs.get(variants[0].record.id)
     assert first.results is not None and first.results.tracking is not None
     first_run = first.results.tracking.run_id
     for step, value in ((1, 0.5), (0, 0.9), (2, 0.25)):
@@ -179,11 +181,11 @@ async def test_a_tracking_server_that_is_down_leaves_the_sweep_untracked_with_a_
     envs = await start_sweep_runs(settings, parent_journal, parent, variants)
 
     assert envs == [{} for _ in GRID]
-    events, _ = await registry.events(parent.id, 0, 100)
+    events, _ = await registry.events.read(parent.id, 0, 100)
     warnings = [e.text for e in events if e.kind == EventKind.log and e.text]
     assert any("j2c: warning: MLflow" in text and "cannot be reached" in text for text in warnings)
     for variant in variants:
-        child = await registry.get(variant.record.id)
+        child = await registry.jobs.get(variant.record.id)
         assert child.results is None or child.results.tracking is None
 
 
@@ -218,10 +220,10 @@ async def test_the_sweep_view_reads_each_variants_run_live_then_from_its_results
                 },
                 timeout=10,
             ).raise_for_status()
-    running = (await registry.get(variants[0].record.id)).model_copy(
+    running = (await registry.jobs.get(variants[0].record.id)).model_copy(
         update={"status": JobStatus.running}
     )
-    ended = await registry.get(variants[1].record.id)
+    ended = await registry.jobs.get(variants[1].record.id)
     assert ended.results is not None and ended.results.tracking is not None
     ended = ended.model_copy(
         update={
@@ -281,12 +283,12 @@ async def test_the_variant_table_gets_each_rows_run_and_the_parent_its_own(
     tracked = await track_variants(settings, registry, bus, parent, table)
     assert [row.index for row in tracked] == [row.index for row in table]
     for row, variant in zip(tracked, variants, strict=True):
-        child = await registry.get(variant.record.id)
+        child = await registry.jobs.get(variant.record.id)
         assert child.results is not None and child.results.tracking is not None
         assert row.env["MLFLOW_RUN_ID"] == child.results.tracking.run_id
         assert row.env["SEED"] == variant.params["seed"]
         assert row.args == ["--lr", variant.params["lr"]]
-    stored = await registry.get(parent.id)
+    stored = await registry.jobs.get(parent.id)
     assert stored.results is not None and stored.results.tracking is not None
     assert {row.env["MLFLOW_PARENT_RUN_ID"] for row in tracked} == {stored.results.tracking.run_id}
     untracked = await track_variants(load_settings(environ={}), registry, bus, parent, table)

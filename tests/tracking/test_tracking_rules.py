@@ -78,7 +78,7 @@ async def test_a_tracking_uri_that_is_no_http_server_is_warned_about_and_left_ou
             created_at=now,
             updated_at=now,
         )
-        record, _ = await registry.create_or_attach(
+        record, _ = await registry.jobs.create_or_attach(
             record, {"kind": EventKind.status, "status": JobStatus.pending}
         )
         journal = Journal(registry, EventBus(), record.id)
@@ -86,7 +86,7 @@ async def test_a_tracking_uri_that_is_no_http_server_is_warned_about_and_left_ou
         # The manifest is not read on this path: the URI is refused first.
         assert await start_run(settings, journal, record, Manifest.model_construct(), spec) is spec
         assert await start_sweep_runs(settings, journal, record, []) == []
-        events, _ = await registry.events(record.id)
+        events, _ = await registry.events.read(record.id)
         warned = [e.text for e in events if e.data.get("warning") == "tracking"]
         refused = (
             "j2c: warning: MLflow: sqlite:///mlflow.db is not an http(s) tracking server; "

@@ -100,7 +100,7 @@ class ServiceLifecycle:
             if driver.task is None or driver.task.done():
                 continue
             with contextlib.suppress(J2CError):
-                if (await self.registry.get(job_id)).status.terminal:
+                if (await self.registry.jobs.get(job_id)).status.terminal:
                     ending.append(driver.task)
         if ending:
             await asyncio.wait(ending, timeout=FINISH_WAIT_S)
@@ -113,11 +113,11 @@ class ServiceLifecycle:
 
     async def _adopt_forever(self) -> None:
         while True:
-            for job_id in await self.registry.unowned_active_jobs():
+            for job_id in await self.registry.leases.unowned_active():
                 self._drive(job_id)
             # Ended jobs whose driver died before writing their usage record.
             ended_before = time.time() - ACCOUNT_GRACE_S
-            for job_id in await self.registry.unaccounted_ended_jobs(ended_before):
+            for job_id in await self.registry.accounting.unaccounted_ended(ended_before):
                 await account_ended(job_id, self.registry, self.settings, self.clients, self.log)
             await asyncio.sleep(ADOPT_EVERY_S)
 
@@ -146,5 +146,5 @@ class ServiceLifecycle:
 
     async def _take_over_if_unwatched(self, job_id: str) -> None:
         """A followed job quiet for a lease's time: drive it here if nobody does."""
-        if await self.registry.lease_owner(job_id) is None:
+        if await self.registry.leases.owner(job_id) is None:
             self._drive(job_id)

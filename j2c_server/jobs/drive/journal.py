@@ -73,7 +73,7 @@ class Journal:
         log_cursor: str | None = None,
     ) -> JobRecord:
         with self.bus.writing(self.job_id):
-            record, events = await self.registry.append(
+            record, events = await self.registry.events.append(
                 self.job_id, drafts, change=change, log_cursor=log_cursor, owner=self.owner
             )
             if events:
@@ -83,7 +83,7 @@ class Journal:
     async def write_events(self, drafts: Sequence[EventDraft], *, log_cursor: str) -> None:
         """Events without a record change (a job's log lines): the registry's fast path."""
         with self.bus.writing(self.job_id):
-            events = await self.registry.append_events(
+            events = await self.registry.events.append_many(
                 self.job_id, drafts, log_cursor=log_cursor, owner=self.owner
             )
             if events:
@@ -105,7 +105,7 @@ class Journal:
         try:
             return await self.write([draft], change=combine(status_change(status, message), change))
         except CancelPending:
-            return await self.registry.get(self.job_id)
+            return await self.registry.jobs.get(self.job_id)
 
     async def stage(
         self,

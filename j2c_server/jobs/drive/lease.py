@@ -86,12 +86,12 @@ class JobDriver:
     async def run(self) -> None:
         """Take the lease and run the pipeline; return at once if another process drives the
         job. The caller keeps this coroutine's task in ``self.task``."""
-        if not await self.registry.acquire_lease(self.job_id, self.owner, LEASE_TTL_S):
+        if not await self.registry.leases.acquire(self.job_id, self.owner, LEASE_TTL_S):
             return
         keeper = asyncio.create_task(self._keep_lease())
         ended_here = False  # this driver saw the job to its end (not another process)
         try:
-            ended_here = not (await self.registry.get(self.job_id)).status.terminal
+            ended_here = not (await self.registry.jobs.get(self.job_id)).status.terminal
             await retry_async(self._run_pipeline, self._full_disk_backoff())
         except asyncio.CancelledError:
             if self._stop_reason is None:
@@ -111,7 +111,7 @@ class JobDriver:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-            await self.registry.release_lease(self.job_id, self.owner)
+            await self.registry.leases.release(self.job_id, self.owner)
         if ended_here:
             await self._account()
 
@@ -148,7 +148,7 @@ class JobDriver:
             await asyncio.sleep(next_tick_s(CHECK_EVERY_S))
             if time.monotonic() - renewed >= RENEW_EVERY_S:
                 try:
-                    kept = await self.registry.renew_lease(self.job_id, self.owner, LEASE_TTL_S)
+                    kept = await self.registry.leases.renew(self.job_id, self.owner, LEASE_TTL_S)
                 except Exception as exc:
                     if disk_full_to_j2c(exc, "") is None:
                         raise
@@ -157,7 +157,7 @@ class JobDriver:
                     self._stop("lease lost")
                     return
                 renewed = time.monotonic()
-            state = await self.registry.state(self.job_id)
+            state = await self.registry.jobs.state(self.job_id)
             if state.status == JobStatus.cancelling and self.interrupt_for_cancel():
                 return
 
@@ -183,7 +183,7 @@ class JobDriver:
                     stage.reason = message
 
         with contextlib.suppress(Conflict, LeaseLost):
-            record = await self.registry.get(self.job_id)
+            record = await self.registry.jobs.get(self.job_id)
             running = [s.stage for s in record.stages.values() if s.state == StageState.started]
             failed: list[EventDraft] = [
                 {
@@ -208,9 +208,9 @@ async def account_ended(
     registry as accounted for: a process killed before this leaves the job to the next
     service's sweep of unaccounted jobs (``registry/accounting.py``)."""
     try:
-        record = await registry.get(job_id)
+        record = await registry.jobs.get(job_id)
         if record.status.terminal:
             await job_ended(settings, clients.store(), record, log)
-            await registry.mark_accounted(job_id)
+            await registry.accounting.mark(job_id)
     except Exception:  # accounting must not fail the job
         log.exception("j2c: usage of job %s not recorded", job_id)

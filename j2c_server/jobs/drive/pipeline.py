@@ -91,7 +91,7 @@ class Pipeline:
         return self.journal.job_id
 
     async def run(self) -> None:
-        record = await self.registry.get(self.job_id)
+        record = await self.registry.jobs.get(self.job_id)
         if record.status.terminal:
             return
         handle = record.handle
@@ -164,7 +164,7 @@ class Pipeline:
     # ------------------------------------------------------------------ scan → submit
 
     async def _prepare_and_submit(self, record: JobRecord) -> JobHandle | None:
-        previous = await self.registry.previous(record)
+        previous = await self.registry.jobs.previous(record)
         spec = pack_spec(self.settings, record)
         await self.journal.status(JobStatus.packing, "packing the project")
         cache_dir = layer_cache_dir(self.settings)
@@ -282,7 +282,7 @@ class Pipeline:
         )
         manifest = with_variants(manifest, record, self.settings.sweep.max_variants)
         if manifest.variants:  # a sweep: its MLflow runs exist before any variant is submitted
-            parent = await self.registry.get(self.job_id)
+            parent = await self.registry.jobs.get(self.job_id)
             rows = await track_variants(
                 self.settings, self.registry, self.journal.bus, parent, manifest.variants, manifest
             )
@@ -359,7 +359,7 @@ class Pipeline:
 
     async def _submit(self, record: JobRecord, spec: JobSpec) -> JobHandle | None:
         inputs = StageInputs({"spec": spec.key, "configure": digest_of(spec.model_dump())})
-        if (await self.registry.get(self.job_id)).status == JobStatus.cancelling:
+        if (await self.registry.jobs.get(self.job_id)).status == JobStatus.cancelling:
             await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
             return None
         self.submitting = True
@@ -393,7 +393,7 @@ class Pipeline:
         facts = {"scheduler_job_id": handle.id, "resumed": resumed}
         await self._started(Stage.watch, inputs, facts)
         scheduler = self.clients.scheduler(handle.scheduler)
-        record = await self.registry.get(self.job_id)
+        record = await self.registry.jobs.get(self.job_id)
         learner = InventoryLearner(
             self.settings, record.scheduler, job_image(self.settings, record), handle
         )
@@ -401,7 +401,7 @@ class Pipeline:
             self.journal,
             scheduler,
             handle,
-            current=lambda: self.registry.state(self.job_id),
+            current=lambda: self.registry.jobs.state(self.job_id),
             log=self.log,
             inventory=learner,
         ).run()
@@ -413,7 +413,7 @@ class Pipeline:
     async def _results(self, handle: JobHandle, state: SchedulerState) -> None:
         inputs = StageInputs({"handle": handle.id})
         await self._started(Stage.results, inputs)
-        record = await self.registry.get(self.job_id)
+        record = await self.registry.jobs.get(self.job_id)
         results = await self.clients.scheduler(handle.scheduler).results(handle)
         exit_code = state.exit_code if state.exit_code is not None else results.exit_code
         results = await collect_outputs(
@@ -421,10 +421,12 @@ class Pipeline:
             record,
             results.model_copy(update={"exit_code": exit_code}),
             uploaded=not self.settings.storage.presign_for_jobs or told_to_upload(record),
-            last_lines=await self.registry.last_log_lines(self.job_id, LAST_LINES),
-            index_line=await self.registry.last_log_line_with(self.job_id, INDEX_DIGEST_MARK),
+            last_lines=await self.registry.events.last_log_lines(self.job_id, LAST_LINES),
+            index_line=await self.registry.events.last_log_line_with(
+                self.job_id, INDEX_DIGEST_MARK
+            ),
             rank_lines={  # a multi-node job's other ranks upload their own (unpack/outputs.py)
-                rank: await self.registry.last_log_line_with(self.job_id, digest_mark(rank))
+                rank: await self.registry.events.last_log_line_with(self.job_id, digest_mark(rank))
                 for rank in range(1, record.request.resources.nodes)
             },
         )
@@ -440,7 +442,7 @@ class Pipeline:
             "tracking": results.tracking.url if results.tracking else None,
         }
         if final != JobStatus.succeeded:
-            data["last_lines"] = await self.registry.last_log_lines(self.job_id, LAST_LINES)
+            data["last_lines"] = await self.registry.events.last_log_lines(self.job_id, LAST_LINES)
         text = f"exit code {exit_code}" if exit_code is not None else final.value
 
         def apply(job: JobRecord) -> None:

@@ -66,7 +66,7 @@ class Watcher:
 
     async def run(self) -> SchedulerState:
         """Follow the job to its end; return the scheduler's final state."""
-        cursor = await self.journal.registry.log_cursor(self.journal.job_id)
+        cursor = await self.journal.registry.events.log_cursor(self.journal.job_id)
         lines = _Lines(QUEUE_LINES)
         reader = asyncio.create_task(self._read_logs(cursor, lines))
         poller = asyncio.create_task(self._poll_status())
