@@ -26,9 +26,9 @@ async def open_service(settings: J2CSettings) -> AsyncIterator[JobService]:
     """A service for one command. It is not ``start()``-ed: adopting every orphaned job is for
     long-lived processes (the server, detached watchers); a command drives only the job it
     submits, or one it follows that nobody else drives."""
-    from j2c_server.jobs.service import JobService
+    from j2c_server.sweeps.hook import job_service
 
-    service = JobService(settings, log=log, frontend="cli")
+    service = job_service(settings, log=log, frontend="cli")
     try:
         yield service
     finally:

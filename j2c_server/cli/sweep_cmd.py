@@ -24,7 +24,7 @@ from j2c_server.cli.session import open_service, resolve_job
 from j2c_server.core.errors import InvalidInput
 from j2c_server.core.units import duration
 from j2c_server.jobs.end_notice import job_seconds
-from j2c_server.sweeps.view import sweep_children
+from j2c_server.sweeps.view import sweep_children, sweep_view
 from j2c_server.wire.api import JobRecord
 from j2c_server.wire.sweep_view import SweepVariant, SweepView
 
@@ -54,7 +54,7 @@ async def sweep_status(service: JobService, ref: str) -> SweepView:
     record = await resolve_job(service, ref)
     if sweep_children(record) is None:
         raise not_a_sweep(record)
-    return await service.sweep(record.id)
+    return await sweep_view(service, record.id)
 
 
 def not_a_sweep(record: JobRecord) -> InvalidInput:

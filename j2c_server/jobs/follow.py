@@ -14,10 +14,12 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
 from j2c_server.core.file_modes import private_dir, private_opener
-from j2c_server.jobs.drive.drivers import ServiceLifecycle
-from j2c_server.jobs.fanout import FanoutClosed
+from j2c_server.jobs.drive.drivers import Drivers
+from j2c_server.jobs.fanout import Fanout, FanoutClosed
+from j2c_server.registry.job_registry import Registry
 from j2c_server.usage import metrics
 from j2c_server.wire.api import Event, JobRecord
 from j2c_server.wire.event_frames import WireEvent
@@ -32,8 +34,17 @@ class ServiceStopping(J2CError):
     code = "stopping"
 
 
-class Following(ServiceLifecycle):
+class Following:
     """Event streams, waiting for a job's end, and watching a job to its end."""
+
+    def __init__(
+        self, settings: J2CSettings, registry: Registry, fanout: Fanout, drivers: Drivers
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.fanout = fanout
+        self.drivers = drivers
+        self.stopping = False
 
     async def stream(self, job_id: str, after: int = 0) -> AsyncIterator[Event]:
         """The job's events after ``after``, then live ones as they are persisted; ends after
@@ -47,7 +58,7 @@ class Following(ServiceLifecycle):
     async def stream_wire(self, job_id: str, after: int = 0) -> AsyncIterator[list[WireEvent]]:
         """:meth:`stream` in batches (what arrived together), each event with its JSON bytes
         (made once for all followers): what the websocket sends."""
-        if self._stopping:
+        if self.stopping:
             raise ServiceStopping("j2c is shutting down; reconnect with your last seq")
         metrics.follower_joined()
         try:
@@ -73,15 +84,15 @@ class Following(ServiceLifecycle):
             record = await self.registry.jobs.get(job_id)
             if record.status.terminal:
                 return record
-            self._drive(job_id)
-            driver = self._drivers.get(job_id)
+            self.drivers.drive(job_id)
+            driver = self.drivers.get(job_id)
             if driver is not None and driver.task is not None:
                 await asyncio.wait({driver.task})
             if (await self.registry.leases.owner(job_id)) is not None:
                 await asyncio.sleep(WATCH_RETRY_S)
 
     def run_detached_watcher(self, job_id: str, *, notify_fd: int | None = None) -> int:
-        """Start ``python -m j2c_server.jobs.drive.detached_watcher <job_id>`` in its own
+        """Start ``python -m j2c_server.cli.watcher <job_id>`` in its own
         session, so the job keeps being watched after this process (a CLI, a kernel) exits;
         returns its PID. It
         takes the lease as soon as it is free, watches to the end and exits; given ``notify_fd``
@@ -92,7 +103,7 @@ class Following(ServiceLifecycle):
         settings = self.settings.model_copy(update={"data_dir": str(self.settings.data_path())})
         with open(logs / f"{job_id}.log", "ab", opener=private_opener) as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "j2c_server.jobs.drive.detached_watcher", job_id, *notify],
+                [sys.executable, "-m", "j2c_server.cli.watcher", job_id, *notify],
                 stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

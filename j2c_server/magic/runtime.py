@@ -56,9 +56,9 @@ class BackgroundService:
     async def _open(settings: J2CSettings) -> JobService:
         # Made on the service's own loop. Not start()-ed: the kernel drives the jobs it submits
         # or follows; adopting everyone's orphaned jobs is the server's and watchers' work.
-        from j2c_server.jobs.service import JobService
+        from j2c_server.sweeps.hook import job_service
 
-        return JobService(settings, log=log, frontend="magic")
+        return job_service(settings, log=log, frontend="magic")
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)

@@ -11,9 +11,9 @@ from traitlets import Bool, Dict, Unicode
 
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.core.version import __version__
-from j2c_server.jobs.service import JobService
 from j2c_server.registry.archive import Compactor
 from j2c_server.server.handlers import routes
+from j2c_server.sweeps.hook import job_service
 
 
 class J2CApp(ExtensionApp):
@@ -61,7 +61,7 @@ class J2CApp(ExtensionApp):
         if root_dir:
             # Kernels inherit it: %j2c applies the same defaults rule as the Send form.
             os.environ.setdefault("J2C_SERVER_ROOT", os.path.abspath(root_dir))
-        service = JobService(settings, root_dir=root_dir, log=self.log, frontend="rest")
+        service = job_service(settings, root_dir=root_dir, log=self.log, frontend="rest")
         return {"j2c_service": service}
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:

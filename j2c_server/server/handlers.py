@@ -34,6 +34,7 @@ from j2c_server.server.handler_base import (
     requires,
 )
 from j2c_server.server.stream_handler import EventStreamHandler
+from j2c_server.sweeps.view import sweep_view
 from j2c_server.wire.api import ArtifactCopy, ImageChoice, JobRequest, ServerConfig
 
 
@@ -134,7 +135,7 @@ class SweepHandler(J2CHandler):
 
     @requires(READ)
     async def get(self, job_id: str) -> None:
-        self.write_model(await self.service.sweep(job_id))
+        self.write_model(await sweep_view(self.service, job_id))
 
 
 class EventsHandler(J2CHandler):

@@ -25,7 +25,6 @@ from collections import Counter
 from typing import TYPE_CHECKING, TypeGuard
 
 from j2c_server.core.errors import Conflict, InvalidInput
-from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.send.inputs import job_spec, presigned_manifest
 from j2c_server.jobs.send.presigned_outputs import outputs_policy
 from j2c_server.jobs.send.rule import job_key
@@ -44,8 +43,10 @@ from j2c_server.wire.sweep import SweepInfo
 if TYPE_CHECKING:
     from j2c_server.config import J2CSettings
     from j2c_server.jobs.audit import Actor
-    from j2c_server.jobs.drive.pipeline import Pipeline
+    from j2c_server.jobs.children import Family
+    from j2c_server.jobs.drive.journal import Journal
     from j2c_server.jobs.service import JobService
+    from j2c_server.storage.base import ObjectStore
 
 POLL_S = 0.5
 # The aggregate's words list these in this order, the ended ones first.
@@ -60,14 +61,6 @@ _ORDER = [
     JobStatus.submitted,
     JobStatus.pending,
 ]
-
-
-def is_parent(record: JobRecord) -> bool:
-    return record.sweep is not None and record.sweep.parent is None
-
-
-def is_child(record: JobRecord) -> bool:
-    return record.sweep is not None and record.sweep.parent is not None
 
 
 def variant_table(request: JobRequest, max_variants: int) -> tuple[list[str], list[Variant]]:
@@ -85,7 +78,7 @@ def variant_table(request: JobRequest, max_variants: int) -> tuple[list[str], li
 
 def with_variants(manifest: Manifest, record: JobRecord, limit: int) -> Manifest:
     """The parent's manifest with its variant table; any other job's unchanged."""
-    if not is_parent(record):
+    if not record.is_parent():
         return manifest
     _, table = variant_table(record.request, limit)
     # Retries need a j2c-unpack that applies them: an older one refuses the newer format.
@@ -127,22 +120,20 @@ async def submit_sweep(
     record = await service.submit(request, actor, sweep_keys=keys, sweep_size=len(table))
     if record.decision is not None and record.decision.attached:
         return record
+    family = service.family()
     children: list[str] = []
     for row in table:
         child = _child(record, keys, row)
         first = {"kind": EventKind.status, "status": JobStatus.pending, "text": child.message}
-        created, _ = await service.registry.jobs.create_or_attach(child, first)
-        children.append(created.id)
-        service.bus.publish(created.id)
+        children.append((await family.create(child, first)).id)
 
     def apply(job: JobRecord) -> None:
         if job.sweep is not None:
             job.sweep.children = list(children)
 
-    journal = Journal(service.registry, service.bus, record.id)
     with contextlib.suppress(Conflict):
-        await journal.write([], change=apply)
-    return await service.registry.jobs.get(record.id)
+        await family.journal(record.id).write([], change=apply)
+    return await service.get(record.id)
 
 
 def _child(parent: JobRecord, keys: list[str], row: Variant) -> JobRecord:
@@ -174,7 +165,7 @@ def _child(parent: JobRecord, keys: list[str], row: Variant) -> JobRecord:
 
 
 async def cancel_children(service: JobService, record: JobRecord, actor: Actor | None) -> None:
-    if record.sweep is None or record.sweep.parent is not None:
+    if not record.is_parent() or record.sweep is None:
         return
     for child_id in record.sweep.children:
         with contextlib.suppress(Conflict):
@@ -182,34 +173,33 @@ async def cancel_children(service: JobService, record: JobRecord, actor: Actor |
 
 
 async def run_children(
-    pipeline: Pipeline, record: JobRecord, manifest: Manifest, manifest_uri: str
+    family: Family, journal: Journal, record: JobRecord, manifest: Manifest, manifest_uri: str
 ) -> None:
     """Submit every child pinned to ``manifest`` (``max_parallel`` at a time) and keep the
-    parent's aggregate until all have ended; returns with the parent's final status written."""
-    registry, clients = pipeline.registry, pipeline.clients
-    info = (await registry.jobs.get(record.id)).sweep
+    parent's aggregate until all have ended; returns with the parent's final status written
+    (through ``journal``, the parent's writer under its lease)."""
+    info = (await family.get(record.id)).sweep
     # The send writes the children just after the parent: wait for all of them.
     while info is not None and len(info.children) < info.size:
         await asyncio.sleep(POLL_S / 5)
-        info = (await registry.jobs.get(record.id)).sweep
+        info = (await family.get(record.id)).sweep
     assert info is not None
-    store = clients.store()
+    store = family.store()
     limit = info.max_parallel or max(1, len(info.children))
-    journal = pipeline.journal
     pending = list(info.children)
-    scheduler = clients.scheduler(record.scheduler)
-    if native_array(scheduler, pipeline.settings, record):
+    scheduler = family.scheduler(record.scheduler)
+    if native_array(scheduler, family.settings, record):
         await journal.status(
             JobStatus.submitted, f"submitting {len(info.children)} variants as one array job"
         )
-        await _submit_array(pipeline, record, info, manifest, manifest_uri, store, scheduler)
+        await _submit_array(family, record, info, manifest, manifest_uri, store, scheduler)
         pending = []  # the scheduler throttles the array's tasks itself
     else:
         await journal.status(JobStatus.submitted, f"submitting {len(info.children)} variants")
     last = ""
     while True:
-        parent = await registry.jobs.get(record.id)
-        children = [await registry.jobs.get(child_id) for child_id in info.children]
+        parent = await family.get(record.id)
+        children = [await family.get(child_id) for child_id in info.children]
         going = sum(1 for c in children if c.handle is not None and not c.status.terminal)
         stopping = parent.status == JobStatus.cancelling
         while pending and going < limit and not stopping:
@@ -217,9 +207,9 @@ async def run_children(
             pending.pop(0)
             if child.handle is not None or child.status != JobStatus.pending:
                 continue
-            await _submit_child(pipeline, child, manifest, manifest_uri, store)
+            await _submit_child(family, child, manifest, manifest_uri, store)
             going += 1
-        children = [await registry.jobs.get(child_id) for child_id in info.children]
+        children = [await family.get(child_id) for child_id in info.children]
         status, counts, summary = aggregate(children)
         if summary != last or status.terminal:
             last = summary
@@ -229,7 +219,7 @@ async def run_children(
                     job.sweep.counts, job.sweep.summary = counts, s
 
             if status.terminal:
-                await _finish(pipeline, parent, status, summary, apply)
+                await _finish(family.settings, journal, parent, status, summary, apply)
                 return
             if parent.status != status and not stopping:
                 await journal.status(status, summary, change=apply)
@@ -253,28 +243,24 @@ def native_array(
 
 
 async def _submit_array(
-    pipeline: Pipeline,
+    family: Family,
     parent: JobRecord,
     info: SweepInfo,
     manifest: Manifest,
     manifest_uri: str,
-    store: object,
+    store: ObjectStore,
     scheduler: ArrayScheduler,
 ) -> None:
     """One array job for every variant; each child gets its task's handle. The command and env
     are the same for all tasks: each picks its row by the scheduler's index variable, and
     j2c-unpack fills ``{variant}`` in the job id and outputs address (unpack/variant.py)."""
-    children = [await pipeline.registry.jobs.get(child_id) for child_id in info.children]
+    children = [await family.get(child_id) for child_id in info.children]
     if all(child.handle is not None for child in children):
         return
     bare = parent.request.model_copy(update={"args": [], "sweep": None})
     template = parent.model_copy(update={"id": f"{parent.id}-{PLACEHOLDER}", "request": bare})
     spec = job_spec(
-        pipeline.settings,
-        template,
-        manifest_uri,
-        store,  # type: ignore[arg-type]
-        manifest_digest=manifest.digest(),
+        family.settings, template, manifest_uri, store, manifest_digest=manifest.digest()
     )
     cut = spec.command.index("--")
     pick = ["--variant-env", scheduler.array_index_env]
@@ -290,11 +276,9 @@ async def _submit_array(
     except Exception as exc:  # the array's refusal ends every variant still waiting for it
         for child in children:
             if child.handle is None and child.status == JobStatus.pending:
-                journal = Journal(pipeline.registry, pipeline.journal.bus, child.id)
                 with contextlib.suppress(Conflict):
-                    await journal.status(JobStatus.failed, f"submit failed: {exc}")
+                    await family.journal(child.id).status(JobStatus.failed, f"submit failed: {exc}")
         return
-    drive = getattr(pipeline.clients, "drive", None)
     for child, handle in zip(children, handles, strict=True):
         if child.handle is not None:
             continue
@@ -302,13 +286,12 @@ async def _submit_array(
             with contextlib.suppress(Exception):
                 await scheduler.cancel(handle)
             continue
-        await _record_task(pipeline, child, handle, manifest_uri)
-        if drive is not None:
-            drive(child.id)
+        await _record_task(family, child, handle, manifest_uri)
+        family.drive(child.id)
 
 
 async def _record_task(
-    pipeline: Pipeline, child: JobRecord, handle: JobHandle, manifest_uri: str
+    family: Family, child: JobRecord, handle: JobHandle, manifest_uri: str
 ) -> None:
     def apply(job: JobRecord) -> None:
         job.handle = handle
@@ -317,60 +300,55 @@ async def _record_task(
     index = child.sweep.index if child.sweep is not None else 0
     array_id = handle.data.get("array", "")
     words = f"submitted as {handle.id} (task {index} of the sweep's array job {array_id})"
-    journal = Journal(pipeline.registry, pipeline.journal.bus, child.id)
     with contextlib.suppress(Conflict):
-        await journal.status(JobStatus.submitted, words, change=apply)
+        await family.journal(child.id).status(JobStatus.submitted, words, change=apply)
 
 
 async def _finish(
-    pipeline: Pipeline, parent: JobRecord, status: JobStatus, summary: str, apply: object
+    settings: J2CSettings,
+    journal: Journal,
+    parent: JobRecord,
+    status: JobStatus,
+    summary: str,
+    apply: object,
 ) -> None:
     from j2c_server.sweeps.tracking import finish_sweep_run
 
     results = None
     with contextlib.suppress(Exception):  # tracking never decides the sweep's status
         if parent.results is not None and parent.results.tracking is not None:
-            results = await finish_sweep_run(pipeline.settings, parent, status)
+            results = await finish_sweep_run(settings, parent, status)
 
     def change(job: JobRecord) -> None:
         apply(job)  # type: ignore[operator]
         if results is not None:
             job.results = results
 
-    await pipeline.journal.status(status, summary, change=change)
+    await journal.status(status, summary, change=change)
 
 
 async def _submit_child(
-    pipeline: Pipeline, child: JobRecord, manifest: Manifest, manifest_uri: str, store: object
+    family: Family, child: JobRecord, manifest: Manifest, manifest_uri: str, store: ObjectStore
 ) -> None:
-    settings, clients = pipeline.settings, pipeline.clients
+    settings = family.settings
     index = child.sweep.index if child.sweep is not None else 0
     job_manifest, pinned = (
-        await presigned_manifest(settings, store, manifest, child.id)  # type: ignore[arg-type]
+        await presigned_manifest(settings, store, manifest, child.id)
         if settings.storage.presign_for_jobs
         else (manifest_uri, manifest.digest())
     )
     # The row's args come from the manifest: none after "--" here, or they would run twice.
     bare = child.model_copy(update={"request": child.request.model_copy(update={"args": []})})
     post = (
-        await outputs_policy(settings, store, child)  # type: ignore[arg-type]
-        if settings.storage.presign_for_jobs
-        else None
+        await outputs_policy(settings, store, child) if settings.storage.presign_for_jobs else None
     )
-    spec = job_spec(
-        settings,
-        bare,
-        job_manifest,
-        store,  # type: ignore[arg-type]
-        manifest_digest=pinned,
-        outputs_post=post,
-    )
+    spec = job_spec(settings, bare, job_manifest, store, manifest_digest=pinned, outputs_post=post)
     cut = spec.command.index("--")
     command = [*spec.command[:cut], "--variant", str(index), *spec.command[cut:]]
     spec = spec.model_copy(update={"command": command})
-    journal = Journal(pipeline.registry, pipeline.journal.bus, child.id)
+    journal = family.journal(child.id)
     try:
-        handle = await clients.scheduler(child.scheduler).submit(spec)
+        handle = await family.scheduler(child.scheduler).submit(spec)
     except Exception as exc:  # one variant's refusal ends that variant, not the sweep
         with contextlib.suppress(Conflict):
             await journal.status(JobStatus.failed, f"submit failed: {exc}")
@@ -382,6 +360,4 @@ async def _submit_child(
 
     with contextlib.suppress(Conflict):
         await journal.status(JobStatus.submitted, f"submitted as {handle.id}", change=apply)
-    drive = getattr(clients, "drive", None)
-    if drive is not None:
-        drive(child.id)
+    family.drive(child.id)

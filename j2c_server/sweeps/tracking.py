@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import NotFound
+from j2c_server.jobs.children import Family
 from j2c_server.jobs.drive.journal import Journal
-from j2c_server.jobs.fanout import EventBus
 from j2c_server.jobs.tracking import (
     MlflowClient,
     TrackingFailure,
@@ -41,7 +41,6 @@ from j2c_server.jobs.tracking import (
     run_url,
     tracking_uri,
 )
-from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobResults, JobStatus, TrackingRun
 from j2c_server.wire.manifest import Manifest, Variant
 
@@ -214,9 +213,7 @@ async def start_sweep_runs(
 
 
 async def track_variants(
-    settings: J2CSettings,
-    registry: Registry,
-    bus: EventBus,
+    family: Family,
     parent: JobRecord,
     table: Sequence[Variant],
     manifest: Manifest | None = None,
@@ -225,12 +222,13 @@ async def track_variants(
     parent run and one child run per row exist (recorded on each job); ``table`` as it was when
     tracking is off or fails. Call it before the table goes into the manifest. The children are
     ``parent.sweep.children`` by index; a row whose child record is missing gets no run."""
+    settings = family.settings
     if not settings.mlflow.uri() or parent.sweep is None:
         return list(table)
     by_index: dict[int, JobRecord] = {}
     for child_id in parent.sweep.children:
         try:
-            child = await registry.jobs.get(child_id)
+            child = await family.get(child_id)
         except NotFound:
             continue
         if child.sweep is not None and child.sweep.index is not None:
@@ -238,16 +236,14 @@ async def track_variants(
     rows = [row for row in table if row.index in by_index]
     runs = [
         VariantRun(
-            Journal(registry, bus, by_index[row.index].id),
+            family.journal(by_index[row.index].id),
             by_index[row.index],
             row.index,
             row.params,
         )
         for row in rows
     ]
-    envs = await start_sweep_runs(
-        settings, Journal(registry, bus, parent.id), parent, runs, manifest
-    )
+    envs = await start_sweep_runs(settings, family.journal(parent.id), parent, runs, manifest)
     extra = {row.index: env for row, env in zip(rows, envs, strict=True)}
     return [
         row.model_copy(update={"env": {**row.env, **extra.get(row.index, {})}}) for row in table

@@ -16,16 +16,18 @@ import json
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError, NotFound
 from j2c_server.jobs.artifacts import open_artifact
 from j2c_server.jobs.tracking import MlflowClient, TrackingFailure
-from j2c_server.registry.job_registry import Registry
 from j2c_server.sweeps.tracking import metric_history
 from j2c_server.wire.api import JobRecord, JobStatus
 from j2c_server.wire.sweep_view import MetricPoint, MetricsSource, SweepVariant, SweepView
+
+if TYPE_CHECKING:
+    from j2c_server.jobs.service import JobService
 
 METRICS_FILE = "metrics.json"
 MAX_METRICS_BYTES = 1024 * 1024
@@ -256,10 +258,10 @@ def variant_ref(child: JobRecord, position: int) -> VariantRef:
     return VariantRef(index, child.id, dict(info.params))
 
 
-async def sweep_view(settings: J2CSettings, registry: Registry, parent_id: str) -> SweepView:
+async def sweep_view(service: JobService, parent_id: str) -> SweepView:
     """``GET /jobs/{id}/sweep``: the sweep whose parent job is ``parent_id``; a job that is no
     sweep's parent (a plain job, or one variant) is refused (404, naming it)."""
-    parent = await registry.jobs.get(parent_id)
+    parent = await service.get(parent_id)
     rows = sweep_children(parent)
     if rows is None:
         raise NotFound(f"job {parent_id} is not a sweep")
@@ -268,9 +270,9 @@ async def sweep_view(settings: J2CSettings, registry: Registry, parent_id: str) 
     refs: list[VariantRef] = []
     for position, child_id in enumerate(child_ids):
         try:
-            child = await registry.jobs.get(child_id)
+            child = await service.get(child_id)
         except NotFound:
             continue  # a removed variant: no row
         children[child_id] = child
         refs.append(variant_ref(child, position))
-    return await build_view(settings, parent, keys, refs, children)
+    return await build_view(service.settings, parent, keys, refs, children)

@@ -369,6 +369,14 @@ class JobRecord(Strict):
     frontend: str | None = Field(None, description="Where it was sent from: rest, cli, magic.")
     sweep: SweepInfo | None = Field(None, description="Its sweep: a parent or one variant.")
 
+    def is_parent(self) -> bool:
+        """A sweep's parent: its children run the variants; it packs and uploads once."""
+        return self.sweep is not None and self.sweep.parent is None
+
+    def is_child(self) -> bool:
+        """One variant of a sweep: its parent submits it."""
+        return self.sweep is not None and self.sweep.parent is not None
+
 
 class EventKind(str, Enum):
     stage = "stage"

@@ -27,6 +27,7 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.backoff import Backoff, retry_async
 from j2c_server.core.coalesce import next_tick_s
 from j2c_server.core.errors import Conflict, J2CError, disk_full_to_j2c
+from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.drive.pipeline import Pipeline
@@ -62,6 +63,8 @@ class JobDriver:
         settings: J2CSettings,
         clients: Clients,
         log: Log,
+        children: ChildJobs,
+        family: Family,
     ) -> None:
         self.job_id = job_id
         self.owner = owner
@@ -70,7 +73,9 @@ class JobDriver:
         self.journal = Journal(registry, bus, job_id, owner=owner)
         self.settings = settings
         self.clients = clients
-        self.pipeline = Pipeline(settings, self.journal, clients, log)
+        self.children = children
+        self.family = family
+        self.pipeline = self._pipeline()
         self.task: asyncio.Task[None] | None = None
         self._stop_reason: str | None = None
 
@@ -117,8 +122,13 @@ class JobDriver:
 
     async def _run_pipeline(self) -> None:
         """A pipeline run from what the registry recorded (again after a full disk)."""
-        self.pipeline = Pipeline(self.settings, self.journal, self.clients, self.log)
+        self.pipeline = self._pipeline()
         await self.pipeline.run()
+
+    def _pipeline(self) -> Pipeline:
+        return Pipeline(
+            self.settings, self.journal, self.clients, self.log, self.children, self.family
+        )
 
     def _full_disk_backoff(self) -> Backoff:
         def on_retry(exc: BaseException, attempt: int, delay: float) -> None:

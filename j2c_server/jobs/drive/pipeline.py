@@ -22,6 +22,7 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.job_env import mask_env
 from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the_image
 from j2c_server.image.check import InventoryLearner
+from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.drive.watch import Log, Watcher, until_available
@@ -50,8 +51,6 @@ from j2c_server.pack import PackResult, PackSpec, make_manifest, publish
 from j2c_server.pack.held import hold, release
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.storage.redact import redact_url
-from j2c_server.sweeps.send import is_child, is_parent, run_children, with_variants
-from j2c_server.sweeps.tracking import track_variants
 from j2c_server.usage.writer import job_submitted
 from j2c_server.wire.api import (
     EventKind,
@@ -76,12 +75,16 @@ class Pipeline:
         journal: Journal,
         clients: Clients,
         log: Log,
+        children: ChildJobs,
+        family: Family,
     ) -> None:
         self.settings = settings
         self.journal = journal
         self.registry = journal.registry
         self.clients = clients
         self.log = log
+        self.children = children  # a parent's children: the one hook (jobs/children.py)
+        self.family = family
         # Set (synchronously, on the loop) just before submitting: from then on a cancel goes to
         # the scheduler instead of interrupting this task.
         self.submitting = False
@@ -106,8 +109,8 @@ class Pipeline:
                 # The process that recorded the cancel may have died before it reached the
                 # scheduler: ask again (a cancel is idempotent), then watch the job end.
                 await self.clients.scheduler(handle.scheduler).cancel(handle)
-        if handle is None and is_child(record):
-            return  # a sweep's variant: its parent submits it (sweeps/send.py)
+        if handle is None and record.is_child():
+            return  # a sweep's variant: its parent submits it
         if handle is None:
             handle = await self._prepare_and_submit(record)
             if handle is None:
@@ -174,8 +177,8 @@ class Pipeline:
             manifest, manifest_uri = await self._upload(record, result, packed_at, previous)
         finally:
             await asyncio.to_thread(release, cache_dir, self.job_id)
-        if is_parent(record):  # one upload, then every variant pinned to it
-            await run_children(self, record, manifest, manifest_uri)
+        if record.is_parent():  # one upload, then every child pinned to it
+            await self.children.run(self.family, self.journal, record, manifest, manifest_uri)
             return None
         job_spec = await self._configure(record, manifest, manifest_uri, previous)
         job_spec = await start_run(self.settings, self.journal, record, manifest, job_spec)
@@ -280,13 +283,9 @@ class Pipeline:
         manifest = make_manifest(
             result, source_image=job_image(self.settings, record), created_at=packed_at
         )
-        manifest = with_variants(manifest, record, self.settings.sweep.max_variants)
-        if manifest.variants:  # a sweep: its MLflow runs exist before any variant is submitted
+        if record.is_parent():  # the children's rows go into the one manifest
             parent = await self.registry.jobs.get(self.job_id)
-            rows = await track_variants(
-                self.settings, self.registry, self.journal.bus, parent, manifest.variants, manifest
-            )
-            manifest = manifest.model_copy(update={"variants": rows})
+            manifest = await self.children.prepare(self.family, parent, manifest)
         inputs = StageInputs(
             {
                 "layers": [packed.layer.digest for packed in result.layers],

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from j2c_server.config import J2CSettings
 from j2c_server.core.job_env import check_request_env, mask_env
-from j2c_server.jobs.drive.drivers import ServiceLifecycle
+from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.send.inputs import (
     job_image,
     job_spec,
@@ -29,17 +30,22 @@ from j2c_server.wire.api import JobRecord, JobRequest, JobStatus
 from j2c_server.wire.image import ImageReport
 
 
-class Drafting(ServiceLifecycle):
+class Drafts:
     """Requests resolved and drafted; preflight, image report and dry run."""
 
-    async def _resolve(self, request: JobRequest) -> JobRequest:
+    def __init__(self, settings: J2CSettings, clients: Clients, root_dir: str | None) -> None:
+        self.settings = settings
+        self.clients = clients
+        self.root_dir = root_dir
+
+    async def resolve(self, request: JobRequest) -> JobRequest:
         check_request_env(request.env, self.settings.scheduler.pass_env)
         resolved = await asyncio.to_thread(resolve_request, request, self.root_dir)
         scheduler = resolved.scheduler or self.settings.scheduler.default
         check_resources(scheduler, resolved.resources)
         return resolved.model_copy(update={"scheduler": scheduler})
 
-    def _draft(self, resolved: JobRequest) -> JobRecord:
+    def draft(self, resolved: JobRequest) -> JobRecord:
         """The record of a request before it has an id (preflight and dry runs stop here)."""
         now = time.time()
         return JobRecord(
@@ -56,7 +62,7 @@ class Drafting(ServiceLifecycle):
 
     async def preflight(self, request: JobRequest) -> PackPlan:
         """What packing this request would ship, leave out and warn about; writes nothing."""
-        record = self._draft(await self._resolve(request))
+        record = self.draft(await self.resolve(request))
         # The image check (a thread) runs beside the scan (a worker process).
         plan, report = await asyncio.gather(
             self.clients.packers.preflight(pack_spec(self.settings, record)),
@@ -68,14 +74,14 @@ class Drafting(ServiceLifecycle):
 
     async def image_report(self, request: JobRequest) -> ImageReport | None:
         """What the request's target image lacks or has otherwise (``--dry-run`` prints it)."""
-        return await record_image_report(self.settings, self._draft(await self._resolve(request)))
+        return await record_image_report(self.settings, self.draft(await self.resolve(request)))
 
     async def dry_run(self, request: JobRequest) -> dict[str, Any]:
         """The job spec the scheduler would get, from a real pack (layers land in the local
         cache); nothing is uploaded, submitted or recorded. A backend with a native job
         document (``native_spec``: a Kubernetes batch/v1 Job, a container create request)
         shows that instead."""
-        record = self._draft(await self._resolve(request))
+        record = self.draft(await self.resolve(request))
         async with self.clients.pack_slots:
             result, packed_at = await self.clients.packers.pack(
                 pack_spec(self.settings, record), layer_cache_dir(self.settings)

@@ -1,13 +1,13 @@
-"""``python -m j2c_server.jobs.drive.detached_watcher JOB_ID [--notify-fd N]``: a watcher that
-outlives the CLI or kernel.
+"""``python -m j2c_server.cli.watcher JOB_ID [--notify-fd N]``: a watcher that outlives the CLI
+or kernel (a process of the CLI's kind: a full service, no terminal).
 
 Started by :meth:`JobService.run_detached_watcher` in its own session. It reads the spawner's
 settings from stdin (JSON; not from the command line, where other users could read it), takes
 the job's lease as soon as nobody else holds it, watches the job to its end and exits. SIGTERM
 or SIGINT release the lease first, so the next process takes over at once. With
 ``--notify-fd``, an inherited descriptor of the terminal ``j2c submit --notify`` ran in, it
-writes the job's end line there (:mod:`.end_notice`); a terminal closed meanwhile is only noted
-in its log.
+writes the job's end line there (:mod:`j2c_server.jobs.end_notice`); a terminal closed meanwhile
+is only noted in its log.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from j2c_server.config import J2CSettings, load_settings, validate_settings
 from j2c_server.core.errors import J2CError
 from j2c_server.jobs.end_notice import tell_terminal
-from j2c_server.jobs.service import JobService
+from j2c_server.sweeps.hook import job_service
 
 log = logging.getLogger("j2c.watch")
 
@@ -34,7 +34,7 @@ def _settings_from_stdin() -> J2CSettings:
 
 
 async def _watch(settings: J2CSettings, job_id: str, notify_fd: int | None) -> int:
-    service = JobService(settings, log=log)
+    service = job_service(settings, log=log)
     task = asyncio.current_task()
     assert task is not None
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -53,7 +53,7 @@ async def _watch(settings: J2CSettings, job_id: str, notify_fd: int | None) -> i
         await service.stop()
 
 
-_USAGE = "usage: python -m j2c_server.jobs.drive.detached_watcher JOB_ID [--notify-fd N]"
+_USAGE = "usage: python -m j2c_server.cli.watcher JOB_ID [--notify-fd N]"
 
 
 def _parse(args: list[str]) -> tuple[str, int | None] | None:
