@@ -24,7 +24,6 @@ from j2c_server.core.errors import NotFound
 from j2c_server.jobs import fanout as eventbus
 from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.service import JobService
-from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
 
 _WRITER = """

@@ -25,6 +25,7 @@ import pytest
 
 from j2c_server.config import load_settings
 from j2c_server.jobs.service import JobService
+from j2c_server.sweeps.hook import job_service
 from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
 from tests.support.fake_kube import FakeKube, write_kubeconfig
@@ -44,7 +45,7 @@ def service(
     monkeypatch.setenv("J2C_SCHEDULER__KUBERNETES__POLL_INTERVAL_S", "0.05")
     # The fake cluster's pods run nothing: the embedded file:// store counts as shared.
     monkeypatch.setenv("J2C_STORAGE__SHARED", "true")
-    return JobService(load_settings())
+    return job_service(load_settings())
 
 
 def _request(project: Path) -> JobRequest:

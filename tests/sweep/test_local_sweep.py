@@ -11,6 +11,7 @@ import pytest
 from j2c_server.config import load_settings
 from j2c_server.core.errors import InvalidInput
 from j2c_server.jobs.service import JobService
+from j2c_server.sweeps.hook import job_service
 from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
 
@@ -48,7 +49,7 @@ async def _log(service: JobService, job_id: str) -> str:
 
 async def test_six_variants_from_one_upload(j2c_data_dir: Path, tmp_path: Path) -> None:
     project = _project(tmp_path)
-    service = JobService(load_settings())
+    service = job_service(load_settings())
     try:
         parent = await service.submit(_sweep_request(project, max_parallel=2))
         assert parent.sweep is not None and len(parent.sweep.children) == 6
@@ -78,7 +79,7 @@ async def test_an_edit_after_the_send_never_reaches_queued_variants(
     j2c_data_dir: Path, tmp_path: Path
 ) -> None:
     project = _project(tmp_path)
-    service = JobService(load_settings())
+    service = job_service(load_settings())
     try:
         parent = await service.submit(_sweep_request(project, max_parallel=1))
         assert parent.sweep is not None
@@ -101,7 +102,7 @@ async def test_cancelling_the_parent_cancels_every_variant(
     project = _project(tmp_path)
     request = _sweep_request(project, max_parallel=2)
     request = request.model_copy(update={"args": ["--lr", "{lr}", "--seed", "{seed}", "60"]})
-    service = JobService(load_settings())
+    service = job_service(load_settings())
     try:
         parent = await service.submit(request)
         assert parent.sweep is not None
@@ -144,7 +145,7 @@ async def test_bad_grids_are_refused_before_anything_is_sent(
         args=args,
         sweep=SweepSpec.model_validate(sweep),
     )
-    service = JobService(load_settings())
+    service = job_service(load_settings())
     try:
         with pytest.raises(InvalidInput, match="sweep") as caught:
             await service.submit(request)
@@ -162,7 +163,7 @@ async def test_the_cap_is_the_sweep_max_variants_setting_checked_before_the_scan
     request = _sweep_request(tmp_path / "absent")
     settings = load_settings(environ={"J2C_SWEEP__MAX_VARIANTS": str(cap)})
     assert settings.sweep.max_variants == cap
-    service = JobService(settings)
+    service = job_service(settings)
     try:
         with pytest.raises(InvalidInput) as caught:
             await service.submit(request)
@@ -171,7 +172,7 @@ async def test_the_cap_is_the_sweep_max_variants_setting_checked_before_the_scan
             f"sweep: 6 variants is more than the limit of {cap} (setting sweep.max_variants)"
         )
         assert await service.list_jobs() == []
-        raised = JobService(load_settings(environ={"J2C_SWEEP__MAX_VARIANTS": "6"}))
+        raised = job_service(load_settings(environ={"J2C_SWEEP__MAX_VARIANTS": "6"}))
         try:  # at the cap: past the sweep's checks, the scan is what refuses the absent project
             with pytest.raises(InvalidInput) as scanned:
                 await raised.submit(request)
@@ -203,7 +204,7 @@ async def test_retries_re_run_a_failed_variant_in_place_up_to_the_count(
         args=["{mode}"],
         sweep=SweepSpec(grid={"mode": ["once", "always", "never"]}, retries=1),
     )
-    service = JobService(load_settings())
+    service = job_service(load_settings())
     try:
         parent = await service.submit(request)
         assert parent.sweep is not None
@@ -233,7 +234,7 @@ async def test_retries_of_a_multi_node_sweep_are_refused(
     request = request.model_copy(
         update={"resources": request.resources.model_copy(update={"nodes": 2})}
     )
-    service = JobService(load_settings())
+    service = job_service(load_settings())
     try:
         with pytest.raises(InvalidInput) as caught:
             await service.submit(request)
@@ -247,7 +248,7 @@ async def test_retries_of_a_multi_node_sweep_are_refused(
 async def test_a_cancelled_variant_is_not_re_run(j2c_data_dir: Path, tmp_path: Path) -> None:
     request = _sweep_request(_project(tmp_path), retries=2)
     request = request.model_copy(update={"args": ["--lr", "{lr}", "--seed", "{seed}", "60"]})
-    service = JobService(load_settings())
+    service = job_service(load_settings())
     try:
         parent = await service.submit(request)
         assert parent.sweep is not None

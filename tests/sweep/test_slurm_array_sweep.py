@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from j2c_server.jobs.service import JobService
+from j2c_server.sweeps.hook import job_service
 from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
 from tests.support.jobs import sweep_children_submitted
@@ -42,7 +43,7 @@ def _service(slurm_cluster: SlurmCluster, tmp_path: Path, project: Path) -> JobS
     project.mkdir()
     (project / "train.py").write_text(SCRIPT)
     settings = slurm_cluster.settings(env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
-    service = JobService(settings.model_copy(update={"data_dir": str(tmp_path / "data")}))
+    service = job_service(settings.model_copy(update={"data_dir": str(tmp_path / "data")}))
     service.start()
     return service
 

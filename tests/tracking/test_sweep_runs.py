@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from j2c_server.config import J2CSettings, load_settings
+from j2c_server.jobs.children import Family
+from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.fanout import EventBus
 from j2c_server.registry.job_registry import Registry
@@ -280,7 +282,9 @@ async def test_the_variant_table_gets_each_rows_run_and_the_parent_its_own(
         )
         for v in variants
     ]
-    tracked = await track_variants(settings, registry, bus, parent, table)
+    tracked = await track_variants(
+        Family(settings, registry, bus, Clients(settings), lambda _: None), parent, table
+    )
     assert [row.index for row in tracked] == [row.index for row in table]
     for row, variant in zip(tracked, variants, strict=True):
         child = await registry.jobs.get(variant.record.id)
@@ -291,5 +295,8 @@ async def test_the_variant_table_gets_each_rows_run_and_the_parent_its_own(
     stored = await registry.jobs.get(parent.id)
     assert stored.results is not None and stored.results.tracking is not None
     assert {row.env["MLFLOW_PARENT_RUN_ID"] for row in tracked} == {stored.results.tracking.run_id}
-    untracked = await track_variants(load_settings(environ={}), registry, bus, parent, table)
+    off = load_settings(environ={})
+    untracked = await track_variants(
+        Family(off, registry, bus, Clients(off), lambda _: None), parent, table
+    )
     assert untracked == table

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from j2c_server.config import load_settings
-from j2c_server.jobs.service import JobService
+from j2c_server.sweeps.hook import job_service
 from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
 from tests.tracking.mlflow_server import MlflowServer
@@ -28,7 +28,7 @@ async def test_each_variant_of_a_sent_sweep_runs_under_its_own_nested_run(
         environ={},
         overrides={"mlflow": {"tracking_uri": mlflow_server.url, "experiment": "sent-sweeps"}},
     )
-    service = JobService(settings)
+    service = job_service(settings)
     try:
         parent = await service.submit(
             JobRequest(
