@@ -5,7 +5,7 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 1. manifest      fetch the manifest, refuse it unless its bytes hash to --manifest-digest
                  (or, without one, to its content-addressed name), and validate it;
                  with the node cache, a manifest validated there before is not validated again
-                 (plan_cache.py: no pydantic import on a warm start)
+                 (cache/plans.py: no pydantic import on a warm start)
 2. python        the venv's Python major.minor must be this interpreter's; before it, this
                  interpreter's inventory, one ``j2c: inventory: {json}`` line (inventory.py;
                  with the node cache only the first time for this interpreter), and, for a

@@ -1,21 +1,21 @@
 """The ``container`` backend: one container per job on this machine's engine (podman or Docker).
 
-Through the Docker Engine API on a unix socket (:mod:`.container_api`), never a CLI:
+Through the Docker Engine API on a unix socket (:mod:`.api`), never a CLI:
 
 - submit: ``POST /containers/create?name=j2c-<key hash>`` with :func:`render_create`, then start
   it. A 409 adopts the existing container when its ``j2c.io/key`` label is this request's key (a
   retried submit, or one that died between create and start), and refuses otherwise. A job that
-  asks for GPUs waits for them in the machine-wide ledger first (:mod:`.container_gpus`).
-- status: the container's state (:mod:`.container_status`); once collected, the state recorded then
-  (:mod:`.container_lifecycle`); a container the engine no longer has otherwise is ``lost`` (or
+  asks for GPUs waits for them in the machine-wide ledger first (:mod:`.gpus`).
+- status: the container's state (:mod:`.status`); once collected, the state recorded then
+  (:mod:`.lifecycle`); a container the engine no longer has otherwise is ``lost`` (or
   ``cancelled``, after a cancel). Everything it needs is in the handle, the job's folder and on
   the engine, so a restarted server re-attaches by name. Reading it also enforces the time limit.
 - logs: ``/logs?follow=1&timestamps=1`` from a timestamp cursor, re-opened when the stream drops
-  and drained with one plain read once the container has exited (:mod:`.container_logs`).
+  and drained with one plain read once the container has exited (:mod:`.logs`).
 - cancel: a marker in the job's folder, then ``POST /stop?t=<grace>`` (the engine sends SIGTERM,
   then SIGKILL after the grace).
 - results: the exit code, and the files of the job's ``$J2C_OUTPUT_DIR`` (a host folder,
-  :mod:`.container_status`); then
+  :mod:`.status`); then
   the terminal state is written to the job's folder and the container removed (unless
   ``keep_finished``).
 """
@@ -116,7 +116,7 @@ class ContainerScheduler(SchedulerBase):
 
     async def _ready(self) -> EngineClient:
         """The engine, once this server's collected containers left on it were removed (after
-        a restart: see :mod:`.container_lifecycle`)."""
+        a restart: see :mod:`.lifecycle`)."""
         api = self._api()
         if not self._swept and not self._cfg.keep_finished:
             self._swept = True
@@ -141,7 +141,7 @@ class ContainerScheduler(SchedulerBase):
     async def engine(self) -> EngineInfo:
         """The engine (rootless or not), read once, however many submits ask at the same time
         (the others wait for that one answer); settings a rootful engine may not run
-        (:mod:`.container_engine`) are refused here, before any job of this server starts."""
+        (:mod:`.engine`) are refused here, before any job of this server starts."""
         async with self._engine_lock:
             if self._engine_info is None:
                 info = await read_engine(self._api())
@@ -302,7 +302,7 @@ class ContainerScheduler(SchedulerBase):
 
     def _prepare_folders(self, spec: JobSpec, folder: Path, access: Access) -> Path | None:
         """The job's HOME, outputs, store upload folder and cache, given to its uid
-        (:mod:`.container_folders`); the cache folder, or None when there is none."""
+        (:mod:`.folders`); the cache folder, or None when there is none."""
         folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         folder.mkdir(exist_ok=True, mode=0o700)
         folder.chmod(0o700)

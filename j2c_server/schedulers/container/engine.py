@@ -105,7 +105,7 @@ class Access:
 
 
 def job_access(job_uid: int, engine: EngineInfo | None) -> Access:
-    """How the job's uid gets its folders (:mod:`.container_folders`); None: the engine is
+    """How the job's uid gets its folders (:mod:`.folders`); None: the engine is
     not known (a dry run)."""
     me = os.geteuid()
     if engine is None or me == 0:

@@ -2,7 +2,7 @@
 uploaded to, and the node layer cache — given to the job's uid, never world-writable.
 
 How the job's uid gets them depends on who the server is and on the engine
-(:class:`~.container_engine.EngineInfo`):
+(:class:`~.engine.EngineInfo`):
 
 - a root server: ``chown`` to the job's uid:gid (a rootful engine maps uids 1:1);
 - the job runs as the server's own uid: the server owns them; on rootless podman the container

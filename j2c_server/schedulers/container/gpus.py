@@ -1,6 +1,6 @@
 """GPUs for container jobs: a detached waiter per GPU job, in the local scheduler's ledger.
 
-A GPU claim in :mod:`.local_gpus` lives as long as the process that made it, so a GPU job gets
+A GPU claim in :mod:`j2c_server.schedulers.gpu_ledger` lives as long as the process that made it, so a GPU job gets
 a waiter process (``python -m j2c_server.schedulers.container.gpus FOLDER``) that is nobody's
 child: it holds ``FOLDER/job.lock`` for its whole life, waits in line for the GPUs (writing why
 in ``FOLDER/gpus.json``), creates and starts the container with the granted devices, waits for

@@ -1,5 +1,5 @@
 """A container job's log, followed: ``/logs?follow=1&timestamps=1`` from a timestamp cursor
-(:class:`.container_api.LogReader`), re-opened when the stream drops, and drained with one plain
+(:class:`.api.LogReader`), re-opened when the stream drops, and drained with one plain
 read once the container has exited. A job still waiting for its GPUs has no container yet: its
 log is waited for."""
 

@@ -16,7 +16,7 @@ What the job sees:
 - ``HOME`` (``/j2c/home``) and ``$J2C_OUTPUT_DIR`` (``/j2c/outputs``): writable per-job folders
   of the host (``<runs dir>/<name>/``), so tools that write under HOME work as any uid;
 - its uid's and user's layer cache (``/j2c/cache``, ``J2C_UNPACK_CACHE``), when one is given
-  (:mod:`.container_folders`); binds carry podman's ``U`` where the job's uid gets its folders
+  (:mod:`.folders`); binds carry podman's ``U`` where the job's uid gets its folders
   that way, and ``UsernsMode: keep-id`` on rootless podman when it runs as the server's uid;
 - the configured uid:gid, CPU and memory limits, GPUs as CDI devices or device requests;
 - no capability (``CapDrop: [ALL]``, ``cap_add`` names those given back), ``no-new-privileges``
@@ -239,7 +239,7 @@ def _binds(
     spec: JobSpec, settings: J2CSettings, files: list[Path], cache: Path | None, access: Access
 ) -> list[str]:
     folder = job_folder(settings, spec.key)
-    # U: podman gives the folder to the uid the job has on the host (container_folders.py).
+    # U: podman gives the folder to the uid the job has on the host (folders.py).
     rw = "rw,U" if access.chown_binds else "rw"
     binds = [f"{folder / 'home'}:{HOME}:{rw}", f"{folder / 'outputs'}:{OUTPUTS}:{rw}"]
     # One file at a time, never the store's folder: the store holds every job's code and outputs.

@@ -1,5 +1,5 @@
 """A container job's state as j2c reads it: the engine's container state as a j2c status (with
-the cancel marker and the time limit, :mod:`.container_lifecycle`), and its results: the exit
+the cancel marker and the time limit, :mod:`.lifecycle`), and its results: the exit
 code and the files of the job's ``$J2C_OUTPUT_DIR`` (a host folder)."""
 
 from __future__ import annotations

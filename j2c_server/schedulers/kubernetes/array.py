@@ -1,8 +1,8 @@
 """A sweep as ONE Indexed Job: its manifest, one index (one variant) read as a job of its own,
 and what cancelling one index means. Pure functions over the API's JSON; the requests are
-:mod:`.kube_indexed`'s.
+:mod:`.indexed`'s.
 
-The Job is :func:`~.kube_spec.render_job`'s with ``completionMode: Indexed``, ``completions`` =
+The Job is :func:`~.spec.render_job`'s with ``completionMode: Indexed``, ``completions`` =
 the sweep's size, ``parallelism`` = its ``max_parallel`` (the Job controller runs at most that
 many indexes at once and starts the next when one ends), ``backoffLimitPerIndex: 0`` (a variant
 that fails is not retried and does not end the others) and ``backoffLimit`` = the size (each
@@ -14,7 +14,7 @@ older API server drops the field, which :func:`per_index_limit_kept` lets submit
 One index's state: the Job's ``status.completedIndexes`` / ``failedIndexes`` (``"0-2,5"``) are
 the controller's verdict per index; before it, the index's newest pod (annotation
 ``batch.kubernetes.io/job-completion-index``) says why it waits or that it runs, as a plain
-Job's pod does (:func:`~.kube_status.pod_state`).
+Job's pod does (:func:`~.status.pod_state`).
 
 Cancelling one index. Kubernetes cannot stop one index of a Job except by deleting its pod, nor
 keep an index that has no pod yet from getting one when a slot frees. So j2c:

@@ -7,7 +7,7 @@ pod's own service account when ``KUBERNETES_SERVICE_HOST`` is set. The result ca
 URL, the namespace, a TLS context (CA, client certificate) and a bearer-token source.
 
 The bearer-token sources it picks (a static token, a token file, an ``exec`` plugin) are in
-:mod:`.kube_tokens`.
+:mod:`.tokens`.
 """
 
 from __future__ import annotations

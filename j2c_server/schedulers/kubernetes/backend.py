@@ -2,22 +2,22 @@
 
 - submit: POST the Job from :func:`render_job`; a 409 adopts the existing Job when its
   ``j2c.io/key`` annotation is this request's key (a retried create), and refuses otherwise.
-- status: the Job's conditions and its newest pod (see :mod:`.kube_status`).
+- status: the Job's conditions and its newest pod (see :mod:`.status`).
 - logs: ``pods/{pod}/log?follow=true&timestamps=true``, reconnecting after a dropped stream from
-  the cursor (see :mod:`.kube_logs`); ends when the container has terminated and its log drained.
+  the cursor (see :mod:`.logs`); ends when the container has terminated and its log drained.
 - cancel: annotate the Job as cancelled, then delete it with ``propagationPolicy: Background``
   (the pod gets SIGTERM and its grace period). A Job that is gone after a cancel reads as
   cancelled, anything else that vanished as lost.
 - multi-node (``resources.nodes > 1``): an Indexed Job plus a headless Service for its pods'
-  names (see :mod:`.kube_spec`); status, logs (tagged with their rank) and the exit code read
-  every rank's pod (:mod:`.kube_ranks`); cancel deletes the Job, its pods and the Service.
+  names (see :mod:`.spec`); status, logs (tagged with their rank) and the exit code read
+  every rank's pod (:mod:`.ranks`); cancel deletes the Job, its pods and the Service.
 - sweeps (``submit_array``): ONE Indexed Job of all the variants, ``max_parallel`` at a time;
   each variant's handle is its index (``<job>/<index>``), whose status, log, exit code and cancel
   are that index's pod's; cancelling one index deletes its pod, and the whole Job goes once only
-  cancelled indexes are left (why: :mod:`.kube_array`; the requests: :mod:`.kube_indexed`).
+  cancelled indexes are left (why: :mod:`.array`; the requests: :mod:`.indexed`).
   The Job and its pods are read at most twice a second for all its variants.
 
-The connection (kubeconfig or service account, :mod:`.kube_auth`) is resolved on first use, in a
+The connection (kubeconfig or service account, :mod:`.auth`) is resolved on first use, in a
 worker thread, so constructing a scheduler never touches the disk or the network.
 """
 
@@ -176,7 +176,7 @@ class KubernetesScheduler(SchedulerBase):
         self, spec: JobSpec, size: int, max_parallel: int | None
     ) -> list[JobHandle]:
         """ONE Indexed Job of ``size`` indexes running ``spec`` (whose command picks its row by
-        :data:`~.kube_array.INDEX_ENV`), ``max_parallel`` at a time; one handle per index,
+        :data:`~.array.INDEX_ENV`), ``max_parallel`` at a time; one handle per index,
         ``<job>/<index>``, in index order. A retried submit adopts the Job, like ``submit``."""
         _, conn = await self._api()
         manifest = render_array(spec, self._settings, size, max_parallel, namespace=conn.namespace)

@@ -1,6 +1,6 @@
 """The requests behind a sweep's variants on Kubernetes: each variant is one index of ONE
 Indexed Job, read, followed and cancelled as a job of its own (what that means, and why
-cancelling works as it does: :mod:`.kube_array`).
+cancelling works as it does: :mod:`.array`).
 
 :class:`IndexedJobs` owns what the indexes of one Job share in a process: one read of the Job
 and its pods for all of them (at most every :data:`ARRAY_REFRESH_S`; each fresh read also

@@ -1,7 +1,7 @@
 """A multi-node (Indexed) Job's pods read as one j2c job: which pod is which rank, the status
 of the whole (running while any rank runs), and its exit code (the first rank that failed).
 
-Pure functions over the API's JSON, like :mod:`.kube_status`, which decides the terminal states
+Pure functions over the API's JSON, like :mod:`.status`, which decides the terminal states
 from the Job's conditions; this module only speaks for the ranks while the Job runs.
 """
 

@@ -1,7 +1,7 @@
 """The embedded default scheduler: jobs run as detached processes on this machine.
 
-Each job gets a run directory under ``<data>/runs/<job id>/`` (layout in ``local_files``) and a
-supervisor process (``local_runner``) that is nobody's child: it waits for GPUs, runs the job,
+Each job gets a run directory under ``<data>/runs/<job id>/`` (layout in ``files``) and a
+supervisor process (``runner.py``) that is nobody's child: it waits for GPUs, runs the job,
 forwards a cancel and records the exit code, whether or not a server is alive. This class only
 writes the request, starts the supervisor and reads what it records, so a fresh instance (a
 restarted server, the CLI, another kernel) sees every job that any instance started.
@@ -78,7 +78,7 @@ _BASE_ENV_NAMES = frozenset(
 )
 _BASE_ENV_PREFIXES = ("LC_", "AWS_", "CUDA_", "NVIDIA_", "NCCL_")
 _MAX_ARTIFACTS = 1000
-_RUNNER = f"{__package__}.local_runner"
+_RUNNER = f"{__package__}.runner"
 
 
 class LocalScheduler(SchedulerBase):
@@ -139,7 +139,7 @@ class LocalScheduler(SchedulerBase):
         return await asyncio.to_thread(self._collect, self._run(handle))
 
     def _collect(self, run: RunDir) -> JobResults:
-        """The run's results, then the runs folder bounded (:mod:`.local_prune`)."""
+        """The run's results, then the runs folder bounded (:mod:`.prune`)."""
         results = _collect_results(run)
         if _has_ended(run):
             mark_collected(run)

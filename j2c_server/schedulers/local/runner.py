@@ -14,7 +14,7 @@ child and never a zombie of the server), then, with no server needed:
    (the exit code: the first non-zero rank's) and frees the GPUs.
 
 Its records (``job.json``, ``exit.json``) wait for space when the data dir's disk is full
-(``local_files.write_record``): a supervisor that died of it left its job ``lost`` although the
+(``state_files.write_record``): a supervisor that died of it left its job ``lost`` although the
 job ran to its end.
 
 Arguments: the run directory and the number of the inherited file descriptor that holds
@@ -60,7 +60,7 @@ class Supervisor:
             raise SystemExit(f"{run.spec} is missing")
         self.spec: dict[str, Any] = spec
         self.job_id: str = spec["job_id"]
-        # The machine's GPU pool, shared with every user's jobs (see local_gpus).
+        # The machine's GPU pool, shared with every user's jobs (see schedulers/gpu_ledger.py).
         self.ledger = GpuLedger(Path(spec.get("gpu_ledger") or DEFAULT_LEDGER_DIR))
         self.nodes = int(spec.get("nodes") or 1)
         self.children: list[subprocess.Popen[bytes]] = []

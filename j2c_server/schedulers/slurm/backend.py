@@ -1,8 +1,8 @@
 """The Slurm backend: batch jobs through slurmrestd (REST API v0.0.38, JWT auth) with httpx.
 
-- submit: ``POST /job/submit`` with the script and description of :mod:`.slurm_job`. A retried
+- submit: ``POST /job/submit`` with the script and description of :mod:`.job`. A retried
   submit first looks for a job whose comment carries the same key and adopts it.
-- status: ``GET /job/{id}`` read by :mod:`.slurm_state`; a job Slurm has forgotten (purged after
+- status: ``GET /job/{id}`` read by :mod:`.state`; a job Slurm has forgotten (purged after
   ``MinJobAge``) reads as lost.
 - logs: slurmrestd has no log endpoint, so the job's output file is followed from a byte offset.
   This assumes what Slurm clusters have: ``scheduler.slurm.job_dir`` is a filesystem shared by
@@ -12,7 +12,7 @@
   stops first, the job keeps only its SIGTERM). A pending job is removed at once.
 - arrays: ``submit_array`` submits a sweep as one array job (``array`` with a ``%`` throttle);
   each task has a handle ``<array id>_<task>`` with its own output file, read and cancelled as
-  a job of its own (:mod:`.slurm_array`; a task's comment is not marked: the array shares it).
+  a job of its own (:mod:`.array`; a task's comment is not marked: the array shares it).
 
 slurmrestd unreachable raises :class:`SchedulerUnavailable`; the watcher retries with backoff.
 """
@@ -305,7 +305,7 @@ class SlurmScheduler(SchedulerBase):
     # ------------------------------------------------------------------ helpers
 
     async def _job(self, slurm_id: str) -> dict[str, Any] | None:
-        """The job's record (an array task's: see :mod:`.slurm_array`), or None when Slurm
+        """The job's record (an array task's: see :mod:`.array`), or None when Slurm
         does not know the id."""
         array_id, task = split_task_id(slurm_id)
         if task is not None:

@@ -1,6 +1,6 @@
 """The node cache's blob entries: each layer's and each big file's verified download, kept.
 
-``b-<hex>`` holds a layer's ``tar.zst`` (extracted into a tree entry, :mod:`.cache_build`),
+``b-<hex>`` holds a layer's ``tar.zst`` (extracted into a tree entry, :mod:`.build`),
 ``f-<hex>`` a big file of the code layer (copied into each job's code folder, bigfiles.py). Both
 follow the cache's protocol (:mod:`.cache`): a shared ``.use`` lock while the job runs, found
 without the make lock, else looked for again under it and downloaded once. A blob's stat is

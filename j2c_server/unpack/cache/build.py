@@ -3,7 +3,7 @@ the cache, then given to the job: the code copied, the venv used in place or lin
 
 Called by :meth:`.cache.Cache.prepare` with the make locks of the entries it builds held; an
 entry is built under ``tmp/`` and renamed into ``entries/`` only when complete, its files made
-read-only and their fingerprint recorded (:mod:`.cache_files`).
+read-only and their fingerprint recorded (:mod:`.files`).
 
 How a job uses a venv entry: in relocate mode it runs **in place** (read-only, at
 ``entries/<key>/tree``) unless it lives inside the project or embeds the project's path

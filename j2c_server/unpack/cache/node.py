@@ -8,7 +8,7 @@ Enabled by ``--cache-dir DIR`` or ``J2C_UNPACK_CACHE=DIR``; bounded by ``--cache
     DIR/entries/b-<hex>/data.tar.zst  a verified blob
     DIR/locks/<key>.make, .use        flock files (kept; a few bytes each)
     DIR/tmp/                          entries being built; renamed into entries/ when complete
-    DIR/plans/<sha256>-<validator>.json  manifests validated here before (plan_cache.py)
+    DIR/plans/<sha256>-<validator>.json  manifests validated here before (plans.py)
 
 Keys: ``code-<hex>`` (a code layer is never rewritten), ``venv-<hex>-<placement>`` (a venv
 relocated for one placement: the path it runs at and this interpreter), ``b-<hex>`` (a blob),
@@ -29,9 +29,9 @@ relocated for one placement: the path it runs at and this interpreter), ``b-<hex
   again. An entry that fails is refused (logged) and built again.
 
 This module holds the locking protocol (make, use, evict) whole: it is only safe as a whole,
-and is read in one place. Blob entries are in :mod:`.cache_blobs`; building tree entries and
-giving them to the job (in place, linked or copied) in :mod:`.cache_build`; the file-tree
-operations in :mod:`.cache_files`.
+and is read in one place. Blob entries are in :mod:`.blobs`; building tree entries and
+giving them to the job (in place, linked or copied) in :mod:`.build`; the file-tree
+operations in :mod:`.files`.
 """
 
 from __future__ import annotations
