@@ -1,9 +1,10 @@
-"""GPUs for container jobs: a detached waiter per GPU job, in the local scheduler's ledger.
+"""GPUs for container jobs: a detached waiter per GPU job, in this machine's GPU ledger.
 
-A GPU claim in :mod:`j2c_server.schedulers.gpu_ledger` lives as long as the process that made it, so a GPU job gets
-a waiter process (``python -m j2c_server.schedulers.container.gpus FOLDER``) that is nobody's
-child: it holds ``FOLDER/job.lock`` for its whole life, waits in line for the GPUs (writing why
-in ``FOLDER/gpus.json``), creates and starts the container with the granted devices, waits for
+A GPU claim in the ledger (:mod:`j2c_server.schedulers.gpu_ledger`) lives as long as the
+process that made it, so a GPU job gets a waiter process
+(``python -m j2c_server.schedulers.container.gpus FOLDER``) that is nobody's child: it holds
+``FOLDER/job.lock`` for its whole life, waits in line for the GPUs (writing why in
+``FOLDER/gpus.json``), creates and starts the container with the granted devices, waits for
 it to exit and then frees them. Local and container jobs share one ledger, so they never get the
 same GPU. A cancel while waiting (the ``cancelled`` marker) ends the waiter without a container.
 
