@@ -3,7 +3,7 @@
 With ``--from-file``, the JSON that ``python3 -I j2c_server/unpack/inventory.py`` printed in the
 image (e.g. in the CI that builds it) is validated and kept for IMAGE's target. Without it, a
 ``scheduler: container`` target is probed through the engine now. The key is the one a preflight
-of a job sent there looks for (``image/target.py``); it is printed.
+of a job sent there looks for (the backend's ``inventory_key``); it is printed.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pydantic import ValidationError
 from j2c_server.cli.options import config_option, json_option, load_cli_config
 from j2c_server.cli.output import print_json, say
 from j2c_server.core.errors import InvalidInput
+from j2c_server.image.check import find_inventory, target_for
 from j2c_server.image.store import InventoryStore, Stored
-from j2c_server.image.target import CONTAINER, container_key, target_for
-from j2c_server.schedulers.container.probe import container_inventory, engine, image_id
+from j2c_server.schedulers import scheduler_class
 from j2c_server.wire.image import ImageInventory
 
 
@@ -70,26 +70,19 @@ def inventory(
 
     async def keep() -> Stored:
         if from_file is None:
-            if backend != CONTAINER:
+            key, found = await find_inventory(settings, target, store)
+            if key is None:
+                raise InvalidInput(f"the {backend} backend has no image {image_ref}", field="image")
+            if found is None:
                 raise InvalidInput(
-                    f"only the container backend can probe an image from here; for {backend}, "
-                    "run the inventory script in the image and give its output with --from-file",
+                    f"the {backend} backend cannot probe an image from here; run the inventory "
+                    "script in the image and give its output with --from-file",
                     field="from_file",
                 )
-            key, found = await container_inventory(settings, image_ref, store)
-            if found is None:
-                raise InvalidInput(f"the container engine has no image {image_ref}", field="image")
             return found
         given = _read(from_file)
-        key = target.key
-        if backend == CONTAINER:
-            client = engine(settings)
-            try:
-                found_id = await image_id(client, image_ref)
-            finally:
-                await client.aclose()
-            key = container_key(found_id) if found_id else key
-        return await asyncio.to_thread(store.put, key, given, "operator")
+        key = await scheduler_class(backend).inventory_key(settings, target)
+        return await asyncio.to_thread(store.put, key or target.key, given, "operator")
 
     kept = asyncio.run(keep())
     summary = {

@@ -1,10 +1,12 @@
 """The image check as the service runs it: at preflight, before upload, and while following a job.
 
-:func:`image_report` finds the target's inventory (the image store; for ``scheduler: container``
-the engine's image ID, probed once) and compares the job's needs with it, in a worker thread (it
-reads metadata and parses the project's sources). It never fails a send: a check that cannot be
-made says why in the report. :class:`InventoryLearner` takes the ``j2c: inventory:`` line a
-job's ``j2c-unpack`` prints and keeps it for the job's target, so the next preflight knows it.
+:func:`image_report` finds the target's inventory (the image store, under the key its backend
+resolves: for ``scheduler: container`` the engine's image ID; probed once where the backend
+can run the image, ``SchedulerBase.probe_inventory``) and compares the job's needs with it, in
+a worker thread (it reads metadata and parses the project's sources). It never fails a send: a
+check that cannot be made says why in the report. :class:`InventoryLearner` takes the
+``j2c: inventory:`` line a job's ``j2c-unpack`` prints and keeps it for the job's target, so
+the next preflight knows it.
 """
 
 from __future__ import annotations
@@ -24,14 +26,50 @@ from j2c_server.image.base_layer import ShipChoice, select
 from j2c_server.image.diff import compare, lab_glibc
 from j2c_server.image.job_needs import lab_side
 from j2c_server.image.store import InventoryStore, Stored
-from j2c_server.image.target import CONTAINER, Target, target_for
-from j2c_server.schedulers.container.probe import container_image_key, container_inventory
+from j2c_server.schedulers import scheduler_class
+from j2c_server.schedulers.base import InventoryTarget as Target
 from j2c_server.unpack.inventory import PREFIX
 from j2c_server.wire.api import JobHandle
 from j2c_server.wire.image import ImageInventory, ImageReport
 
 MAX_LINE = 4 * 1024 * 1024
 _log = logging.getLogger("j2c")
+_locks: dict[str, asyncio.Lock] = {}
+# Keys whose probe failed in this process, and why: not probed again until a restart (a job's
+# own inventory line, or `j2c image inventory`, still teaches them).
+_failed: dict[str, J2CError] = {}
+
+
+def target_for(settings: J2CSettings, scheduler: str, image: str | None) -> Target | None:
+    """The target of a job sent to ``scheduler`` with ``image`` (its backend says); None when
+    the job runs on the lab's own Python."""
+    return scheduler_class(scheduler).inventory_target(settings, image)
+
+
+async def find_inventory(
+    settings: J2CSettings, target: Target, store: InventoryStore
+) -> tuple[str | None, Stored | None]:
+    """(key, stored inventory) of ``target``: the kept one, else a new probe where its backend
+    can make one (then kept). The key is None when the target does not exist where the job
+    runs (an engine without that image); the inventory None when it is not known yet."""
+    backend = scheduler_class(target.scheduler)
+    key = await backend.inventory_key(settings, target)
+    if key is None:
+        return None, None
+    async with _locks.setdefault(key, asyncio.Lock()):  # one probe per key at a time
+        stored = await asyncio.to_thread(store.get, key)
+        if stored is not None:
+            return key, stored
+        if key in _failed:  # said once; not a container per preflight
+            raise _failed[key]
+        try:
+            data = await backend.probe_inventory(settings, target)
+        except J2CError as exc:
+            _failed[key] = exc
+            raise
+        if data is None:
+            return key, None
+        return key, await asyncio.to_thread(store.put, key, data, "probe")
 
 
 def _not_known(target: Target, key: str, why: str | None = None) -> ImageReport:
@@ -105,14 +143,11 @@ async def image_report(
     if target is None:
         return None
     store = InventoryStore(settings.data_path())
-    key = target.key
+    key: str | None = target.key
     try:
-        if scheduler == CONTAINER and image:
-            key, stored = await container_inventory(settings, image, store)
-            if stored is None and not key.startswith("container-id:"):
-                return _not_known(target, key, "the container engine has no such image")
-        else:
-            stored = await asyncio.to_thread(store.get, key)
+        key, stored = await find_inventory(settings, target, store)
+        if key is None:
+            return _not_known(target, target.key, f"the {scheduler} backend has no such image")
         if stored is None:
             return _not_known(target, key)
         skip = [settings.data_path()]
@@ -122,7 +157,7 @@ async def image_report(
     except (J2CError, OSError, ValueError) as exc:
         # The check informs a send; it never stops one.
         _log.warning("j2c: image check of %s failed: %s", target.label, exc)
-        return _not_known(target, key, str(exc))
+        return _not_known(target, key or target.key, str(exc))
 
 
 class InventoryLearner:
@@ -150,11 +185,10 @@ class InventoryLearner:
         try:
             data = json.loads(text[len(PREFIX) :])
             inventory = ImageInventory.model_validate(data)
-            key: str | None = self.target.key
-            if self.target.scheduler == CONTAINER:
-                key = await container_image_key(self.settings, self.handle.id)
+            backend = scheduler_class(self.target.scheduler)
+            key = await backend.job_inventory_key(self.settings, self.target, self.handle)
             if key is None:
-                return f"{PREFIX}(not kept: the job's container is gone)"
+                return f"{PREFIX}(not kept: the job is gone)"
             store = InventoryStore(self.settings.data_path())
             await asyncio.to_thread(store.put, key, inventory, "job")
         except (ValueError, ValidationError, J2CError, OSError) as exc:

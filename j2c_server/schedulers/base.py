@@ -124,6 +124,17 @@ def not_a_size_setting(key: str, value: str, example: str) -> ConfigError:
     return ConfigError(f"{key}: {value!r} is not a size (e.g. {example!r})", field=key)
 
 
+@dataclass(frozen=True)
+class InventoryTarget:
+    """What a job's Python runs on, as the image store knows it: the key its inventory is kept
+    under (before any resolving, see :meth:`SchedulerBase.inventory_key`) and its words."""
+
+    scheduler: str
+    key: str  # "image:<reference>", "<scheduler>:-", or a backend's own
+    label: str  # "image localhost/x:1", "slurm partition gpu"
+    image: str | None = None
+
+
 class SchedulerBase:
     """What a backend declares about itself; subclasses implement :class:`Scheduler` too.
 
@@ -154,6 +165,38 @@ class SchedulerBase:
         """``(setting, why)`` for each setting this backend's submit would refuse, found by
         asking the backend itself (e.g. the container engine's ``/info``); by default none."""
         return []
+
+    @classmethod
+    def inventory_target(cls, settings: J2CSettings, image: str | None) -> InventoryTarget | None:
+        """Which inventory a job sent here with ``image`` runs on (docs/images.md); None when
+        it runs on the lab's own Python. By default the image as given (digest included when it
+        has one), else the backend's nodes."""
+        if image:
+            return InventoryTarget(cls.name, f"image:{image}", f"image {image}", image)
+        return InventoryTarget(cls.name, f"{cls.name}:-", f"{cls.name} nodes")
+
+    @classmethod
+    async def inventory_key(cls, settings: J2CSettings, target: InventoryTarget) -> str | None:
+        """The key the target's inventory is kept under, resolved now (a backend whose engine
+        names images by ID answers that); None when the target does not exist there."""
+        return target.key
+
+    @classmethod
+    async def probe_inventory(
+        cls, settings: J2CSettings, target: InventoryTarget
+    ) -> dict[str, Any] | None:
+        """The target's inventory taken now by running its Python (``unpack/inventory.py``'s
+        JSON); None when this backend cannot, or is set not to (then a job's own
+        ``j2c-unpack`` teaches it). Raise a :class:`~j2c_server.core.errors.J2CError` saying
+        why a probe failed."""
+        return None
+
+    @classmethod
+    async def job_inventory_key(
+        cls, settings: J2CSettings, target: InventoryTarget, handle: JobHandle
+    ) -> str | None:
+        """The key a running job's own inventory line is kept under (None: not kept)."""
+        return target.key
 
     @classmethod
     def store_problem(cls, settings: J2CSettings, url: str) -> str | None:

@@ -168,8 +168,8 @@ async def test_an_unknown_image_is_said_so_then_an_operators_inventory_is_used(
 
 def test_a_venv_made_for_another_python_minor_is_reported(tmp_path: Path) -> None:
     from j2c_server.image.check import compare_with
-    from j2c_server.image.target import Target
     from j2c_server.image.text import report_lines
+    from j2c_server.schedulers.base import InventoryTarget as Target
 
     project = tmp_path / "proj"
     project.mkdir()

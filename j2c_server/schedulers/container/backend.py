@@ -33,7 +33,14 @@ import httpx
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, Conflict, InvalidInput, SchedulerError
-from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.base import (
+    InventoryTarget,
+    JobSpec,
+    LogLine,
+    SchedulerBase,
+    SchedulerState,
+)
+from j2c_server.schedulers.container import probe
 from j2c_server.schedulers.container.api import EngineClient
 from j2c_server.schedulers.container.engine import (
     Access,
@@ -91,6 +98,32 @@ class ContainerScheduler(SchedulerBase):
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
         """The engine's create request for ``spec``."""
         return render_dry_run(spec, settings)
+
+    @classmethod
+    def inventory_target(cls, settings: J2CSettings, image: str | None) -> InventoryTarget:
+        """The image, whose inventory is kept by the engine's image ID (:mod:`.probe`)."""
+        return InventoryTarget(
+            cls.name, f"image:{image or '-'}", f"image {image or '(none)'}", image
+        )
+
+    @classmethod
+    async def inventory_key(cls, settings: J2CSettings, target: InventoryTarget) -> str | None:
+        if not target.image:
+            return target.key
+        return await probe.image_key(settings, target.image)
+
+    @classmethod
+    async def probe_inventory(
+        cls, settings: J2CSettings, target: InventoryTarget
+    ) -> dict[str, Any] | None:
+        return None if not target.image else await probe.probe(settings, target.image)
+
+    @classmethod
+    async def job_inventory_key(
+        cls, settings: J2CSettings, target: InventoryTarget, handle: JobHandle
+    ) -> str | None:
+        """The ID of the image the job's container was created from (a tag may have moved)."""
+        return await probe.container_image_key(settings, handle.id)
 
     @classmethod
     def store_problem(cls, settings: J2CSettings, url: str) -> str | None:

@@ -3,15 +3,15 @@
 The probe is a short-lived container of the image running the image's own ``python3 -I -c
 <unpack/inventory.py's source>``: no network (``NetworkMode: none``), as the job user, bounded
 in time, removed afterwards (labelled with the server's runs folder, so a server killed
-mid-probe removes it at its next start: ``schedulers/container_lifecycle.sweep``). Its stdout is
-the inventory. The engine's image ID is the key (``target.container_key``): a tag moved to
-another build is probed again, the same build under two tags once. Asking the engine for the ID
-is one API call and starts nothing, so a preflight of a probed image starts no container.
+mid-probe removes it at its next start: :func:`.lifecycle.sweep`). Its stdout is the inventory.
+The engine's image ID is the key (:func:`container_key`): a tag moved to another build is
+probed again, the same build under two tags once. Asking the engine for the ID is one API call
+and starts nothing, so a preflight of a probed image starts no container. When to probe, and
+keeping what a probe found, are the image check's (``image/check.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from pathlib import Path
@@ -22,8 +22,6 @@ import httpx
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
-from j2c_server.image.store import InventoryStore, Stored
-from j2c_server.image.target import container_key
 from j2c_server.schedulers.container.api import EngineClient, LogCursor, LogReader
 from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, PROBE_PREFIX, runs_label
 from j2c_server.schedulers.container.settings import ContainerSettings
@@ -33,10 +31,6 @@ from j2c_server.unpack import inventory as inventory_script
 PROBE_TIMEOUT_S = 60.0
 # How many probe containers this process created: the tests count them.
 probes_started = 0
-_locks: dict[str, asyncio.Lock] = {}
-# Image IDs whose probe failed in this process, and why: not probed again until a restart (a
-# job's own inventory line, or `j2c image inventory`, still teaches them).
-_failed: dict[str, str] = {}
 
 
 class ProbeFailed(J2CError):
@@ -118,35 +112,32 @@ async def run_probe(
     return data
 
 
-async def container_inventory(
-    settings: J2CSettings, image: str, store: InventoryStore, *, timeout_s: float = PROBE_TIMEOUT_S
-) -> tuple[str, Stored | None]:
-    """(key, stored inventory) of ``image`` on this machine's engine: the kept one, else a new
-    probe (then kept, unless ``probe_images`` is off). The stored part is None when the engine
-    has no such image (the key is then ``image:<reference>``) or it is not probed."""
-    cfg = settings.scheduler.section("container", ContainerSettings)
+def container_key(image_id: str) -> str:
+    """The key of an engine's image ID (engines differ on the ``sha256:`` prefix)."""
+    return f"container-id:{image_id.removeprefix('sha256:')}"
+
+
+async def image_key(settings: J2CSettings, image: str) -> str | None:
+    """The inventory key of ``image`` on this machine's engine: by its ID (a tag moved to a new
+    build is a new image); None when the engine has no such image."""
     client = engine(settings)
     try:
         found = await image_id(client, image)
-        if found is None:
-            return f"image:{image}", None
-        key = container_key(found)
-        async with _locks.setdefault(key, asyncio.Lock()):  # one probe per image at a time
-            stored = await asyncio.to_thread(store.get, key)
-            if stored is None and not cfg.probe_images:
-                return key, None  # not known yet: the job's j2c-unpack checks and teaches it
-            if stored is None:
-                if key in _failed:  # said once; not a container per preflight
-                    raise ProbeFailed(_failed[key])
-                try:
-                    data = await run_probe(
-                        client, image, cfg, timeout_s, runs_label(runs_root(settings))
-                    )
-                except ProbeFailed as exc:
-                    _failed[key] = str(exc)
-                    raise
-                stored = await asyncio.to_thread(store.put, key, data, "probe")
-        return key, stored
+    finally:
+        await client.aclose()
+    return None if found is None else container_key(found)
+
+
+async def probe(
+    settings: J2CSettings, image: str, timeout_s: float = PROBE_TIMEOUT_S
+) -> dict[str, Any] | None:
+    """A new inventory of ``image`` from a probe container; None when ``probe_images`` is off."""
+    cfg = settings.scheduler.section("container", ContainerSettings)
+    if not cfg.probe_images:
+        return None  # not known yet: the job's j2c-unpack checks and teaches it
+    client = engine(settings)
+    try:
+        return await run_probe(client, image, cfg, timeout_s, runs_label(runs_root(settings)))
     finally:
         await client.aclose()
 

@@ -89,6 +89,12 @@ class LocalScheduler(SchedulerBase):
     capabilities = Capabilities(gpus=True, multi_node=True)
 
     @classmethod
+    def inventory_target(cls, settings: J2CSettings, image: str | None) -> None:
+        """None: the job runs on the lab's own machine and Python, which the packer's own checks
+        already compare with."""
+        return None
+
+    @classmethod
     def unpack_command(cls, settings: J2CSettings) -> list[str]:
         # Same machine, same install: this interpreter runs j2c-unpack.
         return [sys.executable, "-m", "j2c_server.unpack"]

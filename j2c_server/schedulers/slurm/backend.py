@@ -34,7 +34,13 @@ from typing import Any
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput, J2CError, SchedulerError
 from j2c_server.core.file_modes import private_dir
-from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.base import (
+    InventoryTarget,
+    JobSpec,
+    LogLine,
+    SchedulerBase,
+    SchedulerState,
+)
 from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
 from j2c_server.schedulers.slurm.array import (
     TASK_ENV,
@@ -147,6 +153,20 @@ class SlurmScheduler(SchedulerBase):
     )
     remote = True
     array_index_env = TASK_ENV
+
+    @classmethod
+    def inventory_target(cls, settings: J2CSettings, image: str | None) -> InventoryTarget:
+        """With ``container_runtime: none`` the job runs on the nodes' own Python: the
+        partition's (``slurm:<url>#<partition>``); else the image, as any backend's."""
+        slurm = settings.scheduler.section("slurm", SlurmSettings)
+        if slurm.container_runtime == "none":
+            partition = slurm.partition or "default"
+            return InventoryTarget(
+                cls.name, f"slurm:{slurm.url or '-'}#{partition}", f"slurm partition {partition}"
+            )
+        target = super().inventory_target(settings, image)
+        assert target is not None
+        return target
 
     def __init__(self, settings: J2CSettings, *, environ: Mapping[str, str] | None = None) -> None:
         self._slurm = settings.scheduler.section("slurm", SlurmSettings)
