@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inputs import bench_project, bench_venv
 
-from j2c_server.jobs.drive.pack_worker import PackWorkers
+from j2c_server.jobs.pack_worker import PackWorkers
 from j2c_server.pack import PackSpec
 
 TARGET_S = 0.3

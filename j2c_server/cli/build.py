@@ -19,7 +19,7 @@ from j2c_server.cli.options import absolute_path
 from j2c_server.cli.output import print_json
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.core.errors import ConfigError
-from j2c_server.jobs.send.paths import resolve_call_path
+from j2c_server.jobs.paths import resolve_call_path
 from j2c_server.pack import (
     PackProgress,
     PackResult,

@@ -6,7 +6,7 @@ fields may also sit directly under ``job:``) next to the settings sections (``st
 defaults (``j2c_server.jobs.send.proposal``: project folder, venv), the config file, ``J2C_JOB__*``
 environment variables, then flags. Relative ``code_path``/``venv_path`` in the file are relative
 to the file's folder, elsewhere to the current directory. A relative entry point follows one
-rule wherever it is typed (:func:`j2c_server.jobs.send.paths.resolve_call_path`):
+rule wherever it is typed (:func:`j2c_server.jobs.paths.resolve_call_path`):
 inside the project,
 or relative to where it was typed when that lies inside the project and the file exists there.
 """
@@ -33,7 +33,7 @@ from j2c_server.config import (
     read_config_file,
 )
 from j2c_server.core.errors import ConfigError, InvalidInput, validation_error_to_j2c
-from j2c_server.jobs.send.paths import resolve_call_path
+from j2c_server.jobs.paths import resolve_call_path
 from j2c_server.jobs.send.proposal import choose_venv, environ_venv, project_root
 from j2c_server.wire.api import JobRequest, Resources
 

@@ -37,7 +37,7 @@ from j2c_server.core.errors import (
     J2CError,
     NotFound,
 )
-from j2c_server.jobs.send.paths import confine, root_folder
+from j2c_server.jobs.paths import confine, root_folder
 from j2c_server.storage import ObjectNotFound, open_store
 from j2c_server.storage.base import is_plain_relative_path
 from j2c_server.storage.urls import file_url_path, url_scheme

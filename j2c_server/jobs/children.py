@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from j2c_server.jobs.drive.journal import Journal
+from j2c_server.jobs.journal import Journal
 from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import JobRecord, JobRequest
 

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 from j2c_server.config import J2CSettings
-from j2c_server.jobs.drive.pack_worker import PackWorkers, Scan
+from j2c_server.jobs.pack_worker import PackWorkers, Scan
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import Scheduler
 from j2c_server.storage import open_store

@@ -36,11 +36,11 @@ from j2c_server.jobs.audit import Actor, audit, local_actor
 from j2c_server.jobs.children import ChildJobs, Family, NoChildren
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.drivers import Drivers
-from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.drive.lease import LEASE_TTL_S, account_ended
 from j2c_server.jobs.drive.watch import Log
 from j2c_server.jobs.fanout import EventBus, Fanout
 from j2c_server.jobs.follow import Following
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.send import rule as send_rule
 from j2c_server.jobs.send.drafts import Drafts
 from j2c_server.jobs.send.inputs import layer_cache_dir, pack_spec, refuse_if_over_limit
@@ -85,7 +85,7 @@ class JobService:
         self.registry = open_registry(settings.data_path())
         self.bus = EventBus()
         # A CLI command is one send its user waits for, with no event loop to keep responsive:
-        # it packs in its own process (jobs/drive/pack_worker.py says why).
+        # it packs in its own process (jobs/pack_worker.py says why).
         self.clients = Clients(settings, in_process=frontend == "cli")
         self.children: ChildJobs = children or NoChildren()
         self.drivers = Drivers(

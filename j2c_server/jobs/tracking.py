@@ -36,7 +36,7 @@ import httpx
 
 from j2c_server.config import J2CSettings, MlflowSettings
 from j2c_server.core.process_output import output_within
-from j2c_server.jobs.drive.journal import Journal
+from j2c_server.jobs.journal import Journal
 from j2c_server.registry.job_registry import Registry
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.wire.api import EventKind, JobRecord, JobResults, JobStatus, TrackingRun

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from j2c_server.config import J2CSettings
     from j2c_server.jobs.audit import Actor
     from j2c_server.jobs.children import Family
-    from j2c_server.jobs.drive.journal import Journal
     from j2c_server.jobs.drive.watch import Log
+    from j2c_server.jobs.journal import Journal
     from j2c_server.wire.api import JobRecord, JobRequest
     from j2c_server.wire.manifest import Manifest
 

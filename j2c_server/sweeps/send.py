@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from j2c_server.config import J2CSettings
     from j2c_server.jobs.audit import Actor
     from j2c_server.jobs.children import Family
-    from j2c_server.jobs.drive.journal import Journal
+    from j2c_server.jobs.journal import Journal
     from j2c_server.jobs.service import JobService
     from j2c_server.storage.base import ObjectStore
 

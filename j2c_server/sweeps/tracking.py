@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import NotFound
 from j2c_server.jobs.children import Family
-from j2c_server.jobs.drive.journal import Journal
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.tracking import (
     MlflowClient,
     TrackingFailure,

@@ -13,7 +13,7 @@ import struct
 import time
 from typing import Any
 
-from j2c_server.jobs.drive.journal import Journal
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
 from tests.support.jobs import follow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from j2c_server.jobs.drive.pack_worker import PackWorkers, Scan
+from j2c_server.jobs.pack_worker import PackWorkers, Scan
 from j2c_server.pack import PackResult, PackSpec
 from tests.support.jobs import settle
 

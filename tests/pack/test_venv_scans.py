@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from j2c_server.jobs.drive.pack_worker import PackWorkers
+from j2c_server.jobs.pack_worker import PackWorkers
 from j2c_server.pack import PackSpec
 from j2c_server.pack import tree_watch as tree_watch_module
 from j2c_server.pack.changes import scan_report

@@ -14,7 +14,7 @@ import pytest
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
-from j2c_server.jobs.drive.pack_worker import NICENESS, PackWorkers
+from j2c_server.jobs.pack_worker import NICENESS, PackWorkers
 from j2c_server.jobs.service import JobService
 from j2c_server.pack import PackSpec
 from tests.support.jobs import settle

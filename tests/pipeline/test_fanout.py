@@ -22,7 +22,7 @@ import pytest
 from j2c_server.config import load_settings
 from j2c_server.core.errors import NotFound
 from j2c_server.jobs import fanout as eventbus
-from j2c_server.jobs.drive.journal import Journal
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobRequest, JobStatus
 

@@ -21,7 +21,7 @@ import pytest
 
 from j2c_server.config import load_settings
 from j2c_server.jobs.drive import drivers as service_lifecycle
-from j2c_server.jobs.drive.journal import Journal
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.service import JobService
 from j2c_server.registry.db import REGISTRY_FILE, connect, write
 from j2c_server.wire.api import Event, EventKind, JobRequest, JobStatus

@@ -16,8 +16,8 @@ import pytest
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.jobs.children import Family
 from j2c_server.jobs.clients import Clients
-from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.fanout import EventBus
+from j2c_server.jobs.journal import Journal
 from j2c_server.registry.job_registry import Registry
 from j2c_server.sweeps.tracking import (
     VariantRun,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from j2c_server.config import ConfigError, J2CSettings, load_settings
-from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.fanout import EventBus
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.tracking import _closing_status, _public_uri, run_url, start_run
 from j2c_server.registry.job_registry import Registry
 from j2c_server.schedulers.base import JobSpec

@@ -29,10 +29,10 @@ from j2c_server.core.coalesce import next_tick_s
 from j2c_server.core.errors import Conflict, J2CError, disk_full_to_j2c
 from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
-from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.drive.pipeline import Pipeline
 from j2c_server.jobs.drive.watch import Log
 from j2c_server.jobs.fanout import EventBus
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.stage_text import describe
 from j2c_server.registry.event_rows import EventDraft
 from j2c_server.registry.job_registry import Registry

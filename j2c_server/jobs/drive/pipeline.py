@@ -24,8 +24,8 @@ from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the
 from j2c_server.image.check import InventoryLearner
 from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
-from j2c_server.jobs.drive.journal import Journal
 from j2c_server.jobs.drive.watch import Log, Watcher, until_available
+from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs, digest_mark
 from j2c_server.jobs.send.inputs import (
     job_image,

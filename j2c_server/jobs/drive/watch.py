@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 from j2c_server.core.backoff import Backoff, retry_async
 from j2c_server.core.coalesce import next_tick_s
 from j2c_server.core.errors import SchedulerUnavailable
-from j2c_server.jobs.drive.journal import Journal, status_change
+from j2c_server.jobs.journal import Journal, status_change
 from j2c_server.registry.event_log import RecordChange
 from j2c_server.registry.event_rows import EventDraft
 from j2c_server.registry.jobs_table import JobState

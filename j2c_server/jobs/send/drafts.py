@@ -13,6 +13,7 @@ from typing import Any
 from j2c_server.config import J2CSettings
 from j2c_server.core.job_env import check_request_env, mask_env
 from j2c_server.jobs.clients import Clients
+from j2c_server.jobs.paths import resolve_request
 from j2c_server.jobs.send.inputs import (
     job_image,
     job_spec,
@@ -20,7 +21,6 @@ from j2c_server.jobs.send.inputs import (
     pack_spec,
     record_image_report,
 )
-from j2c_server.jobs.send.paths import resolve_request
 from j2c_server.jobs.send.preflight import warn_backend_at_preflight, warn_store_at_preflight
 from j2c_server.jobs.send.rule import request_key
 from j2c_server.pack import PackPlan, make_manifest

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from j2c_server.core.errors import InvalidInput
-from j2c_server.jobs.send.paths import confine
+from j2c_server.jobs.paths import confine
 from j2c_server.pack.ignore import CodeRules, IgnoreLevel
 from j2c_server.wire.api import SendDefaults
 

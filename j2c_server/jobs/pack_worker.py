@@ -4,7 +4,7 @@
 they would share its GIL and the event loop would wait for it (tens of milliseconds at p99 while
 a large venv is packed); in a separate, niced process the loop keeps its latency.
 
-A worker is ``python -m j2c_server.jobs.drive.pack_worker``: it reads one JSON request per line on
+A worker is ``python -m j2c_server.jobs.pack_worker``: it reads one JSON request per line on
 stdin and answers with progress lines, then one result (or error) line, on stdout. Workers are
 kept for the next request; one whose caller gives up (a cancelled job) is killed, so it stops
 burning CPU at once. A worker exits when its stdin closes, so it never outlives its parent for long.
