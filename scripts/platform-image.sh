@@ -9,8 +9,8 @@
 #   scripts/platform-image.sh DIR --stop    stop the API service this script started in DIR
 #
 # The image is tagged by the hash of this script and the j2c sources: an unchanged recipe reuses
-# the image podman already has. j2c goes in as its Python package plus the few libraries
-# j2c-unpack needs, in /opt/j2c/lib (off the image's own sys.path, so a job's
+# the image podman already has. j2c goes in as its compute side (the packages and libraries
+# j2c-unpack needs, declared in pyproject.toml), in /opt/j2c/lib (off the image's own sys.path, so a job's
 # --system-site-packages venv never sees them); /usr/local/bin/j2c-unpack starts it with the
 # image's python3. No registry is pulled from: the rootfs comes from the Debian mirror apt uses.
 #
@@ -63,6 +63,17 @@ export CONTAINERS_CONF="$CONF"
 # ---------------------------------------------------------------- the image
 IMAGE_NAME=${J2C_PLATFORM_IMAGE_NAME:-localhost/j2c-platform}
 PYTHON=${PYTHON:-$(command -v python3)}
+# The compute side, declared once in pyproject.toml: the distributions j2c-unpack needs (the
+# `unpack` extra) and the parts of j2c_server it imports ([tool.j2c] compute-packages).
+pyproject() {
+    "$PYTHON" -c 'import sys, tomllib
+data = tomllib.load(open(sys.argv[1], "rb"))
+print("\n".join(eval(sys.argv[2], {"d": data})))' "$ROOT_DIR/pyproject.toml" "$1"
+}
+mapfile -t UNPACK_DEPS < <(pyproject 'd["project"]["optional-dependencies"]["unpack"]')
+mapfile -t COMPUTE_PACKAGES < <(pyproject 'd["tool"]["j2c"]["compute-packages"]')
+[[ ${#UNPACK_DEPS[@]} -gt 0 && ${#COMPUTE_PACKAGES[@]} -gt 0 ]] || {
+    log "cannot read the unpack extra or [tool.j2c] compute-packages from pyproject.toml"; exit 1; }
 # Two tags: the base (Debian + j2c-unpack's libraries) by this script and the host's pip
 # freeze, rebuilt rarely (minutes); the image = base + j2c's sources, by their hash, made in
 # seconds whenever a source changes.
@@ -74,8 +85,8 @@ BASE="$IMAGE_NAME-base:$base_hash"
 recipe_hash=$(
     {
         echo "$BASE"
-        cd "$ROOT_DIR" && find j2c_server -name '*.py' -not -path '*/labextension/*' | LC_ALL=C sort |
-            xargs sha256sum
+        cd "$ROOT_DIR" && find j2c_server/*.py "${COMPUTE_PACKAGES[@]/#/j2c_server/}" \
+            -name '*.py' | LC_ALL=C sort | xargs sha256sum
     } | sha256sum | cut -c1-16
 )
 IMAGE="$IMAGE_NAME:$recipe_hash"
@@ -104,7 +115,7 @@ build_base() {
     [[ "$image_py" == "$host_py" ]] || {
         log "the image's Python is $image_py but $PYTHON is $host_py: j2c's libraries are" \
             "installed with the host's pip, so they must match"; exit 1; }
-    log "installing j2c (python package + j2c-unpack's libraries) into /opt/j2c/lib"
+    log "installing j2c-unpack's libraries (${UNPACK_DEPS[*]}) into /opt/j2c/lib"
     local lib="$rootfs/opt/j2c/lib"
     mkdir -p "$lib"
     # Versions pinned to the ones this checkout is tested with.
@@ -112,7 +123,7 @@ build_base() {
     # pip names index locations some machines lack once per package: noise, not failure.
     local out noise="is ignored: it is neither a file nor a directory"
     if ! out=$("$PYTHON" -m pip install --quiet --no-compile --target "$lib" \
-        -c "$work/constraints.txt" pydantic zstandard httpx aiobotocore pyyaml pathspec 2>&1); then
+        -c "$work/constraints.txt" "${UNPACK_DEPS[@]}" 2>&1); then
         grep -v "$noise" <<<"$out" >&2
         log "pip install into the image failed"
         exit 1
@@ -132,11 +143,11 @@ EOF
     rm -rf "$work"
 }
 
-add_sources() { # the base + j2c's Python package in /opt/j2c/lib, committed as $IMAGE
+add_sources() { # the base + j2c's compute side in /opt/j2c/lib, committed as $IMAGE
     local work ctr
     work=$(mktemp -d "${TMPDIR:-/var/tmp}/j2c-platform-XXXXXX")
-    (cd "$ROOT_DIR" && tar -c --exclude='__pycache__' --exclude='j2c_server/labextension' \
-        j2c_server) | tar -C "$work" -x
+    (cd "$ROOT_DIR" && tar -c --exclude='__pycache__' j2c_server/*.py \
+        "${COMPUTE_PACKAGES[@]/#/j2c_server/}") | tar -C "$work" -x
     ctr=$(podman create --quiet "$BASE" /bin/true)
     podman cp "$work/j2c_server" "$ctr:/opt/j2c/lib/" >&2
     podman commit --quiet "$ctr" "$IMAGE" >/dev/null

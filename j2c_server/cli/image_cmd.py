@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from j2c_server.cli.options import config_option, json_option, load_cli_config
 from j2c_server.cli.output import print_json, say
 from j2c_server.core.errors import InvalidInput
-from j2c_server.image.check import find_inventory, target_for
+from j2c_server.image.check import target_for
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.schedulers import scheduler_class
 from j2c_server.wire.image import ImageInventory
@@ -69,19 +69,19 @@ def inventory(
     store = InventoryStore(settings.data_path())
 
     async def keep() -> Stored:
+        key = await scheduler_class(backend).inventory_key(settings, target)
         if from_file is None:
-            key, found = await find_inventory(settings, target, store)
             if key is None:
                 raise InvalidInput(f"the {backend} backend has no image {image_ref}", field="image")
-            if found is None:
+            probed = await scheduler_class(backend).probe_inventory(settings, target)
+            if probed is None:
                 raise InvalidInput(
-                    f"the {backend} backend cannot probe an image from here; run the inventory "
-                    "script in the image and give its output with --from-file",
+                    f"only the container backend can probe an image from here; for {backend}, "
+                    "run the inventory script in the image and give its output with --from-file",
                     field="from_file",
                 )
-            return found
+            return await asyncio.to_thread(store.put, key, probed, "probe")
         given = _read(from_file)
-        key = await scheduler_class(backend).inventory_key(settings, target)
         return await asyncio.to_thread(store.put, key or target.key, given, "operator")
 
     kept = asyncio.run(keep())

@@ -23,9 +23,9 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from j2c_server.core.wheel_tags import Runtime
-from j2c_server.core.wheel_tags import wheel_problem as tag_problem
 from j2c_server.image.needs import LabDist, ProjectImports
+from j2c_server.unpack.wheels import Runtime
+from j2c_server.unpack.wheels import wheel_problem as tag_problem
 from j2c_server.wire.image import (
     BrokenRequirement,
     ImageInventory,

@@ -12,8 +12,8 @@ is said at once, not one ``ModuleNotFoundError`` per round trip:
 
 Any of these stops the job before anything is downloaded (exit 72, errors.py), unless the job
 says ``J2C_UNPACK_NEEDS=warn`` (then it runs, the list said) or ``off``. A version that differs
-but meets every requirement is said and the job runs. Standard library only (core/pep440.py,
-core/wheel_tags.py). With the node cache, a check that passed is remembered for this
+but meets every requirement is said and the job runs. Versions and tags are ``packaging``'s
+(wheels.py). With the node cache, a check that passed is remembered for this
 interpreter and this list (``<cache>/inventory/needs-<hash>``): a warm start reads no metadata.
 """
 
@@ -27,12 +27,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from j2c_server.core.pep440 import InvalidVersion, satisfies
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from j2c_server.core.units import count
-from j2c_server.core.wheel_tags import Runtime, wheel_problem
 from j2c_server.unpack.errors import NeedsNotMet
 from j2c_server.unpack.inventory import Said, normalize
 from j2c_server.unpack.log import say
+from j2c_server.unpack.wheels import Runtime, wheel_problem
 
 NEEDS_ENV = "J2C_UNPACK_NEEDS"
 MODES = ("stop", "warn", "off")
@@ -54,8 +56,8 @@ class Gaps:
 
 def _holds(version: str, specifier: str) -> bool:
     try:
-        return satisfies(version, specifier)
-    except InvalidVersion:
+        return SpecifierSet(specifier).contains(Version(version), prereleases=True)
+    except (InvalidVersion, InvalidSpecifier):
         return True  # a version this cannot read is not ours to judge (as the lab's check)
 
 
