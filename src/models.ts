@@ -39,6 +39,12 @@ export interface Capabilities {
   gpus?: boolean;
   /** Can pick a GPU model (resources.gpu_type). */
   gpu_types?: boolean;
+  /** Gives a job the CPU cores it asks for (resources.cpus). */
+  cpus?: boolean;
+  /** Gives a job the memory it asks for (resources.memory). */
+  memory?: boolean;
+  /** Ends a job at its wall-clock limit (resources.time_limit_minutes). */
+  time_limit?: boolean;
   /** Has queues/partitions to choose from. */
   queues?: boolean;
   /** Runs one job on several nodes. */

@@ -200,6 +200,22 @@ def check_resources(name: str, resources: Resources) -> None:
         raise InvalidInput(
             f"the {name} scheduler cannot choose a GPU type", field="resources.gpu_type"
         )
+    for asked, able, named, what in (
+        (resources.cpus is not None, can.cpus, "resources.cpus", "CPU cores"),
+        (resources.memory is not None, can.memory, "resources.memory", "memory"),
+        (
+            resources.time_limit_minutes is not None,
+            can.time_limit,
+            "resources.time_limit_minutes",
+            "a time limit",
+        ),
+    ):
+        if asked and not able:
+            raise InvalidInput(
+                f"the {name} scheduler cannot give a job {what}: it would run without",
+                field=named,
+                hint=f"leave {named} empty, or choose a scheduler that sets it",
+            )
     if resources.nodes > 1 and not can.multi_node:
         raise InvalidInput(
             f"resources.nodes: the {name} scheduler runs a job on one node only "

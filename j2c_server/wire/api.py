@@ -417,6 +417,13 @@ class Capabilities(Strict):
 
     gpus: bool = Field(False, description="Hands out GPUs.")
     gpu_types: bool = Field(False, description="Can pick a GPU model (resources.gpu_type).")
+    cpus: bool = Field(False, description="Gives a job the CPU cores it asks for (resources.cpus).")
+    memory: bool = Field(
+        False, description="Gives a job the memory it asks for (resources.memory)."
+    )
+    time_limit: bool = Field(
+        False, description="Ends a job at its wall-clock limit (resources.time_limit_minutes)."
+    )
     queues: bool = Field(False, description="Has queues/partitions to choose from.")
     multi_node: bool = Field(False, description="Runs one job on several nodes.")
     artifacts: bool = Field(True, description="Returns the job's outputs as artifacts.")

@@ -89,6 +89,9 @@ async def test_absolute_path_inside_the_root_is_accepted(jp_fetch: Any, project:
         ({"venv_path": "proj"}, "venv_path"),
         ({"resources": {"gpus": -1}}, "resources.gpus"),
         ({"resources": {"memory": "lots"}}, "resources.memory"),
+        # The server's default (local) backend sets no CPU or memory limit: refused, not ignored.
+        ({"resources": {"cpus": 2}}, "resources.cpus"),
+        ({"resources": {"memory": "1G"}}, "resources.memory"),
         ({"env": {"1BAD": "x"}}, "env"),
         ({"scheduler": "nope"}, "scheduler"),
         ({"compression_level": 99}, "compression_level"),

@@ -92,7 +92,7 @@ class ContainerScheduler(SchedulerBase):
 
     name = "container"
     settings_model = ContainerSettings
-    capabilities = Capabilities(gpus=True)
+    capabilities = Capabilities(gpus=True, cpus=True, memory=True, time_limit=True)
 
     @classmethod
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:

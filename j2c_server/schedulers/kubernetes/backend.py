@@ -89,7 +89,15 @@ _FOLLOW_IDLE_S = 300.0
 class KubernetesScheduler(SchedulerBase):
     name = "kubernetes"
     settings_model = KubernetesSettings
-    capabilities = Capabilities(gpus=True, gpu_types=True, multi_node=True, arrays=True)
+    capabilities = Capabilities(
+        gpus=True,
+        gpu_types=True,
+        cpus=True,
+        memory=True,
+        time_limit=True,
+        multi_node=True,
+        arrays=True,
+    )
     remote = True
     array_index_env = INDEX_ENV
 

@@ -86,7 +86,9 @@ class LocalScheduler(SchedulerBase):
 
     name = "local"
     settings_model = LocalSchedulerSettings
-    capabilities = Capabilities(gpus=True, multi_node=True)
+    # No CPU or memory limits: a local job shares this machine as any process of the user does
+    # (requests naming them are refused, not run without them).
+    capabilities = Capabilities(gpus=True, time_limit=True, multi_node=True)
 
     @classmethod
     def inventory_target(cls, settings: J2CSettings, image: str | None) -> None:

@@ -188,7 +188,7 @@ class RayScheduler(SchedulerBase):
     name = "ray"
     settings_model = RaySettings
     # One entrypoint process on one node (it may start Ray tasks of its own); no queues.
-    capabilities = Capabilities(gpus=True, gpu_types=True, queues=False, multi_node=False)
+    capabilities = Capabilities(gpus=True, gpu_types=True, cpus=True, memory=True, multi_node=False)
     remote = True
 
     def __init__(self, settings: J2CSettings, *, environ: Mapping[str, str] | None = None) -> None:

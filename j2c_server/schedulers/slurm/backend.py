@@ -149,7 +149,14 @@ class SlurmScheduler(SchedulerBase):
     name = "slurm"
     settings_model = SlurmSettings
     capabilities = Capabilities(
-        gpus=True, gpu_types=True, queues=True, multi_node=True, arrays=True
+        gpus=True,
+        gpu_types=True,
+        cpus=True,
+        memory=True,
+        time_limit=True,
+        queues=True,
+        multi_node=True,
+        arrays=True,
     )
     remote = True
     array_index_env = TASK_ENV
