@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from j2c_server.jobs.journal import Journal
+from j2c_server.jobs.send import rule as send_rule
 from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import JobRecord, JobRequest
 
@@ -50,7 +51,9 @@ class Family:
 
     async def create(self, record: JobRecord, first: dict[str, Any]) -> JobRecord:
         """A new job (a child), or the identical one already there; its followers are woken."""
-        created, _ = await self._registry.jobs.create_or_attach(record, first)
+        created, _ = await self._registry.jobs.create_or_attach(
+            record, first, send_rule.attach_to(record.request)
+        )
         self._bus.publish(created.id)
         return created
 

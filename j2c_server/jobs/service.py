@@ -178,7 +178,9 @@ class JobService:
             }
         )
         first = {"kind": EventKind.status, "status": JobStatus.pending, "text": record.message}
-        record, created = await self.registry.jobs.create_or_attach(record, first)
+        record, created = await self.registry.jobs.create_or_attach(
+            record, first, send_rule.attach_to(record.request)
+        )
         if created:
             self.clients.scans[record.id] = scan  # the pipeline packs from this walk
             self.bus.publish(record.id)

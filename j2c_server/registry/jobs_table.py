@@ -8,6 +8,7 @@ timestamps, last ``seq``). Events are :mod:`.event_log`'s, leases :mod:`.leases`
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import NamedTuple
 
 from j2c_server.core.coalesce import Answers, Coalesced
@@ -20,10 +21,6 @@ from j2c_server.registry.event_rows import EventDraft, insert_events
 from j2c_server.wire.api import TERMINAL_STATUSES, JobRecord, JobStatus
 
 TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
-# Jobs an identical request attaches to: still going, or done successfully.
-_ATTACHABLE = tuple(
-    sorted(s.value for s in JobStatus if s not in TERMINAL_STATUSES or s == JobStatus.succeeded)
-)
 
 
 class JobState(NamedTuple):
@@ -47,22 +44,25 @@ class JobsTable:
         self._db = db
 
     async def create_or_attach(
-        self, record: JobRecord, first: EventDraft
+        self, record: JobRecord, first: EventDraft, attach_to: Collection[JobStatus] = ()
     ) -> tuple[JobRecord, bool]:
-        """Insert ``record`` with its first event, or return the job an identical request
-        (same key) is attached to: one still going or one that succeeded, unless the request
-        asks for a new run. Returns the record and whether it was created."""
-        return await self._db.call(self._create_or_attach, record, first)
+        """Insert ``record`` with its first event, or return the newest job with its key whose
+        status is one of ``attach_to`` (the send rule's, ``jobs/send/rule.py``), in one
+        transaction. Returns the record and whether it was created."""
+        statuses = tuple(sorted(s.value for s in attach_to))
+        return await self._db.call(self._create_or_attach, record, first, statuses)
 
-    def _create_or_attach(self, record: JobRecord, first: EventDraft) -> tuple[JobRecord, bool]:
+    def _create_or_attach(
+        self, record: JobRecord, first: EventDraft, statuses: tuple[str, ...]
+    ) -> tuple[JobRecord, bool]:
         conn = self._db.conn()
         with write(conn):
-            if not record.request.new:
-                marks = ",".join("?" * len(_ATTACHABLE))
+            if statuses:
+                marks = ",".join("?" * len(statuses))
                 row = conn.execute(
                     f"SELECT record, last_seq FROM jobs WHERE key = ? AND status IN ({marks}) "  # noqa: S608
                     "ORDER BY created_at DESC LIMIT 1",
-                    (record.key, *_ATTACHABLE),
+                    (record.key, *statuses),
                 ).fetchone()
                 if row is not None:
                     return record_from_row(row), False

@@ -1,7 +1,8 @@
-"""This machine's GPUs for the local scheduler: which exist, and which job holds which.
+"""This machine's GPUs for the backends that run jobs here (local, container): which exist, and
+which job holds which.
 
 One pool for the whole machine, shared by every user's servers, kernels and CLIs: the ledger is
-a folder outside any data dir (``scheduler.local.gpu_ledger``, default
+a folder outside any data dir (``scheduler.gpu_ledger``, default
 :data:`DEFAULT_LEDGER_DIR`) that every user can write and none can tamper with, like ``/tmp``:
 root-owned (or the user's own), world-writable only with the sticky bit, so a file in it can be
 removed or replaced by its owner alone.

@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from j2c_server.core.errors import ConfigError, Conflict, NotFound
+from j2c_server.jobs.send.rule import attach_to
 from j2c_server.registry.batch import Append
 from j2c_server.registry.db import SCHEMA_VERSION
 from j2c_server.registry.job_registry import Registry
@@ -109,24 +110,29 @@ async def test_log_cursor_is_stored_with_the_lines_before_it(registry: Registry)
     assert await registry.events.log_cursor("job-1") == "2"
 
 
+async def _send(registry: Registry, record: JobRecord) -> tuple[JobRecord, bool]:
+    """A record created, or attached by the send rule's statuses (jobs/send/rule.py)."""
+    return await registry.jobs.create_or_attach(record, _pending(), attach_to(record.request))
+
+
 async def test_identical_request_attaches_to_the_running_job(registry: Registry) -> None:
-    await registry.jobs.create_or_attach(_record("job-1"), _pending())
-    record, created = await registry.jobs.create_or_attach(_record("job-2"), _pending())
+    await _send(registry, _record("job-1"))
+    record, created = await _send(registry, _record("job-2"))
     assert not created
     assert record.id == "job-1"
 
 
 async def test_new_flag_creates_a_second_job_for_the_same_key(registry: Registry) -> None:
-    await registry.jobs.create_or_attach(_record("job-1"), _pending())
-    record, created = await registry.jobs.create_or_attach(_record("job-2", new=True), _pending())
+    await _send(registry, _record("job-1"))
+    record, created = await _send(registry, _record("job-2", new=True))
     assert created
     assert record.id == "job-2"
 
 
 async def test_identical_request_after_a_failure_runs_again(registry: Registry) -> None:
-    await registry.jobs.create_or_attach(_record("job-1"), _pending())
+    await _send(registry, _record("job-1"))
     await _finish(registry, JobStatus.failed)
-    record, created = await registry.jobs.create_or_attach(_record("job-2"), _pending())
+    record, created = await _send(registry, _record("job-2"))
     assert created
     assert record.id == "job-2"
 

@@ -18,6 +18,15 @@ from j2c_server.wire.api import JobRecord, JobRequest, JobStatus, SendDecision
 
 # Request fields that say how a send is run, not what it is: they never split a job.
 _NOT_SETTINGS = {"new"}
+# The jobs a send with the same key attaches to: still going, or done successfully.
+ATTACHABLE = frozenset(s for s in JobStatus if not s.terminal or s == JobStatus.succeeded)
+
+
+def attach_to(request: JobRequest) -> frozenset[JobStatus]:
+    """The statuses of a job with this send's key that it attaches to; none when the request
+    asks for a new run (``new``). The registry looks the job up in the same transaction that
+    would create the new one (``registry.jobs.create_or_attach``)."""
+    return frozenset() if request.new else ATTACHABLE
 
 
 def request_key(request: JobRequest) -> str:

@@ -1,1 +1,1 @@
-"""TODO."""
+"""The ``local`` backend (the embedded default): detached supervisors on this machine."""

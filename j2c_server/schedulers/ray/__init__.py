@@ -1,1 +1,1 @@
-"""TODO."""
+"""The ``ray`` backend: Ray jobs through the dashboard's Jobs REST API."""

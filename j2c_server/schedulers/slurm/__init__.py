@@ -1,1 +1,1 @@
-"""TODO."""
+"""The ``slurm`` backend: batch jobs (and a sweep's array job) through slurmrestd."""
