@@ -229,7 +229,7 @@ def test_the_setting_off_compacts_nothing(data: Path, off: Any) -> None:
         registry = Registry(data / REGISTRY_FILE)
         try:
             await make_job(registry, "done-1", 5)
-            compactor = Compactor(registry, settings)
+            compactor = Compactor(registry.events, settings)
             compactor.start()
             await asyncio.sleep(0.3)
             started = compactor._task is not None
@@ -250,7 +250,7 @@ def test_the_periodic_task_compacts_at_start(data: Path) -> None:
         registry = Registry(data / REGISTRY_FILE)
         try:
             await make_job(registry, "done-1", 5)
-            compactor = Compactor(registry, settings)
+            compactor = Compactor(registry.events, settings)
             compactor.start()
             for _ in range(100):
                 if rows(data, "done-1") == 0:

@@ -52,7 +52,7 @@ from j2c_server.registry.event_rows import split_row
 from j2c_server.wire.api import TERMINAL_STATUSES, Event
 
 if TYPE_CHECKING:
-    from j2c_server.registry.job_registry import Registry
+    from j2c_server.registry.event_log import EventLog
     from j2c_server.registry.settings import RegistrySettings
 
 ARCHIVE_DIR = "event-archive"
@@ -398,8 +398,8 @@ class Compactor:
     """The server's periodic compaction: a round at start, then one every
     ``compact_every_minutes`` (sooner while a backlog remains)."""
 
-    def __init__(self, registry: Registry, settings: RegistrySettings, logger: Any = None) -> None:
-        self.registry = registry
+    def __init__(self, events: EventLog, settings: RegistrySettings, logger: Any = None) -> None:
+        self.events = events
         self.settings = settings
         self.log = logger or log
         self._stop = threading.Event()
@@ -418,7 +418,7 @@ class Compactor:
             try:
                 report = await asyncio.to_thread(
                     compact_round,
-                    self.registry.path,
+                    self.events.path,
                     older_than_s,
                     self.settings.compact_jobs_per_round,
                     skip=self._skip,

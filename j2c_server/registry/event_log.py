@@ -14,6 +14,7 @@ import json
 import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 from j2c_server.core.errors import Conflict, NotFound
 from j2c_server.registry import archive as event_archive
@@ -74,6 +75,11 @@ class EventLog:
     def __init__(self, db: RegistryConnections) -> None:
         self._db = db
         self._group_commit = GroupCommit(lambda appends: self._db.call(self._append_batch, appends))
+
+    @property
+    def path(self) -> Path:
+        """The registry file (the compactor's rounds open their own connection to it)."""
+        return self._db.path
 
     async def append(
         self,

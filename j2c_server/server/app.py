@@ -70,7 +70,7 @@ class J2CApp(ExtensionApp):
         service.start()
         # Finished jobs' events into their stored logs, off the loop (event_archive).
         self.settings["j2c_compactor"] = Compactor(
-            service.registry, service.settings.registry, self.log
+            service.registry.events, service.settings.registry, self.log
         )
         self.settings["j2c_compactor"].start()
         if self.freeze_startup_objects:
