@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import re
 import time
@@ -29,6 +30,7 @@ _TIMESTAMP_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z
 _STREAMS: dict[int, Literal["stdout", "stderr"]] = {1: "stdout", 2: "stderr"}
 # A follow stream that stays silent this long is re-opened from its cursor.
 FOLLOW_IDLE_S = 300.0
+INSPECT_TRIES = 4  # an inspect racing the container's exit (see inspect)
 
 
 class EngineClient:
@@ -70,8 +72,17 @@ class EngineClient:
         )
 
     async def inspect(self, name: str) -> dict[str, Any] | None:
-        """The container's inspect document; None when the engine has no such container."""
-        response = await self.request("GET", f"/containers/{name}/json", allow=(404,))
+        """The container's inspect document; None when the engine has no such container.
+
+        podman answers 500 "read /proc/<pid>/cgroup: no such process" when the container's
+        process exits while it is inspected: a race of the engine's, asked again."""
+        for attempt in range(INSPECT_TRIES):
+            response = await self.request("GET", f"/containers/{name}/json", allow=(404, 500))
+            if response.status_code != 500:
+                break
+            if "no such process" not in response.text or attempt == INSPECT_TRIES - 1:
+                raise engine_error(response)
+            await asyncio.sleep(0.05 * (attempt + 1))
         if response.status_code == 404:
             return None
         info: dict[str, Any] = response.json()

@@ -104,8 +104,8 @@ def prepare_cache(folder: Path, cfg: ContainerSettings, access: Access) -> Path 
     me = os.geteuid()
     try:
         for level in (folder.parent.parent, folder.parent):
-            if not level.exists():
-                level.mkdir(parents=True, mode=0o700)
+            # Concurrent submits make the same levels: one that another made first is fine.
+            level.mkdir(parents=True, mode=0o700, exist_ok=True)
             if problem := _not_private(level, {me}):
                 log.warning("j2c: the layer cache is not used: %s %s", level, problem)
                 return None
@@ -113,8 +113,11 @@ def prepare_cache(folder: Path, cfg: ContainerSettings, access: Access) -> Path 
             # An ACL makes the folder look group-writable: j2c-unpack would refuse it.
             log.warning("j2c: the layer cache is not used: jobs run as another uid (%d)", uid)
             return None
-        if not folder.exists():
+        try:
             folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # made before (or by a concurrent submit, which gives it its owner)
+        else:
             if me == 0:
                 os.chown(folder, uid, gid)
         # podman's U makes it the job's wherever it was; otherwise it must be the job's already.
