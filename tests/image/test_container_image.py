@@ -23,7 +23,7 @@ import pytest
 from j2c_server.image.store import InventoryStore
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
-from j2c_server.schedulers.container.backend import probe
+from j2c_server.schedulers.container import probe
 from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, runs_label
 from j2c_server.schedulers.container.spec import runs_root
 from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState

@@ -17,7 +17,7 @@ import pytest
 
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
-from j2c_server.schedulers.container.backend import probe
+from j2c_server.schedulers.container import probe
 from j2c_server.wire.api import EventKind, JobStatus
 from tests.support.lab_python import image_request, image_settings, lab_has
 from tests.support.lab_python import lab_project as make_lab_project

@@ -10,7 +10,7 @@ import pytest
 
 from j2c_server.image.store import InventoryStore
 from j2c_server.jobs.service import JobService
-from j2c_server.schedulers.container.backend import probe
+from j2c_server.schedulers.container import probe
 from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from tests.support.jobs import settle
 from tests.support.slurm import REPO, SlurmCluster

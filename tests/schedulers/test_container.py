@@ -18,7 +18,7 @@ from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine
 from j2c_server.schedulers.container.api import LogCursor, LogReader
 from j2c_server.schedulers.container.backend import ContainerScheduler, render_dry_run
-from j2c_server.schedulers.container.backend import lifecycle as container_lifecycle
+from j2c_server.schedulers.container import lifecycle as container_lifecycle
 from j2c_server.schedulers.container.lifecycle import PROBE_PREFIX, runs_label
 from j2c_server.schedulers.container.probe import probe_body
 from j2c_server.schedulers.container.settings import ContainerSettings
@@ -166,7 +166,7 @@ def test_a_retried_submit_adopts_the_container_and_another_request_is_refused(
         assert other.status_code == 201
         try:
             clash = spec.model_copy(update={"key": "x"})
-            from j2c_server.schedulers.container.backend import spec as container_spec
+            from j2c_server.schedulers.container import spec as container_spec
 
             original = container_spec.container_name
             container_spec.container_name = lambda key: "j2c-" + "0" * 20  # type: ignore[assignment]
