@@ -16,9 +16,9 @@ import pytest
 from j2c_server.core.errors import Conflict, InvalidInput
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine
+from j2c_server.schedulers.container import lifecycle as container_lifecycle
 from j2c_server.schedulers.container.api import LogCursor, LogReader
 from j2c_server.schedulers.container.backend import ContainerScheduler, render_dry_run
-from j2c_server.schedulers.container import lifecycle as container_lifecycle
 from j2c_server.schedulers.container.lifecycle import PROBE_PREFIX, runs_label
 from j2c_server.schedulers.container.probe import probe_body
 from j2c_server.schedulers.container.settings import ContainerSettings

@@ -18,9 +18,9 @@ import pytest
 
 from j2c_server.core.errors import InvalidInput, SchedulerError
 from j2c_server.schedulers.base import ArrayScheduler, JobSpec
+from j2c_server.schedulers.kubernetes import indexed as kube_indexed
 from j2c_server.schedulers.kubernetes.array import format_indexes, parse_indexes, render_array
 from j2c_server.schedulers.kubernetes.backend import KubernetesScheduler
-from j2c_server.schedulers.kubernetes import indexed as kube_indexed
 from j2c_server.schedulers.kubernetes.spec import job_name
 from j2c_server.wire.api import JobStatus, Resources
 from tests.schedulers.test_kube_multinode import official
