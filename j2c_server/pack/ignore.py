@@ -24,96 +24,13 @@ from pathlib import Path
 from pathspec import GitIgnoreSpec
 
 from j2c_server.core.errors import PackError
+from j2c_server.core.secret_rules import DIR_TOO, JUNK_DIRS, KEY_FILE_PATTERNS, SECRET_PATTERNS
 from j2c_server.pack.models import ExcludeRule
 
-JUNK_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        "__pycache__",
-        ".ipynb_checkpoints",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".tox",
-        ".nox",
-    }
-)
 JUNK_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini", ".directory"})
 JUNK_SUFFIXES = (".swp", ".swo", "~")
 VENV_JUNK_FILES = JUNK_FILES
 
-# Key or certificate files by suffix: the code layer only (a venv ships CA bundles; a private
-# key in PEM form is found there by its content).
-KEY_FILE_PATTERNS = ("*.key", "*.pem", "*.der")
-# Name patterns without a trailing '/' match files only, except these (cookiecutter's '.envs/').
-DIR_TOO = frozenset({".env*"})
-# '**/' keeps a pattern with an inner '/' matching at any depth (gitignore anchors it otherwise).
-SECRET_PATTERNS = (
-    ".env*",
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    ".aws/",
-    ".ssh/",
-    ".gnupg/",
-    ".azure/",
-    ".kube/",
-    "**/.config/gcloud/",
-    "**/.docker/config.json",
-    ".dockercfg",
-    ".netrc",
-    "_netrc",
-    ".git-credentials",
-    ".pgpass",
-    ".pypirc",
-    ".npmrc",
-    ".htpasswd",
-    "*.p12",
-    "*.pfx",
-    "*.jks",
-    "*.keystore",
-    "*.ppk",
-    "application_default_credentials.json",
-    "credentials.json",
-    "client_secret*.json",
-    "service-account*.json",
-    "token",
-    ".token",
-    "kubeconfig",
-    "*.kubeconfig",
-    ".vault-token",
-    ".s3cfg",
-    ".boto",
-    ".my.cnf",
-    "secrets.yaml",
-    "secrets.yml",
-    "secrets.toml",
-    "secrets.json",
-    "**/.huggingface/token",
-    "**/.cache/huggingface/token",
-    "**/.cache/huggingface/stored_tokens",
-    "**/.kaggle/kaggle.json",
-    "**/.config/gh/hosts.yml",
-    ".databrickscfg",
-    "*.tfstate",
-    "*.tfstate.backup",
-    "**/.terraform.d/credentials.tfrc.json",
-    "pip.conf",  # .pip/pip.conf, ~/.config/pip/pip.conf, <venv>/pip.conf: index tokens
-    "pip.ini",
-    "**/.cargo/credentials",
-    "**/.cargo/credentials.toml",
-    "**/.gem/credentials",
-    "rclone.conf",
-    "jpserver-*.json",  # a Jupyter server's runtime file: holds its token
-    ".*_history",  # .bash_history .zsh_history .python_history .sqlite_history .psql_history ...
-    ".Rhistory",
-    ".lesshst",
-    ".viminfo",
-    "**/.ipython/profile_*/history.sqlite",
-)
 IGNORE_FILES = (".gitignore", ".j2cignore")
 
 

@@ -15,26 +15,23 @@ or whose record differs, is an output. The rules, the same for every backend:
 - the project's own ``.gitignore``/``.j2cignore`` do not apply: they say what not to *send*,
   and what they list (``models/``, ``*.ckpt``) is usually exactly what a job produces.
 
-The packer's rules are reused without importing the packer (it loads pydantic and pathspec,
-which j2c-unpack must not): the pattern lists are read from ``pack/ignore.py``'s source with
-``ast`` and matched here per path component with ``fnmatch``; the content detector is
-``pack/secrets.py`` itself, loaded from its file (it imports the standard library only).
+The rules are the packer's, from where both sides read them (:mod:`j2c_server.core.secret_rules`,
+standard library only: the packer itself loads pydantic and pathspec, which j2c-unpack must
+not); the name patterns are matched here per path component with ``fnmatch``.
 """
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import functools
-import importlib.util
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
-_PACK = Path(__file__).resolve().parents[1] / "pack"
+from j2c_server.core import secret_rules
+
 EXTRA_SKIPPED_DIRS = frozenset({".cache", "j2c-outputs"})
 
 Snapshot = dict[str, tuple[int, int, int]]
@@ -109,14 +106,13 @@ def secret_reason(item: Written) -> str | None:
     pattern = _rules().secret_pattern(item.name)
     if pattern is not None:
         return f"a secret by its name ({pattern})"
-    content = _content_detector()
-    if not content.should_read(item.path.name, item.stat.st_size):
+    if not secret_rules.should_read(item.path.name, item.stat.st_size):
         return None
     try:
-        data = content.read_small(str(item.path), item.stat)
+        data = secret_rules.read_small(str(item.path), item.stat)
     except OSError:
         return None
-    found = content.detect(data) if data is not None else None
+    found = secret_rules.detect(data) if data is not None else None
     return f"a secret by its content ({found})" if found else None
 
 
@@ -161,35 +157,13 @@ class _Rules:
         return None
 
 
-_LISTS = ("JUNK_DIRS", "DIR_TOO", "SECRET_PATTERNS", "KEY_FILE_PATTERNS")
-
-
 @functools.cache
 def _rules() -> _Rules:
-    tree = ast.parse((_PACK / "ignore.py").read_text())
-    lists: dict[str, frozenset[str] | tuple[str, ...]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
-            continue
-        target = node.targets[0]
-        if isinstance(target, ast.Name) and target.id in _LISTS:
-            value = node.value
-            if isinstance(value, ast.Call) and value.args:  # frozenset({...})
-                value = value.args[0]
-            lists[target.id] = ast.literal_eval(value)
-    missing = [name for name in _LISTS if name not in lists]
-    if missing:
-        raise RuntimeError(f"pack/ignore.py no longer defines {', '.join(missing)} as literals")
-    return _Rules(lists)
-
-
-@functools.cache
-def _content_detector() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "j2c_server.unpack._secret_content", _PACK / "secrets.py"
+    return _Rules(
+        {
+            "JUNK_DIRS": secret_rules.JUNK_DIRS,
+            "DIR_TOO": secret_rules.DIR_TOO,
+            "SECRET_PATTERNS": secret_rules.SECRET_PATTERNS,
+            "KEY_FILE_PATTERNS": secret_rules.KEY_FILE_PATTERNS,
+        }
     )
-    if spec is None or spec.loader is None:
-        raise RuntimeError("pack/secrets.py cannot be loaded")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from j2c_server.core import secret_rules
 from j2c_server.core.errors import PackError
+from j2c_server.core.secret_rules import detect
 from j2c_server.pack import ExcludeRule, PackPlan, PackSpec, pack, preflight
 from j2c_server.pack import packer as packer_module
 from j2c_server.pack import secrets as secrets_module
 from j2c_server.pack.ignore import CodeRules
 from j2c_server.pack.scan import scan_code
-from j2c_server.pack.secrets import VerdictCache, detect
+from j2c_server.pack.secrets import VerdictCache
 from j2c_server.wire.manifest import LayerRole
 from tests.pack.archives import names
 from tests.support.projects import add_distribution, backdate, make_venv, site_packages, write
@@ -271,7 +273,7 @@ def test_include_can_name_a_file_in_the_venv(tmp_path: Path, project: Path, cach
 
 
 def test_large_and_binary_files_are_not_read(spec: PackSpec, project: Path) -> None:
-    big = "x" * secrets_module.SIZE_CAP + fake_key()
+    big = "x" * secret_rules.SIZE_CAP + fake_key()
     write(project / "big.txt", big)
     (project / "blob.bin").write_bytes(b"\0\1\2" + fake_key().encode())
     plan = preflight(spec)

@@ -57,3 +57,69 @@ def test_the_platform_image_installs_the_declared_sets() -> None:
     script = (ROOT / "scripts" / "platform-image.sh").read_text()
     assert "optional-dependencies" in script and "compute-packages" in script
     assert "pydantic zstandard" not in script  # no hand list
+
+
+def test_the_compute_packages_alone_run_a_job_with_outputs(tmp_path: Path) -> None:
+    """What platform-image.sh copies (``j2c_server/*.py`` and the compute packages) runs a real
+    job with a venv, its outputs and its written files, with nothing else of j2c on the path:
+    a data file or module of the lab side read at run time would fail here (one did: the
+    packer's rule lists, read from pack/ignore.py's source)."""
+    import shutil
+    import subprocess
+
+    from tests.unpack.helpers import publish_project
+
+    image = tmp_path / "image-lib"
+    (image / "j2c_server").mkdir(parents=True)
+    for top in (ROOT / "j2c_server").glob("*.py"):
+        shutil.copy(top, image / "j2c_server" / top.name)
+    for package in PYPROJECT["tool"]["j2c"]["compute-packages"]:
+        shutil.copytree(
+            ROOT / "j2c_server" / package,
+            image / "j2c_server" / package,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path('made.txt').write_text('x')\n"
+        "pathlib.Path('.env').write_text('TOKEN=1')\n"
+        "pathlib.Path(os.environ['J2C_OUTPUT_DIR'], 'out.txt').write_text('y')\n"
+        "print('ran')\n"
+    )
+    manifest = publish_project(project, tmp_path / "store", "train.py")
+    # The interpreter's own packages (the venv's site-packages: pydantic, zstandard...) stay;
+    # j2c_server comes from the copied tree only.
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    code = (
+        "import sys; sys.path[:0] = sys.argv[1:3]; "
+        "import j2c_server; assert j2c_server.__file__.startswith(sys.argv[1]), j2c_server.__file__; "
+        "from j2c_server.unpack.__main__ import main; sys.argv = [sys.argv[0], *sys.argv[3:]]; "
+        "sys.exit(main())"
+    )
+    out = tmp_path / "outputs"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            code,
+            str(image),
+            *site[:1],
+            manifest,
+            "--workdir",
+            str(tmp_path / "work"),
+            "--output-uri",
+            (tmp_path / "up").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "J2C_OUTPUT_DIR": str(out)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ran" in done.stdout
+    uploaded = {p.name for p in (tmp_path / "up").rglob("*") if p.is_file()}
+    assert {"made.txt", "out.txt"} <= uploaded, uploaded
+    assert ".env" not in uploaded  # the secret rules travel with the compute side
