@@ -94,7 +94,7 @@ def test_the_compute_packages_alone_run_a_job_with_outputs(tmp_path: Path) -> No
     site = [p for p in sys.path if p.endswith("site-packages")]
     code = (
         "import sys; sys.path[:0] = sys.argv[1:3]; "
-        "import j2c_server; assert j2c_server.__file__.startswith(sys.argv[1]), j2c_server.__file__; "
+        "import j2c_server; assert j2c_server.__file__.startswith(sys.argv[1]); "
         "from j2c_server.unpack.__main__ import main; sys.argv = [sys.argv[0], *sys.argv[3:]]; "
         "sys.exit(main())"
     )
