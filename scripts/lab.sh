@@ -12,7 +12,7 @@ root=$(dirname "$project")
 echo "lab: sending the example job (local scheduler, file:// store)"
 (cd "$project" && j2c submit train.py --venv-path .venv -- --epochs 5)
 
-# The kernels inherit it: %j2c then proposes the venv by the form's rule (j2c_server/jobs/send_proposal.py).
+# The kernels inherit it: %j2c then proposes the venv by the form's rule (j2c_server/jobs/send/proposal.py).
 export J2C_SERVER_ROOT="$root"
 echo "lab: serving JupyterLab on http://127.0.0.1:${LAB_PORT:-8888}/lab"
 exec jupyter lab --ServerApp.root_dir="$root" --ServerApp.ip=127.0.0.1 --no-browser \

@@ -1,5 +1,5 @@
 """How an array task's record is found among what slurmrestd lists for its array (the shapes
-measured on the real Slurm of the suite: see j2c_server/schedulers/slurm_array.py)."""
+measured on the real Slurm of the suite: see j2c_server/schedulers/slurm/array.py)."""
 
 from __future__ import annotations
 
