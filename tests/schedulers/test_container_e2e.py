@@ -195,9 +195,12 @@ def test_a_notebook_entry_returns_the_executed_notebook(
 
 def _lab_preflight(podman: Podman, project: Path) -> list[dict[str, str]]:
     """The preflight's warnings, computed in a lab container of the platform image (whose base
-    interpreter has the image's numpy, as the lab's would)."""
+    interpreter has the image's numpy, as the lab's would). The image holds j2c's compute side
+    only: the lab side is this checkout's, mounted, with pathspec (pure Python) beside it."""
+    import pathspec
+
     code = (
-        "import sys; sys.path.insert(0, '/opt/j2c/lib')\n"
+        "import sys; sys.path[:0] = ['/lab', '/opt/j2c/lib']; sys.path.append('/lab-deps')\n"
         "from j2c_server.pack.models import PackSpec\n"
         "from j2c_server.pack.plan import preflight\n"
         f"plan = preflight(PackSpec(code_path={str(project)!r}, call_path='train.py', "
@@ -205,6 +208,7 @@ def _lab_preflight(podman: Podman, project: Path) -> list[dict[str, str]]:
         "print(plan.model_dump_json())\n"
     )
     home = project.parent
+    checkout = Path(__file__).resolve().parents[2] / "j2c_server"
     ran = subprocess.run(
         [
             "podman",
@@ -212,6 +216,10 @@ def _lab_preflight(podman: Podman, project: Path) -> list[dict[str, str]]:
             "--rm",
             "-v",
             f"{home}:{home}",
+            "-v",
+            f"{checkout}:/lab/j2c_server:ro",
+            "-v",
+            f"{Path(pathspec.__file__).parent}:/lab-deps/pathspec:ro",
             podman.image,
             "python3",
             "-I",
