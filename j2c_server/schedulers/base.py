@@ -167,6 +167,11 @@ class SchedulerBase:
         return []
 
     @classmethod
+    def check_resources(cls, resources: Resources) -> None:
+        """Refuse (``InvalidInput`` naming the field) a request this backend cannot run as
+        asked, beyond what its ``capabilities`` say; checked before anything is scanned."""
+
+    @classmethod
     def inventory_target(cls, settings: J2CSettings, image: str | None) -> InventoryTarget | None:
         """Which inventory a job sent here with ``image`` runs on (docs/images.md); None when
         it runs on the lab's own Python. By default the image as given (digest included when it
