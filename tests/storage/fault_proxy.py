@@ -39,9 +39,10 @@ def s3_error_body(code: str, message: str) -> bytes:
 
 
 class FaultProxy:
-    """Start with ``start()``; point the client at ``url``; ``stop()`` when done."""
+    """Start with ``start()``; point the client at ``url``; ``stop()`` when done. It listens
+    on ``host`` (loopback unless a container must reach it)."""
 
-    def __init__(self, upstream: str, *, seed: int = 1) -> None:
+    def __init__(self, upstream: str, *, seed: int = 1, host: str = "127.0.0.1") -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.rate = 0.0
@@ -55,7 +56,7 @@ class FaultProxy:
         self._queue: deque[str] = deque()
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
