@@ -12,6 +12,11 @@ Faults (drawn at ``rate`` with a fixed seed, or queued one by one with ``queue``
 
 It also counts the request-body bytes it received (``bytes_up``), so a test can tell how much a
 client really sent, and can answer every request with one canned S3 error (``canned``).
+
+With ``delay_s`` it is a slow network (benchmarks/publish_latency.py): each new connection
+waits ``delay_s`` before its first byte is read (the TCP handshake's round trip) and each
+request waits ``delay_s`` before it is forwarded (its own round trip), however many reads its
+body takes; the answer is not delayed again.
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ class FaultProxy:
     """Start with ``start()``; point the client at ``url``; ``stop()`` when done. It listens
     on ``host`` (loopback unless a container must reach it)."""
 
-    def __init__(self, upstream: str, *, seed: int = 1, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, upstream: str, *, seed: int = 1, host: str = "127.0.0.1", delay_s: float = 0.0
+    ) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.rate = 0.0
@@ -52,6 +59,8 @@ class FaultProxy:
         self.canned: tuple[int, str, str] | None = None
         self.injected: Counter[str] = Counter()
         self.requests = 0
+        self.connections = 0
+        self.delay_s = delay_s
         self.bytes_up = 0
         self._queue: deque[str] = deque()
         self._random = random.Random(seed)
@@ -121,6 +130,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return None
 
+    def setup(self) -> None:
+        super().setup()
+        with self.proxy._lock:
+            self.proxy.connections += 1
+        if self.proxy.delay_s:  # a new connection: the handshake's round trip
+            time.sleep(self.proxy.delay_s)
+
     def do_GET(self) -> None:
         self._relay()
 
@@ -167,6 +183,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         proxy = self.proxy
+        if proxy.delay_s:  # one round trip per request, not per read of its body
+            time.sleep(proxy.delay_s)
         fault = proxy._draw(self.command, len(body))
         if proxy.canned is not None:
             status, code, message = proxy.canned
