@@ -28,8 +28,9 @@ records) on a tmpfs of ``--disk-mb`` and adds ``disk_full``: a ballast file take
 byte for ``--disk-full-s`` seconds, then is removed. A job that was live then may fail, saying
 the disk was full, never end ``lost`` or succeed falsely; a send the server refused then is sent
 again, as a client would (the one-job-per-send invariant still holds), and the refusal must say
-the disk was full. ``--all-legs`` is every leg at once: the three backends, the S3 store and the
-full disk.
+the disk was full. ``--server-kills N`` adds a server kill after every ``jobs/N`` sends to
+those drawn, so a run meets at least N. ``--all-legs`` is every leg at once: the three backends,
+the S3 store, the full disk and at least 10 server kills.
 
 At the end it lists every job the server has (not only those the client was answered) and checks
 the invariants over what it collected (``soak_check.py``, tested against planted violations):
@@ -42,9 +43,9 @@ no multipart upload left open; on the engines, nothing that j2c's labels (podman
 (Slurm) tie to the server's jobs, however the registry recorded their handles.
 
 Run: ``python benchmarks/soak.py [--jobs 200 --seed 7] [--store s3]
-[--backend local,container,slurm] [--disk-full] [--all-legs]``; the test suite runs a short form
-of each leg (``tests/soak/``). Exit code 2: this machine cannot run the leg (no podman, no
-Slurm, no tmpfs mount), with the reason.
+[--backend local,container,slurm] [--disk-full] [--server-kills N] [--all-legs]``; the test
+suite runs a short form of each leg (``tests/soak/``). Exit code 2: this machine cannot run
+the leg (no podman, no Slurm, no tmpfs mount), with the reason.
 """
 
 from __future__ import annotations
@@ -243,6 +244,7 @@ class Soak:
         self.faults: list[tuple[float, str, str]] = []
         self.started = time.monotonic()
         self.ending = False
+        self.server_lock = asyncio.Lock()  # one kill and restart at a time
         self.evidence: dict[str, Any] = {}  # the non-log events of jobs that broke an invariant
 
     def log_fault(self, kind: str, target: str) -> None:
@@ -298,10 +300,7 @@ class Soak:
                 self.s3.proxy.queue(*burst)
                 self.log_fault("s3", "+".join(burst))
             elif kind == "server":
-                self.log_fault(
-                    "server", f"pid {self.server.process.pid if self.server.process else '-'}"
-                )
-                await self.server.kill9_and_restart()
+                await self.kill_server("drawn")
             elif kind == "viewer":
                 live = [v for v in self.viewers if v.status not in TERMINAL]
                 if live:
@@ -312,6 +311,13 @@ class Soak:
                 self.kill_an_unpack()
             elif kind == "disk_full" and self.disk is not None:
                 await self.fill_disk()
+
+    async def kill_server(self, why: str) -> None:
+        """``kill -9`` of the server, restarted at once on its port and data dir."""
+        async with self.server_lock:
+            pid = self.server.process.pid if self.server.process else "-"
+            self.log_fault("server", f"pid {pid} ({why})")
+            await self.server.kill9_and_restart()
 
     async def fill_disk(self) -> None:
         """Every send under way now may meet the full disk (its history allows a failure that
@@ -350,12 +356,17 @@ class Soak:
     async def run(self) -> dict[str, Any]:
         driver = asyncio.ensure_future(self.fault_driver())
         tasks = []
+        # --server-kills N: besides the drawn ones, a kill after every jobs/N sends, so a run
+        # meets at least N however short its jobs are.
+        every = max(1, self.args.jobs // self.args.server_kills) if self.args.server_kills else 0
         for index in range(self.args.jobs):
             kind = self.rng.choice(KINDS)
             self.sends.append(self.make_send(index, kind))
             tasks.append(asyncio.ensure_future(self.run_one(self.sends[-1])))
             tasks[-1].add_done_callback(lambda _, send=self.sends[-1]: self.finished(send))
             await asyncio.sleep(self.rng.uniform(0, self.args.spread))
+            if every and (index + 1) % every == 0:
+                await self.kill_server(f"after send {index}")
         await asyncio.gather(*tasks)
         await asyncio.wait_for(asyncio.gather(*(v.task for v in self.viewers)), self.args.timeout)
         self.ending = True
@@ -490,6 +501,8 @@ class Soak:
                 continue
             events = observed.events.get(job["id"], [])
             self.evidence[job["id"]] = {
+                "scheduler": job.get("scheduler"),
+                "exit_code": job.get("exit_code"),
                 "message": job.get("message"),
                 "events": [
                     {k: e.get(k) for k in ("seq", "kind", "status", "stage", "message")}
@@ -519,7 +532,7 @@ def start_legs(
         legs.callback(engines["slurm"].stop)
     s3 = None
     if args.store == "s3":
-        s3 = S3Leg(args.seed, containers="container" in args.backends)
+        s3 = S3Leg(args.seed, engines=frozenset(engines))
         legs.callback(s3.stop)
     return disk, engines, s3
 
@@ -611,7 +624,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--all-legs",
         action="store_true",
-        help="every leg in one run: --backend local,container,slurm --store s3 --disk-full",
+        help="every leg in one run: --backend local,container,slurm --store s3 --disk-full, "
+        "and at least 10 server kills",
+    )
+    parser.add_argument(
+        "--server-kills",
+        type=int,
+        default=0,
+        help="at least this many server kills: one after every jobs/N sends, besides those drawn",
     )
     parser.add_argument("--disk-mb", type=int, default=256, help="the tmpfs's size")
     parser.add_argument("--disk-full-s", type=float, default=1.5, help="how long it stays full")
@@ -620,6 +640,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.all_legs:
         args.backend, args.store, args.disk_full = ",".join(BACKENDS), "s3", True
+        args.server_kills = max(args.server_kills, 10)
     args.backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     unknown = sorted(set(args.backends) - set(BACKENDS))
     if unknown or not args.backends:

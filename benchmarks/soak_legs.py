@@ -3,8 +3,10 @@ local backend, and a data dir that can run out of space.
 
 - ``S3Leg``: the store is a real moto S3 server behind the fault proxy
   (``tests/storage/fault_proxy.py``) that the server and every job go through. For container
-  jobs the proxy listens on this machine's own address (a container's loopback is its own) and
-  the store's keys reach the jobs as a credentials folder, as an operator gives them.
+  jobs the proxy listens on this machine's own address (a container's loopback is its own);
+  container and Slurm jobs, which inherit nothing of the server's environment, get the store's
+  keys as a credentials file, as an operator gives them (``credentials_dir``; ``env`` naming
+  ``AWS_SHARED_CREDENTIALS_FILE``).
 - ``ContainerLeg``: the jobs run as podman containers of the platform image through the
   ``container`` backend: the engine named by ``J2C_SCHEDULER__CONTAINER__SOCKET`` and
   ``PLATFORM_IMAGE`` in the environment (the tests' podman fixture), else ``$J2C_PODMAN_DIR``'s
@@ -67,12 +69,12 @@ def _start(script: list[str], what: str) -> dict[str, str]:
 
 class S3Leg:
     """A moto S3 server, its bucket and the fault proxy in front of it; the server's and the
-    jobs' settings point at the proxy (the environment the server and its jobs inherit). With
-    ``containers``, the proxy listens on this machine's address and ``credentials`` (a folder
-    inside this user's home, as the container backend asks of a rootful engine) holds the keys
-    for the container jobs."""
+    jobs' settings point at the proxy (the environment the server and its jobs inherit). For
+    the ``engines`` (container, slurm) ``credentials`` (a folder inside this user's home, as the
+    container backend asks of a rootful engine) holds the keys; with containers the proxy
+    listens on this machine's address."""
 
-    def __init__(self, seed: int, *, containers: bool = False) -> None:
+    def __init__(self, seed: int, *, engines: frozenset[str] = frozenset()) -> None:
         import boto3
         from botocore.config import Config
         from moto.server import ThreadedMotoServer
@@ -95,10 +97,10 @@ class S3Leg:
             config=Config(s3={"addressing_style": "path"}),
         )
         self.client.create_bucket(Bucket=BUCKET)
-        listen = own_address() if containers else "127.0.0.1"
+        listen = own_address() if "container" in engines else "127.0.0.1"
         self.proxy = FaultProxy(f"http://{host}:{port}", seed=seed, host=listen).start()
         self.credentials: Path | None = None
-        if containers:
+        if engines:
             self.credentials = Path.home() / ".cache" / f"j2c-soak-{os.getpid()}"
             self.credentials.mkdir(parents=True, exist_ok=True)
             self.credentials.chmod(0o755)  # read by the job's uid through the bind
@@ -108,7 +110,11 @@ class S3Leg:
                 f"aws_secret_access_key = {keys['AWS_SECRET_ACCESS_KEY']}\n"
             )
             (self.credentials / "credentials").chmod(0o644)
+        if "container" in engines:
             os.environ["J2C_SCHEDULER__CONTAINER__CREDENTIALS_DIR"] = str(self.credentials)
+        if "slurm" in engines:
+            file = str(self.credentials / "credentials")
+            os.environ[f"{SLURM}ENV__AWS_SHARED_CREDENTIALS_FILE"] = file
         os.environ.update(
             {
                 "J2C_STORAGE__URL": f"s3://{BUCKET}/{PREFIX}",

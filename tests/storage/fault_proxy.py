@@ -25,6 +25,7 @@ import http.client
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -65,7 +66,7 @@ class FaultProxy:
         self._queue: deque[str] = deque()
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
+        self._server = _QuietServer((host, 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -109,6 +110,15 @@ class FaultProxy:
             if fault:
                 self.injected[fault] += 1
             return fault
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away (a killed server, a reset) is no error of the proxy's: not
+    printed; anything else still is."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
