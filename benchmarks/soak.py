@@ -554,6 +554,8 @@ async def main(args: argparse.Namespace) -> int:
                 soak = Soak(server, args, s3, engines, disk)
                 result = await soak.run()
             injected = sorted(s3.proxy.injected.items()) if s3 else []
+            container = engines.get("container")
+            probes = container.sweep_probes() if isinstance(container, ContainerLeg) else 0
         wall = time.monotonic() - soak.started
         kinds = {kind: sum(1 for f in soak.faults if f[1] == kind) for kind in soak.fault_kinds}
         reconnects = sum(v.reconnects for v in soak.viewers)
@@ -577,6 +579,11 @@ async def main(args: argparse.Namespace) -> int:
                     ("answers 5xx while full (sent again)", len(soak.refused or ()), "-"),
                 ]
                 if disk and disk.fills
+                else []
+            ),
+            *(
+                [("image probes killed servers left (removed)", probes, "-")]
+                if "container" in engines
                 else []
             ),
             ("store", args.store, "-"),

@@ -219,6 +219,28 @@ class ContainerLeg:
                 left.append(f"container {name} of job {job} ({c.get('State')})")
         return left
 
+    def sweep_probes(self) -> int:
+        """Remove the image probes this server's killed incarnations left (j2c sweeps one at
+        the first server start past ``PROBE_ORPHAN_S``; the soak's last server is gone by then):
+        how many there were. Called after the check, so the engine is left clean."""
+        import httpx
+
+        from j2c_server.schedulers.container.lifecycle import PROBE_PREFIX
+
+        transport = httpx.HTTPTransport(uds=self.socket)
+        with httpx.Client(transport=transport, base_url="http://engine", timeout=60) as client:
+            params = {"all": "1", "filters": json.dumps({"label": [self.label]})}
+            listed = client.get("/v1.41/containers/json", params=params)
+            listed.raise_for_status()
+            probes = [
+                c["Id"]
+                for c in listed.json()
+                if (c.get("Names") or ["?"])[0].lstrip("/").startswith(PROBE_PREFIX)
+            ]
+            for probe in probes:
+                client.delete(f"/v1.41/containers/{probe}", params={"force": "1"})
+        return len(probes)
+
     def stop(self) -> None:
         if self.folder is not None:
             script = REPO / "scripts" / "platform-image.sh"
