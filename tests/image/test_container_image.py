@@ -27,16 +27,16 @@ from j2c_server.schedulers.container import probe
 from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, runs_label
 from j2c_server.schedulers.container.spec import runs_root
 from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
-from tests.support.lab_python import image_request, image_settings, lab_has
+from tests.support.lab_python import image_request, image_settings, need_lab_packages
 from tests.support.lab_python import lab_project as make_lab_project
 from tests.support.podman import Podman
 
 TRAIN = "import regex\nimport scipy.stats\nimport numpy as np\nimport helper\n"
 
 
-pytestmark = pytest.mark.skipif(
-    not lab_has("regex", "scipy", "numpy"), reason="this machine's Python has no regex/scipy"
-)
+@pytest.fixture(autouse=True)
+def _lab_python_has_what_the_image_lacks() -> None:
+    need_lab_packages()
 
 
 @pytest.fixture
