@@ -312,6 +312,14 @@ test.describe.serial('j2c behind JupyterHub', () => {
     // reconnection gets a 403, renews the login with the hub in a hidden frame, and goes on
     // from the last line it had.
     await expectStatus(log, 'succeeded', 180000);
+    // The badge follows the status event; the log's closing line is drawn just after it.
+    await expect
+      .poll(
+        async () =>
+          countLines(await logText(alice, jobId), /^\[j2c\] succeeded/),
+        { timeout: 10000 }
+      )
+      .toBe(1);
     const text = await logText(alice, jobId);
     expect(text.split('\n').length).toBeGreaterThan(stoppedAt);
     expectEveryEpochOnce(text, EPOCHS);
