@@ -91,3 +91,33 @@ async def test_a_job_that_ends_while_the_disk_is_full_succeeds_once_space_return
     ended = await wait_status(scheduler, handle, JobStatus.succeeded, JobStatus.lost)
     assert ended == JobStatus.succeeded, await scheduler.status(handle)
     await scheduler.close()
+
+
+async def test_a_job_that_failed_on_a_full_disk_says_so_though_its_log_could_not(
+    small_data_dir: Path, tmp_path: Path
+) -> None:
+    """Found by the all-legs soak: a job sent while the data dir was full ended "exit code 1"
+    with an empty log (its last words could not be written either). Its status says why."""
+    scheduler = scheduler_on(small_data_dir, tmp_path / "gpu-ledger")
+    fill = "open('big', 'wb').write(b'x' * 50_000_000)\n"  # in its work folder: the 4 MB disk
+    handle = await scheduler.submit(
+        JobSpec(
+            job_id="full-2",
+            name="full-2",
+            key="key-full-2",
+            command=[sys.executable, "-c", fill],
+            resources=Resources(),
+        )
+    )
+    big = small_data_dir / "runs" / "full-2" / "work" / "big"
+    deadline = time.monotonic() + TIMEOUT_S
+    while not big.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # it failed; its exit record waits for space
+    big.unlink()
+    ended = await wait_status(scheduler, handle, JobStatus.failed, JobStatus.lost)
+    state = await scheduler.status(handle)
+    assert ended == JobStatus.failed, state
+    assert state.exit_code == 1
+    assert "was full" in (state.message or "") and "free when it ended" in (state.message or "")
+    await scheduler.close()

@@ -36,7 +36,7 @@ from types import FrameType
 from typing import Any
 
 from j2c_server.core.file_modes import private_dir, private_opener
-from j2c_server.core.units import timed_out
+from j2c_server.core.units import count, timed_out
 from j2c_server.schedulers.gpu_ledger import (
     DEFAULT_LEDGER_DIR,
     GpuLedger,
@@ -50,6 +50,8 @@ _GPU_POLL_S = 0.2
 _RANK_POLL_S = 0.05
 # Exit code for a command that could not be started, as a shell reports it.
 _CANNOT_START = 127
+# Less free than this where the job's folder is, when it failed: the disk was full.
+DISK_FULL_BYTES = 1024 * 1024
 
 
 class Supervisor:
@@ -236,6 +238,8 @@ class Supervisor:
         signum = -code if code is not None and code < 0 else None
         if self.timed_out:
             error = timed_out(self.spec["time_limit_s"] / 60)
+        elif code and not error and not self.stopping:
+            error = _disk_full(self.run.path)
         ranks: dict[str, Any] = {}
         if self.nodes > 1 and self.rank_codes:
             failed = next((rank for rank, raw in self.rank_codes if raw != 0), None)
@@ -290,6 +294,22 @@ def main(argv: list[str] | None = None) -> None:
     _detach()
     os.set_inheritable(int(lock_fd), False)  # only this process holds the run alive
     Supervisor(RunDir(Path(run_dir))).main()
+
+
+def _disk_full(folder: Path) -> str | None:
+    """Why a failed job may say nothing: the disk of its folder (its log, its work folder) was
+    full when it ended, so even its last words could not be written."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    if free >= DISK_FULL_BYTES:
+        return None
+    return (
+        f"the disk holding the job's folder {folder} was full ({count(free, 'byte')} free "
+        "when it ended): its log and what it wrote may be cut short"
+    )
 
 
 if __name__ == "__main__":

@@ -8,14 +8,8 @@
   ``entrypoint_num_gpus/num_cpus/memory`` (they decide which node runs the entrypoint: the head
   unless they place it on a worker); a GPU type asks for ``accelerator_type:<type>``.
 - status: ``GET /api/jobs/{id}``; a job Ray no longer knows reads as lost.
-- logs: ``GET /api/jobs/{id}/logs`` (the whole log) polled, with a cursor that counts the lines
-  of that log already delivered, so a new follower (a restarted server) skips exactly those.
-  Ray's own lines are counted but not delivered: its logger's lines before the entrypoint's
-  first, and its "Running entrypoint for job …" line wherever it lands (Ray writes it through a
-  buffered file, so the entrypoint's first lines can come before it). The log only grows, so
-  which lines are Ray's never changes once they are there. The ``/logs/tail`` websocket is not
-  used: it needs a websocket client the server does not have, and resuming from it needs the
-  same line count anyway.
+- logs: the dashboard's tail websocket, read incrementally, with a cursor that counts the lines
+  already delivered (:mod:`.logs`: Ray's own lines counted, not delivered).
 - cancel: ``POST /api/jobs/{id}/stop`` (Ray sends SIGTERM, then SIGKILL after
   ``RAY_JOB_STOP_WAIT_TIME_S``).
 - results: the exit code; outputs come through the outputs index ``j2c-unpack`` uploads.
@@ -24,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import shlex
@@ -33,6 +28,7 @@ from typing import Any
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput, J2CError, SchedulerError
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.ray.logs import follow_lines
 from j2c_server.schedulers.ray.rest import RayFailure, RayRest
 from j2c_server.schedulers.ray.settings import RaySettings
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
@@ -48,7 +44,6 @@ _STATES = {
 _MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?$")
 _SUBMISSION_ID = re.compile(r"^j2c-[0-9a-f]{24}$")
 # Ray's logger, as in "2026-01-02 03:04:05,678\tINFO job_manager.py:581 -- Runtime env is …".
-_RAY_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t[A-Z]+ \S+:\d+ -- ")
 # A GPU-type resource is present once per node: a fraction asks for the node, not the amount.
 _TYPE_SHARE = 0.001
 
@@ -167,21 +162,6 @@ def _cursor(cursor: str | None) -> int:
     return int(cursor)
 
 
-def ray_own_lines(lines: list[str], ray_id: str, entrypoint: str) -> set[int]:
-    """The indexes of the log's lines that Ray wrote itself (see the module docstring)."""
-    own: set[int] = set()
-    for index, line in enumerate(lines):
-        if not _RAY_LOG_LINE.match(line):
-            break
-        own.add(index)
-    header = f"Running entrypoint for job {ray_id}: "
-    first = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
-    if first is not None:
-        # An entrypoint with a newline in an argument spans more than one line of the log.
-        own.update(range(first, first + entrypoint.count("\n") + 1))
-    return own
-
-
 class RayScheduler(SchedulerBase):
     """Runs ``JobSpec.command`` as a Ray job's entrypoint; see the module docstring."""
 
@@ -275,25 +255,48 @@ class RayScheduler(SchedulerBase):
             raise
 
     async def _follow(self, handle: JobHandle, ray_id: str, done: int) -> AsyncIterator[LogLine]:
+        """Lines from the tail websocket while the job runs; once its status is terminal (read
+        every ``poll_interval_s``: Ray's tail closes only seconds later), the rest from one read
+        of the whole log."""
+        job = await self._job(ray_id)
+        if job is None:
+            return
+        entrypoint = str(job.get("entrypoint") or "")
+        live = follow_lines(self._rest.tail(ray_id), ray_id, entrypoint, done)
+        ended = asyncio.create_task(self._until_ended(ray_id))
+        try:
+            while not job_state(job).status.terminal:
+                line = asyncio.ensure_future(anext(live))
+                await asyncio.wait({line, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if not line.done():
+                    line.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await line
+                    break
+                try:
+                    item = line.result()
+                except StopAsyncIteration:
+                    break
+                done = int(item.cursor)
+                yield item
+        finally:
+            ended.cancel()
+            await live.aclose()
+        answer = await self._rest.request("GET", f"/api/jobs/{ray_id}/logs")
+        rest = follow_lines(_one(str(answer.get("logs") or "")), ray_id, entrypoint, done)
+        async for item in rest:
+            yield item
+
+    async def _until_ended(self, ray_id: str) -> None:
         while True:
-            # The job first: once it is terminal, the log read after it is complete.
             job = await self._job(ray_id)
-            if job is None:
-                return
-            ended = job_state(job).status.terminal
-            answer = await self._rest.request("GET", f"/api/jobs/{ray_id}/logs")
-            lines = str(answer.get("logs") or "").split("\n")
-            tail = lines.pop()  # "" after a final newline; else a line still being written
-            if ended and tail:
-                lines.append(tail)
-            own = ray_own_lines(lines, ray_id, str(job.get("entrypoint") or ""))
-            for index in range(done, len(lines)):
-                done = index + 1
-                if index not in own:
-                    yield LogLine(text=lines[index], cursor=str(done))
-            if ended:
+            if job is None or job_state(job).status.terminal:
                 return
             await asyncio.sleep(self._ray.poll_interval_s)
+
+
+async def _one(text: str) -> AsyncIterator[str]:
+    yield text
 
 
 def _submit_error(exc: RayFailure, body: dict[str, Any]) -> J2CError:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 from j2c_server.core.errors import ConfigError, SchedulerError, SchedulerUnavailable
@@ -100,9 +101,11 @@ class RayRest:
     def __init__(self, settings: RaySettings, environ: Mapping[str, str] | None = None) -> None:
         self.url = dashboard_url(settings)
         self._tokens = TokenSource(settings, os.environ if environ is None else environ)
-        self._client = httpx.AsyncClient(
-            base_url=self.url, timeout=_TIMEOUT, verify=_verify(settings)
-        )
+        verify = _verify(settings)
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=_TIMEOUT, verify=verify)
+        # aiohttp's: True checks certificates, False does not, or the given CA's context.
+        self._ssl: ssl.SSLContext | bool = verify
+        self._tails: set[aiohttp.ClientSession] = set()
 
     async def request(
         self, method: str, path: str, *, json_body: dict[str, Any] | None = None
@@ -145,5 +148,48 @@ class RayRest:
             "is scheduler.ray.address the dashboard (port 8265), not another service?",
         )
 
+    async def tail(self, ray_id: str) -> AsyncIterator[str]:
+        """The job's log as text chunks from the tail websocket, from its start; ends when Ray
+        closes it (the job ended) or the job is unknown. Compression off: Ray's tail does not
+        deliver compressed frames."""
+        token = await self._tokens.current()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        url = f"{self.url}/api/jobs/{ray_id}/logs/tail"
+        session = aiohttp.ClientSession(headers=headers)
+        self._tails.add(session)  # closed by close(), should a follower be abandoned
+        try:
+            async with session.ws_connect(url, compress=0, ssl=self._ssl, heartbeat=30) as socket:
+                async for message in socket:
+                    if message.type == aiohttp.WSMsgType.TEXT:
+                        yield str(message.data)
+                    elif message.type == aiohttp.WSMsgType.ERROR:
+                        break
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status in (401, 403):
+                raise RayFailure(
+                    f"the Ray dashboard refused the log of {ray_id}: not authorized",
+                    exc.status,
+                    "",
+                    hint=_AUTH_HINT,
+                ) from None
+            if exc.status == 404:
+                return
+            raise SchedulerUnavailable(
+                f"the Ray dashboard at {self.url} did not open the log of {ray_id} "
+                f"(HTTP {exc.status})",
+                hint=_REACH_HINT,
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise SchedulerUnavailable(
+                f"the Ray dashboard at {self.url} cannot be reached ({reason})", hint=_REACH_HINT
+            ) from None
+        finally:
+            self._tails.discard(session)
+            await session.close()
+
     async def close(self) -> None:
         await self._client.aclose()
+        for session in list(self._tails):
+            await session.close()
+        self._tails.clear()

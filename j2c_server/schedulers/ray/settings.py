@@ -52,4 +52,6 @@ class RaySettings(BaseModel):
         description="The Ray resource a GPU type asks for ({gpu_type} is replaced); Ray gives "
         "each node with detected GPUs 'accelerator_type:<model>'.",
     )
-    poll_interval_s: float = Field(0.5, gt=0, le=30, description="Status and log poll period.")
+    poll_interval_s: float = Field(
+        0.5, gt=0, le=30, description="Status poll period (logs stream through the tail websocket)."
+    )
