@@ -91,7 +91,15 @@ class JobDriver:
     async def run(self) -> None:
         """Take the lease and run the pipeline; return at once if another process drives the
         job. The caller keeps this coroutine's task in ``self.task``."""
-        if not await self.registry.leases.acquire(self.job_id, self.owner, LEASE_TTL_S):
+        try:
+            acquired = await self.registry.leases.acquire(self.job_id, self.owner, LEASE_TTL_S)
+        except asyncio.CancelledError:
+            # Stopped while the acquire ran in its thread (a CLI that leaves at once: `submit
+            # --no-wait`): it may have taken the lease. Given back now, the detached watcher
+            # takes over at once instead of after the lease's time.
+            await asyncio.shield(self.registry.leases.release(self.job_id, self.owner))
+            raise
+        if not acquired:
             return
         keeper = asyncio.create_task(self._keep_lease())
         ended_here = False  # this driver saw the job to its end (not another process)
