@@ -18,18 +18,17 @@ def _add_commands() -> None:
     from j2c_server.cli.config_cmd import config
     from j2c_server.cli.gc import gc
     from j2c_server.cli.image_cmd import image
-    from j2c_server.cli.jobs import cancel, list_jobs, logs, status
+    from j2c_server.cli.jobs import cancel, list_jobs, logs, remove, status
     from j2c_server.cli.results_cmd import results
     from j2c_server.cli.submit import pack, submit
     from j2c_server.cli.sweep_cmd import sweep
     from j2c_server.cli.usage_cmd import usage
     from j2c_server.cli.wait import wait
 
-    for command in (submit, pack, build, status, logs, cancel, list_jobs, config, usage, gc, image):
+    for command in (submit, pack, build, status, logs, cancel, remove, list_jobs, config):
         main.add_command(command)
-    main.add_command(wait)
-    main.add_command(results)
-    main.add_command(sweep)
+    for command in (usage, gc, image, wait, results, sweep):
+        main.add_command(command)
 
 
 _add_commands()

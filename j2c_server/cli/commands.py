@@ -136,6 +136,14 @@ def render_cancelled(record: JobRecord, *, as_json: bool, streams: Streams) -> N
         streams.say(f"j2c: job {record.id} {record.status.value}")
 
 
+async def remove(service: JobService, ref: str) -> str:
+    """Forget a finished job (its record and events), as the Compute panel's Remove does; a job
+    still going is refused (cancel it first). Its outputs in the store stay (``j2c gc``)."""
+    record = await resolve_job(service, ref)
+    await service.remove(record.id)
+    return record.id
+
+
 # --------------------------------------------------------------------------- list
 
 

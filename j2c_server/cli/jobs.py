@@ -1,4 +1,4 @@
-"""``j2c status | logs | cancel | list``: the shared job registry, read from the terminal.
+"""``j2c status | logs | cancel | remove | list``: the shared job registry, from the terminal.
 
 A job is named by its id or by any prefix of it that only one job has. What each command does
 and prints is ``commands.py``'s (shared with ``%j2c``); this module parses and runs it.
@@ -86,6 +86,15 @@ def cancel(job: str, as_json: bool, config_file: Path | None) -> None:
         lambda service: commands.cancel(service, job, hand_off=service.run_detached_watcher),
     )
     commands.render_cancelled(record, as_json=as_json, streams=Streams.std())
+
+
+@click.command()
+@click.argument("job")
+@config_option
+def remove(job: str, config_file: Path | None) -> None:
+    """Forget a finished job (record and log), as the Compute panel's Remove does."""
+    removed = _run(config_file, lambda service: commands.remove(service, job))
+    Streams.std().say(f"j2c: job {removed} removed")
 
 
 @click.command("list")

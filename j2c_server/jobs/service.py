@@ -43,8 +43,13 @@ from j2c_server.jobs.follow import Following
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.send import rule as send_rule
 from j2c_server.jobs.send.drafts import Drafts
-from j2c_server.jobs.send.inputs import layer_cache_dir, pack_spec, refuse_if_over_limit
-from j2c_server.jobs.send.preflight import check_store_for_submit
+from j2c_server.jobs.send.inputs import (
+    job_image,
+    layer_cache_dir,
+    pack_spec,
+    refuse_if_over_limit,
+)
+from j2c_server.jobs.send.preflight import check_before_scan
 from j2c_server.jobs.send.rule import job_key
 from j2c_server.pack import PackPlan
 from j2c_server.registry.job_registry import open_registry
@@ -147,7 +152,7 @@ class JobService:
             return await self.children.send(self, request, actor)
         actor = actor or self.actor
         draft = self.drafts.draft(await self.drafts.resolve(request))
-        check_store_for_submit(self.settings, draft.scheduler)
+        await check_before_scan(self.settings, draft.scheduler, job_image(self.settings, draft))
         earlier = await self.registry.jobs.latest_like(draft)
         scan = await self.clients.packers.scan(
             pack_spec(self.settings, draft),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from j2c_server.core.errors import ConfigError, InvalidInput
+from j2c_server.core.errors import ConfigError, InvalidInput, J2CError
 from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus, Resources
 
 if TYPE_CHECKING:
@@ -98,15 +98,21 @@ class ArrayScheduler(Scheduler, Protocol):
         ...
 
 
+def no_image() -> InvalidInput:
+    """What a container-running backend says of a job with no image and no default."""
+    return InvalidInput(
+        "image: no container image given and no default is configured",
+        field="image",
+        hint="pass an image (--image, the form's Image), set default_image, or run in a lab "
+        "with JUPYTER_IMAGE set",
+    )
+
+
 def required_image(spec: JobSpec, settings: J2CSettings) -> str:
     """The image a container-running backend starts: the job's, else the configured default."""
     image = spec.image or settings.lab_image()
     if not image:
-        raise InvalidInput(
-            "image: no container image given and no default is configured",
-            field="image",
-            hint="pass an image, set default_image, or run in a lab with JUPYTER_IMAGE set",
-        )
+        raise no_image()
     return image
 
 
@@ -165,6 +171,13 @@ class SchedulerBase:
         """``(setting, why)`` for each setting this backend's submit would refuse, found by
         asking the backend itself (e.g. the container engine's ``/info``); by default none."""
         return []
+
+    @classmethod
+    async def image_problem(cls, settings: J2CSettings, image: str | None) -> J2CError | None:
+        """Why a job sent here with ``image`` could not start (no image where one is needed,
+        one the engine does not have), known before anything is scanned; None when it can, or
+        when it cannot be known here (the submit then says)."""
+        return None
 
     @classmethod
     def check_resources(cls, resources: Resources) -> None:

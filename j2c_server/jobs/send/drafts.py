@@ -69,7 +69,8 @@ class Drafts:
             record_image_report(self.settings, record),
         )
         plan = plan.model_copy(update={"image_report": report})
-        plan = await warn_backend_at_preflight(plan, self.settings, record.scheduler)
+        image = job_image(self.settings, record)
+        plan = await warn_backend_at_preflight(plan, self.settings, record.scheduler, image)
         return warn_store_at_preflight(plan, self.settings, record.scheduler)
 
     async def image_report(self, request: JobRequest) -> ImageReport | None:

@@ -30,11 +30,22 @@ def store_problem(settings: J2CSettings, scheduler: str) -> str | None:
     return scheduler_class(scheduler).store_problem(settings, url)
 
 
-def check_store_for_submit(settings: J2CSettings, scheduler: str) -> None:
-    """Refuse a submit whose job could not fetch its layers (ConfigError naming storage.url)."""
+async def check_before_scan(settings: J2CSettings, scheduler: str, image: str | None) -> None:
+    """Refuse, before anything is scanned, a submit whose job could not run: a store its jobs
+    cannot read (ConfigError naming storage.url), a setting the backend would refuse, an image
+    it cannot start (none given, one its engine lacks). Each costs the user a whole scan, pack
+    and upload when said at submit."""
     problem = store_problem(settings, scheduler)
     if problem is not None:
         raise ConfigError(problem, field="storage.url")
+    backend = scheduler_class(scheduler)
+    refused = await backend.preflight_problems(settings)
+    if refused:
+        field, why = refused[0]
+        raise ConfigError(why, field=field)
+    image_error = await backend.image_problem(settings, image)
+    if image_error is not None:
+        raise image_error
 
 
 def warn_store_at_preflight(plan: PackPlan, settings: J2CSettings, scheduler: str) -> PackPlan:
@@ -47,11 +58,16 @@ def warn_store_at_preflight(plan: PackPlan, settings: J2CSettings, scheduler: st
 
 
 async def warn_backend_at_preflight(
-    plan: PackPlan, settings: J2CSettings, scheduler: str
+    plan: PackPlan, settings: J2CSettings, scheduler: str, image: str | None
 ) -> PackPlan:
     """``plan`` with a warning for each setting the backend's submit would refuse (a rootful
-    container engine and ``user: 0:0``, ...), so the user reads it before sending."""
-    problems = await scheduler_class(scheduler).preflight_problems(settings)
+    container engine and ``user: 0:0``, ...) and for an image it cannot start, so the user
+    reads it before sending."""
+    backend = scheduler_class(scheduler)
+    problems = await backend.preflight_problems(settings)
+    image_error = await backend.image_problem(settings, image)
+    if image_error is not None:
+        problems = [*problems, (image_error.field or "image", image_error.message)]
     if not problems:
         return plan
     warnings = [

@@ -32,13 +32,20 @@ from typing import Any
 import httpx
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import ConfigError, Conflict, InvalidInput, SchedulerError
+from j2c_server.core.errors import (
+    ConfigError,
+    Conflict,
+    InvalidInput,
+    J2CError,
+    SchedulerError,
+)
 from j2c_server.schedulers.base import (
     InventoryTarget,
     JobSpec,
     LogLine,
     SchedulerBase,
     SchedulerState,
+    no_image,
 )
 from j2c_server.schedulers.container import probe
 from j2c_server.schedulers.container.api import EngineClient, parse_timestamp
@@ -115,6 +122,26 @@ class ContainerScheduler(SchedulerBase):
         check_ranks(resources)
 
     @classmethod
+    async def image_problem(cls, settings: J2CSettings, image: str | None) -> J2CError | None:
+        """No image at all, or one this machine's engine does not have (one API call; an
+        engine that cannot be reached is the submit's to say)."""
+        image = image or settings.lab_image()
+        if not image:
+            return no_image()
+        try:
+            found = await probe.image_key(settings, image)
+        except (J2CError, ValueError):
+            return None
+        if found is not None:
+            return None
+        return InvalidInput(
+            f"image: the container engine has no image {image!r}",
+            field="image",
+            hint="build or pull it on this machine (podman images lists what it has), or "
+            "choose another",
+        )
+
+    @classmethod
     def inventory_target(cls, settings: J2CSettings, image: str | None) -> InventoryTarget:
         """The image, whose inventory is kept by the engine's image ID (:mod:`.probe`)."""
         return InventoryTarget(
@@ -147,10 +174,12 @@ class ContainerScheduler(SchedulerBase):
         uid = int(user.split(":")[0])
         if uid == os.getuid():
             return None
+        # Root's own uid is no way out: a rootful engine refuses jobs as uid 0 (engine.py).
+        own_uid = "" if os.getuid() == 0 else ", or scheduler.container.user to your own uid"
         return (
             f"storage.url: {url} is private to this user (uid {os.getuid()}), but container "
             f"jobs run as uid {uid} and cannot read it; set storage.shared: true (its objects "
-            "become readable by other users), or scheduler.container.user to your own uid"
+            f"become readable by other users){own_uid}"
         )
 
     def __init__(self, settings: J2CSettings) -> None:

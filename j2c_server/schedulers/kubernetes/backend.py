@@ -33,8 +33,8 @@ from typing import Any
 import httpx
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import Conflict, SchedulerError
-from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.core.errors import Conflict, J2CError, SchedulerError
+from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState, no_image
 from j2c_server.schedulers.kubernetes.array import (
     INDEX_ENV,
     per_index_limit_kept,
@@ -98,6 +98,12 @@ class KubernetesScheduler(SchedulerBase):
         multi_node=True,
         arrays=True,
     )
+
+    @classmethod
+    async def image_problem(cls, settings: J2CSettings, image: str | None) -> J2CError | None:
+        """Every pod runs an image: none given and none configured cannot start."""
+        return None if image or settings.lab_image() else no_image()
+
     remote = True
     array_index_env = INDEX_ENV
 
