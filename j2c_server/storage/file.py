@@ -6,6 +6,11 @@ Writes go to
 a temp file beside the target and are renamed into place, so readers and concurrent writers of
 one key never see a partial object. All file I/O runs in worker threads, never on the event loop.
 
+With ``storage.shared`` every object is readable by other uids (0644 in 0755 folders) and blobs
+are copied, never linked from the private layer cache; an object written while the store was
+private (0600) counts as absent, so the next send that reuses it writes a readable copy over it
+(switching a store to shared loses nothing, and the layer cache's files stay private).
+
 A content-addressed file (a layer blob) is hard-linked into the store instead of copied when both
 are on one filesystem: no bytes move. That is safe because such files are never modified in
 place: the layer cache writes every blob to a new temp file and renames it into place (see
@@ -16,9 +21,11 @@ place) are always copied.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from j2c_server.core.file_modes import private_dir, tighten_file
@@ -50,10 +57,11 @@ class FileStore(ObjectStore):
         self._checked = False
 
     async def _private_root(self) -> None:
-        # Once per store object, before its first write: a root an older j2c made may be 0755.
+        # Once per store object, before its first write: a root an older j2c made may be 0755,
+        # and one that was private before the store was shared, 0700.
         if not self._checked:
             if self.shared:
-                await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
+                await asyncio.to_thread(_shared_dir, self.root)
             else:
                 await asyncio.to_thread(private_dir, self.root)
             self._checked = True
@@ -81,10 +89,15 @@ class FileStore(ObjectStore):
     async def size(self, key: str) -> int | None:
         path = self._path(key)
         try:
-            stat = await asyncio.to_thread(path.stat)
+            st = await asyncio.to_thread(path.stat)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return stat.st_size
+        if self.shared and not st.st_mode & stat.S_IROTH:
+            # Written while the store was private (0600, maybe the layer cache's own inode):
+            # a job of another uid cannot read it, so for a shared store it is not there yet.
+            # The send writes a readable copy over it (the cache's inode stays private).
+            return None
+        return st.st_size
 
     async def _store_file(
         self, key: str, path: Path, size: int, progress: ProgressFn | None
@@ -158,6 +171,27 @@ class FileStore(ObjectStore):
 
     async def close(self) -> None:
         return None
+
+
+def _shared_dir(folder: Path) -> None:
+    """The root of a shared store: made, and opened to other uids if it was private."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o055 != 0o055 and folder.stat().st_uid == os.geteuid():
+        folder.chmod(mode | 0o755)
+
+
+def private_objects(root: Path) -> int:
+    """How many objects of a ``file://`` store other uids cannot read (written while it was
+    private): what a shared store re-publishes as the sends reuse them."""
+    count = 0
+    for folder in ("blobs", "manifests"):
+        for here, _dirs, files in os.walk(root / folder):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    if not os.stat(os.path.join(here, name)).st_mode & stat.S_IROTH:
+                        count += 1
+    return count
 
 
 def _link_atomic(source: Path, target: Path) -> bool:

@@ -71,7 +71,7 @@ class Drafts:
         plan = plan.model_copy(update={"image_report": report})
         image = job_image(self.settings, record)
         plan = await warn_backend_at_preflight(plan, self.settings, record.scheduler, image)
-        return warn_store_at_preflight(plan, self.settings, record.scheduler)
+        return await warn_store_at_preflight(plan, self.settings, record.scheduler)
 
     async def image_report(self, request: JobRequest) -> ImageReport | None:
         """What the request's target image lacks or has otherwise (``--dry-run`` prints it)."""

@@ -13,12 +13,18 @@ worth seeing), submit refuses; both name ``storage.url``.
 
 from __future__ import annotations
 
+import asyncio
+
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError
+from j2c_server.core.units import count
 from j2c_server.pack.models import PackPlan, PackWarning
 from j2c_server.schedulers import scheduler_class
+from j2c_server.storage.file import private_objects
+from j2c_server.storage.urls import file_url_path, url_scheme
 
 STORE_NOT_SHARED = "store_not_shared"
+STORE_MADE_SHARED = "store_made_shared"
 REFUSED_SETTING = "refused_setting"
 
 
@@ -48,13 +54,31 @@ async def check_before_scan(settings: J2CSettings, scheduler: str, image: str | 
         raise image_error
 
 
-def warn_store_at_preflight(plan: PackPlan, settings: J2CSettings, scheduler: str) -> PackPlan:
-    """``plan`` with a warning added when the store cannot be read where the job runs."""
+async def warn_store_at_preflight(
+    plan: PackPlan, settings: J2CSettings, scheduler: str
+) -> PackPlan:
+    """``plan`` with a warning added when the store cannot be read where the job runs, and a
+    note when a store now shared still holds objects written while it was private (the sends
+    that reuse them publish readable copies: nothing to do, but said)."""
     problem = store_problem(settings, scheduler)
-    if problem is None:
+    if problem is not None:
+        warning = PackWarning(code=STORE_NOT_SHARED, message=problem, path="storage.url")
+        return plan.model_copy(update={"warnings": [*plan.warnings, warning]})
+    url = settings.storage_url()
+    if not settings.storage.shared or url_scheme(url) != "file":
         return plan
-    warning = PackWarning(code=STORE_NOT_SHARED, message=problem, path="storage.url")
-    return plan.model_copy(update={"warnings": [*plan.warnings, warning]})
+    root = file_url_path(url, field="storage.url")
+    private = await asyncio.to_thread(private_objects, root)
+    if not private:
+        return plan
+    note = PackWarning(
+        code=STORE_MADE_SHARED,
+        message=f"{count(private, 'object')} of the store {root} were written while it was "
+        "private (readable by you alone); the sends that reuse them write readable copies, "
+        "so jobs of other uids can read them",
+        path="storage.shared",
+    )
+    return plan.model_copy(update={"warnings": [*plan.warnings, note]})
 
 
 async def warn_backend_at_preflight(
