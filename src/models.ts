@@ -140,6 +140,8 @@ export interface ImageReport {
   versions?: VersionDifference[];
   wheels?: WheelMismatch[];
   shadows?: ShadowRisk[];
+  /** Imports of the entry's code that neither the venv, the lab's base nor the image provides (an optional one, inside try/except ImportError, is not counted). */
+  unprovided?: UnprovidedImport[];
   /** What of the lab's base ships with the job; None when nothing would. */
   shipping?: ShippedBase | null;
   seconds?: number;
@@ -224,6 +226,8 @@ export interface JobRequest {
   base_conflicts?: 'auto' | 'ship' | 'image' | null;
   /** Ship even where a shipped version fails a requirement of the image's own distributions. */
   force_base?: boolean;
+  /** Send even when the entry's code imports what neither the venv, the lab's base nor the image provides (refused before upload otherwise). */
+  allow_missing_imports?: boolean;
   /** Send N variants of this job at once (docs/sweeps.md). */
   sweep?: SweepSpec | null;
 }
@@ -532,6 +536,13 @@ export interface TrackingRun {
   metrics?: { [key: string]: number };
   /** Why the run could not be read or closed. */
   error?: string | null;
+}
+
+export interface UnprovidedImport {
+  /** A top-level module the entry's own code imports. */
+  name: string;
+  /** The project's files importing it. */
+  imported_by: string[];
 }
 
 /** Facts about the shipped venv that ``j2c-unpack`` needs before it runs anything. */

@@ -223,6 +223,12 @@ def submit_options(func: F) -> F:
             help="Ship the lab's versions even where they fail the image's own requirements.",
         ),
         click.option(
+            "--allow-missing-imports",
+            is_flag=True,
+            help="Send even when the entry's code imports what neither the venv, the lab nor "
+            "the image provides (the check before upload names them).",
+        ),
+        click.option(
             "--sweep",
             "sweep_pairs",
             multiple=True,
@@ -331,6 +337,8 @@ def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> di
         out["base_conflicts"] = params["base_conflicts"]
     if params.get("force_base"):
         out["force_base"] = True
+    if params.get("allow_missing_imports"):
+        out["allow_missing_imports"] = True
     sweep = sweep_layer(params)
     if sweep:
         out["sweep"] = sweep

@@ -23,7 +23,7 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
 from j2c_server.core.units import count
 from j2c_server.image.base_layer import ShipChoice, select
-from j2c_server.image.diff import compare, lab_glibc
+from j2c_server.image.diff import compare, lab_glibc, unprovided_imports
 from j2c_server.image.job_needs import lab_side
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.schedulers import scheduler_class
@@ -98,11 +98,14 @@ def compare_with(
     code_path: Path,
     skip: list[Path],
     choice: ShipChoice | None = None,
+    entry: str | None = None,
 ) -> ImageReport:
-    """The report of one project against one stored inventory (synchronous: a worker thread)."""
+    """The report of one project against one stored inventory (synchronous: a worker thread);
+    ``entry`` (the request's ``call_path``) says where the job imports from and what its code
+    reaches."""
     started = time.monotonic()
     inventory = stored.inventory
-    side = lab_side(venv_path, code_path, skip)
+    side = lab_side(venv_path, code_path, skip, entry)
     found = compare(side.venv, side.base, side.imports, inventory, lab_glibc())
     shipping = select(
         found.missing,
@@ -124,6 +127,13 @@ def compare_with(
         versions=found.versions,
         wheels=found.wheels,
         shadows=found.shadows,
+        unprovided=unprovided_imports(
+            side.imports.reachable,
+            side.venv,
+            side.base,
+            [*side.venv_folders, *side.base_folders],
+            inventory,
+        ),
         shipping=shipping,
         seconds=round(time.monotonic() - started, 3),
     )
@@ -136,9 +146,11 @@ async def image_report(
     venv_path: Path | None,
     code_path: Path,
     choice: ShipChoice | None = None,
+    entry: str | None = None,
 ) -> ImageReport | None:
     """The job's differences with its target; None when it runs on the lab's own Python.
-    ``choice``: what ships of the lab's base (image/base_layer.py)."""
+    ``choice``: what ships of the lab's base (image/base_layer.py); ``entry``: the request's
+    entry point."""
     target = target_for(settings, scheduler, image)
     if target is None:
         return None
@@ -152,7 +164,7 @@ async def image_report(
             return _not_known(target, key)
         skip = [settings.data_path()]
         return await asyncio.to_thread(
-            compare_with, stored, target, venv_path, code_path, skip, choice
+            compare_with, stored, target, venv_path, code_path, skip, choice, entry
         )
     except (J2CError, OSError, ValueError) as exc:
         # The check informs a send; it never stops one.

@@ -18,6 +18,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -31,6 +32,7 @@ from j2c_server.wire.image import (
     ImageInventory,
     MissingDist,
     ShadowRisk,
+    UnprovidedImport,
     VersionDifference,
     WheelMismatch,
 )
@@ -221,6 +223,39 @@ def compare(
                 )
             )
     return Differences(missing, versions, wheels, shadows)
+
+
+# ---------------------------------------------------------------------- imports nothing provides
+
+
+def unprovided_imports(
+    reachable: dict[str, list[str]] | None,
+    venv: dict[str, LabDist],
+    base: dict[str, LabDist],
+    folders: list[Path],
+    inventory: ImageInventory,
+) -> list[UnprovidedImport]:
+    """The entry's imports that neither the venv, the lab's base nor the image provides (by
+    their distributions' import names, and by a module or package of that name in the venv's
+    or the base's site folders: Debian's packages, say, without metadata)."""
+    provided = {
+        module
+        for dists in (venv.values(), base.values(), inventory.distributions)
+        for dist in dists
+        for module in dist.top_level
+    }
+    found = []
+    for module, files in sorted((reachable or {}).items()):
+        if module in provided or any(_in_folder(folder, module) for folder in folders):
+            continue
+        found.append(UnprovidedImport(name=module, imported_by=_reasons(files)))
+    return found
+
+
+def _in_folder(folder: Path, module: str) -> bool:
+    if (folder / module).is_dir() or (folder / f"{module}.py").is_file():
+        return True
+    return any(folder.glob(f"{module}.*.so"))
 
 
 # ---------------------------------------------------------------------- wheel tags

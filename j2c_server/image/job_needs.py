@@ -19,7 +19,14 @@ from pathlib import Path
 from packaging.markers import default_environment
 
 from j2c_server.image.diff import lab_glibc, needed_from_base, requirements
-from j2c_server.image.needs import LabDist, ProjectImports, lab_dists, project_imports
+from j2c_server.image.needs import (
+    LabDist,
+    ProjectImports,
+    editable_paths,
+    import_roots,
+    lab_dists,
+    project_imports,
+)
 from j2c_server.pack.venv import normalize_dist_name, open_venv
 from j2c_server.unpack.inventory import site_dirs
 from j2c_server.wire.manifest import JobNeeds, NeededDist, NeededRequirement, NeededWheel
@@ -30,13 +37,17 @@ class LabSide:
     venv: dict[str, LabDist]  # the venv's own distributions (they ship)
     base: dict[str, LabDist]  # the lab base's, less those the venv has
     base_folders: list[Path]  # the base's site folders, in sys.path order
+    venv_folders: list[Path]  # the venv's site folder
     imports: ProjectImports
     python: str | None  # the venv's major.minor; None without a venv
     has_venv: bool  # a venv with system site packages (shipping the base needs one)
 
 
-def lab_side(venv_path: Path | None, code_path: Path, skip: list[Path]) -> LabSide:
-    """The lab's half of the comparison (synchronous: metadata and sources are read)."""
+def lab_side(
+    venv_path: Path | None, code_path: Path, skip: list[Path], entry: str | None = None
+) -> LabSide:
+    """The lab's half of the comparison (synchronous: metadata and sources are read);
+    ``entry`` is the request's entry point (``call_path``), whose folder the job imports from."""
     venv = open_venv(venv_path) if venv_path is not None else None
     if venv is None:
         venv_dists, base_folders, python = {}, [Path(p) for p in site_dirs()], None
@@ -47,9 +58,15 @@ def lab_side(venv_path: Path | None, code_path: Path, skip: list[Path]) -> LabSi
         base_folders = base_folders if venv.info.include_system_site_packages else []
         python = venv.info.python_version
     base = {k: d for k, d in lab_dists(base_folders).items() if k not in venv_dists}
-    imports = project_imports(code_path, [*skip, *([venv.root] if venv else [])])
+    site = venv.site_packages if venv is not None else None
+    roots = import_roots(code_path, entry, editable_paths(site) if site else [])
+    entry_file = code_path / entry if entry and not entry.startswith("-m ") else None
+    imports = project_imports(
+        code_path, [*skip, *([venv.root] if venv else [])], roots=roots, entry=entry_file
+    )
     has_venv = venv is not None and venv.info.include_system_site_packages
-    return LabSide(venv_dists, base, base_folders, imports, python, has_venv)
+    venv_folders = [site] if site is not None else []
+    return LabSide(venv_dists, base, base_folders, venv_folders, imports, python, has_venv)
 
 
 def lab_marker_env(python: str | None) -> dict[str, str]:
@@ -92,6 +109,8 @@ def job_needs(side: LabSide) -> JobNeeds | None:
     return JobNeeds(python=python, lab_libc=lab_glibc(), dists=dists, wheels=wheels)
 
 
-def needs_of(venv_path: Path | None, code_path: Path, skip: list[Path]) -> JobNeeds | None:
+def needs_of(
+    venv_path: Path | None, code_path: Path, skip: list[Path], entry: str | None = None
+) -> JobNeeds | None:
     """:func:`job_needs` of the lab as it is now."""
-    return job_needs(lab_side(venv_path, code_path, skip))
+    return job_needs(lab_side(venv_path, code_path, skip, entry))

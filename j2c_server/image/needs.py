@@ -222,14 +222,85 @@ def _file_imports(path: Path, st: os.stat_result) -> frozenset[str]:
 class ProjectImports:
     by_module: dict[str, list[str]] = field(default_factory=dict)  # module → files importing it
     local: set[str] = field(default_factory=set)  # the project's own module names
+    # Of by_module, what the entry point's own code reaches (its file and the project's modules
+    # it imports, transitively); None without a Python entry file.
+    reachable: dict[str, list[str]] | None = None
 
 
-def project_imports(code_root: Path, skip: list[Path]) -> ProjectImports:
+def import_roots(
+    code_root: Path, entry: str | None = None, editable: list[Path] | None = None
+) -> list[Path]:
+    """The folders the job's ``sys.path`` has inside the project: the entry script's folder (a
+    script's ``sys.path[0]``), the project root (the working folder, ``-m``), a ``src/``
+    layout, and the project's paths editable installs put on the venv's path."""
+    roots: list[Path] = []
+    if entry and not entry.startswith("-m "):
+        roots.append((code_root / entry).parent)
+    roots.append(code_root)
+    if (code_root / "src").is_dir():
+        roots.append(code_root / "src")
+    for path in editable or []:
+        if path == code_root or code_root in path.parents:
+            roots.append(path)
+    return list(dict.fromkeys(roots))
+
+
+def editable_paths(site_packages: Path) -> list[Path]:
+    """The folders a venv's ``.pth`` files put on its path (editable installs): absolute lines
+    naming a folder (``import`` lines are code, not read)."""
+    found: list[Path] = []
+    try:
+        pth_files = sorted(site_packages.glob("*.pth"))
+    except OSError:
+        return found
+    for pth in pth_files:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for line in pth.read_text().splitlines():
+                line = line.strip()
+                if line.startswith("/") and Path(line).is_dir():
+                    found.append(Path(line))
+    return found
+
+
+def _top_level_names(root: Path) -> dict[str, Path]:
+    """What ``import NAME`` finds in ``root``: modules (``NAME.py``) and packages or namespace
+    packages (a folder named like an identifier), each with its path."""
+    names: dict[str, Path] = {}
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return names
+    for item in entries:
+        stem, suffix = os.path.splitext(item.name)
+        if item.is_file() and suffix == ".py" and stem.isidentifier():
+            names.setdefault(stem, Path(item.path))
+        elif item.is_dir() and item.name.isidentifier() and item.name not in _SKIP_DIRS:
+            names.setdefault(item.name, Path(item.path))
+    return names
+
+
+def project_imports(
+    code_root: Path,
+    skip: list[Path],
+    roots: list[Path] | None = None,
+    entry: Path | None = None,
+) -> ProjectImports:
     """The imports of the project's sources (at most :data:`MAX_SOURCE_FILES` files, among the
     first :data:`MAX_WALKED` names), without nested virtual environments, hidden folders, caches
-    (``CACHEDIR.TAG``) and ``skip`` (the venv, j2c's data)."""
+    (``CACHEDIR.TAG``) and ``skip`` (the venv, j2c's data). The project's own modules are the
+    names importable at its ``roots`` (:func:`import_roots`; default: the project root and a
+    ``src/`` layout) — not every file name anywhere in the tree: ``pkg/regex.py`` must not hide
+    the ``regex`` distribution it imports. With ``entry`` (the entry file), ``reachable`` says
+    what its own code imports."""
     found = ProjectImports()
+    roots = roots if roots is not None else import_roots(code_root)
+    local_paths: dict[str, Path] = {}
+    for root in roots:
+        for name, path in _top_level_names(root).items():
+            local_paths.setdefault(name, path)
+    found.local = set(local_paths)
     skipped = {os.path.realpath(p) for p in skip}
+    per_file: dict[str, frozenset[str]] = {}
     seen = walked = 0
     for folder, dirs, files in os.walk(code_root):
         walked += len(dirs) + len(files)
@@ -246,22 +317,59 @@ def project_imports(code_root: Path, skip: list[Path]) -> ProjectImports:
                 for mark in ("pyvenv.cfg", "CACHEDIR.TAG")
             )
         )
-        found.local.update(d for d in dirs if d.isidentifier())
         for name in sorted(files):
-            stem, suffix = os.path.splitext(name)
+            suffix = os.path.splitext(name)[1]
             if suffix not in (".py", ".ipynb") or seen >= MAX_SOURCE_FILES:
                 continue
             seen += 1
-            if suffix == ".py":
-                found.local.add(stem)
             path = Path(folder, name)
             try:
                 st = os.stat(path)
             except OSError:
                 continue
             rel = path.relative_to(code_root).as_posix()
-            for module in _file_imports(path, st):
+            per_file[rel] = _file_imports(path, st)
+            for module in per_file[rel]:
                 found.by_module.setdefault(module, []).append(rel)
-    for module in [*found.local, *sys.stdlib_module_names, "__future__"]:
+    not_external = {*found.local, *sys.stdlib_module_names, "__future__"}
+    for module in not_external:
         found.by_module.pop(module, None)
+    if entry is not None and entry.suffix in (".py", ".ipynb"):
+        found.reachable = _reachable(code_root, entry, per_file, local_paths, not_external)
     return found
+
+
+def _reachable(
+    code_root: Path,
+    entry: Path,
+    per_file: dict[str, frozenset[str]],
+    local_paths: dict[str, Path],
+    not_external: set[str],
+) -> dict[str, list[str]]:
+    """The external imports of the entry file and of the project modules it imports,
+    transitively (a local package counts with all its files: which of them run is not known
+    here)."""
+
+    def files_of(path: Path) -> list[str]:
+        if path.is_file():
+            return [path.relative_to(code_root).as_posix()]
+        prefix = path.relative_to(code_root).as_posix() + "/"
+        return [rel for rel in per_file if rel.startswith(prefix)]
+
+    try:
+        start = entry.relative_to(code_root).as_posix()
+    except ValueError:
+        return {}
+    todo, done = [start], set()
+    external: dict[str, list[str]] = {}
+    while todo:
+        rel = todo.pop()
+        if rel in done or rel not in per_file:
+            continue
+        done.add(rel)
+        for module in sorted(per_file[rel]):
+            if module in local_paths:
+                todo.extend(files_of(local_paths[module]))
+            elif module not in not_external:
+                external.setdefault(module, []).append(rel)
+    return external

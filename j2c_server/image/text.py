@@ -98,6 +98,10 @@ def report_lines(report: ImageReport | None) -> list[str]:
         )
         if len(report.missing) > SHOWN:
             lines.append(f"    … and {len(report.missing) - SHOWN} more")
+    lines.extend(
+        f"  {item.imported_by[0]} imports {item.name}: not in the venv, the lab or {report.target}"
+        for item in report.unprovided[:SHOWN]
+    )
     for item in report.versions[:SHOWN]:
         lines.append(
             f"  {item.name} {item.lab_version} in the lab, {item.image_version} in the image"

@@ -182,6 +182,11 @@ class JobRequest(Strict):
         description="Ship even where a shipped version fails a requirement of the image's own "
         "distributions.",
     )
+    allow_missing_imports: bool = Field(
+        False,
+        description="Send even when the entry's code imports what neither the venv, the lab's "
+        "base nor the image provides (refused before upload otherwise).",
+    )
     sweep: SweepSpec | None = Field(
         None, description="Send N variants of this job at once (docs/sweeps.md)."
     )

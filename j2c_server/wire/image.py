@@ -80,6 +80,11 @@ class MissingDist(_Wire):
     )
 
 
+class UnprovidedImport(_Wire):
+    name: str = Field(..., description="A top-level module the entry's own code imports.")
+    imported_by: list[str] = Field(..., description="The project's files importing it.")
+
+
 class BrokenRequirement(_Wire):
     by: str = Field(..., description="The distribution whose requirement it is: 'scipy 1.17.1'.")
     requirement: str = Field(..., description="'numpy>=1.25.2'.")
@@ -163,6 +168,11 @@ class ImageReport(_Wire):
     versions: list[VersionDifference] = Field(default_factory=list)
     wheels: list[WheelMismatch] = Field(default_factory=list)
     shadows: list[ShadowRisk] = Field(default_factory=list)
+    unprovided: list[UnprovidedImport] = Field(
+        default_factory=list,
+        description="Imports of the entry's code that neither the venv, the lab's base nor "
+        "the image provides (an optional one, inside try/except ImportError, is not counted).",
+    )
     shipping: ShippedBase | None = Field(
         None, description="What of the lab's base ships with the job; None when nothing would."
     )

@@ -15,7 +15,7 @@ from tests.image.fixtures import dist
 def _side(venv: Path, base: Path, code: Path) -> LabSide:
     ours = lab_dists([venv])
     theirs = {k: d for k, d in lab_dists([base]).items() if k not in ours}
-    return LabSide(ours, theirs, [base], project_imports(code, []), "3.11", True)
+    return LabSide(ours, theirs, [base], [], project_imports(code, []), "3.11", True)
 
 
 def test_the_list_holds_the_closure_and_the_imports_with_their_requirements(

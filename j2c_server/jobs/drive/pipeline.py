@@ -36,6 +36,7 @@ from j2c_server.jobs.send.inputs import (
     record_image_report,
     record_needs,
     refuse_if_over_limit,
+    refuse_missing_imports,
 )
 from j2c_server.jobs.send.presigned_outputs import outputs_policy, told_to_upload
 from j2c_server.jobs.send.stage_keys import (
@@ -212,6 +213,7 @@ class Pipeline:
         refuse_if_over_limit(plan)
         # Before any upload: what the target lacks, said with the scan's notes.
         report = await record_image_report(self.settings, record)
+        refuse_missing_imports(report, record.request)
         plan = plan.model_copy(update={"image_report": report})
         shipping = report.shipping if report is not None else None
         # A target not known yet: the job checks what it needs before its entry point.

@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.errors import ConfigError, PackError
+from j2c_server.core.errors import ConfigError, InvalidInput, PackError
 from j2c_server.core.job_env import job_env
 from j2c_server.image.base_layer import ShipChoice
 from j2c_server.image.check import image_report
@@ -67,6 +67,7 @@ async def record_image_report(settings: J2CSettings, record: JobRecord) -> Image
         venv,
         Path(request.code_path),
         ship_choice(settings, request),
+        request.call_path,
     )
 
 
@@ -80,7 +81,7 @@ async def record_needs(
     request = record.request
     venv = Path(request.venv_path) if request.venv_path else None
     skip = [settings.data_path()]
-    return await asyncio.to_thread(needs_of, venv, Path(request.code_path), skip)
+    return await asyncio.to_thread(needs_of, venv, Path(request.code_path), skip, request.call_path)
 
 
 def ship_choice(settings: J2CSettings, request: JobRequest) -> ShipChoice:
@@ -200,6 +201,24 @@ def refuse_if_over_limit(plan: PackPlan) -> None:
             field=field,
             hint="exclude large data (excludes, .j2cignore) or raise pack.hard_limit_mb",
         )
+
+
+def refuse_missing_imports(report: ImageReport | None, request: JobRequest) -> None:
+    """Imports nothing will provide where the job runs, refused before anything is packed or
+    uploaded (the job would die of ``ModuleNotFoundError`` after the whole round trip), unless
+    the request allows them."""
+    if report is None or not report.unprovided or request.allow_missing_imports:
+        return
+    named = "; ".join(
+        f"{item.imported_by[0]} imports {item.name}" for item in report.unprovided[:5]
+    )
+    more = f" and {len(report.unprovided) - 5} more" if len(report.unprovided) > 5 else ""
+    raise InvalidInput(
+        f"{named}{more}: not in the venv, the lab or {report.target}",
+        field="imports",
+        hint="install it in the venv, use an image that has it, or send anyway with "
+        "--allow-missing-imports (an optional import belongs in try/except ImportError)",
+    )
 
 
 async def presigned_manifest(
