@@ -6,7 +6,9 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  (or, without one, to its content-addressed name), and validate it;
                  with the node cache, a manifest validated there before is not validated again
                  (cache/plans.py: no pydantic import on a warm start)
-2. python        the venv's Python major.minor must be this interpreter's; before it, this
+2. python        the venv's base: its own (the lab's, recorded) when this node has it at
+                 that version, else this node's (interpreter.py, said in one line); the
+                 venv's Python major.minor must be that base's; before it, this
                  interpreter's inventory, one ``j2c: inventory: {json}`` line (inventory.py;
                  with the node cache only the first time for this interpreter), and, for a
                  target the lab did not know, what the job needs of it (needs.py: every gap
@@ -17,7 +19,7 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 5. extracting    safely, code first (every part of it, format_version 3, into the code
                  folder); then the code layer's big files (bigfiles.py), each its own
                  verified blob, placed at its path
-6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs;
+6. relocating    point the venv at that base, rewrite moved paths, prove it runs;
                  the venv's packages that shadow this interpreter's own are named in the log
 7. running       the entry point with the venv's interpreter; signals forwarded (with
                  ``--nodes N``, on this node's rank, under torchrun with ``--launcher``: ranks.py);
@@ -110,7 +112,7 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
 def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Cache | None) -> int:
     from j2c_server.unpack.fetch import read_manifest
     from j2c_server.unpack.homes import place_layers, release, trust_requested
-    from j2c_server.unpack.interpreter import check_python, this_interpreter
+    from j2c_server.unpack.interpreter import check_python, venv_interpreter
     from j2c_server.unpack.inventory import report as report_inventory
     from j2c_server.unpack.workdir import workdir_in_use
 
@@ -135,7 +137,9 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
         from j2c_server.unpack.bigfiles import check_files
 
         check_files(manifest.files)  # refused before anything is downloaded
-    interpreter = this_interpreter()
+    interpreter, why = venv_interpreter(manifest)
+    if why is not None:
+        say("venv", why)
     # What this Python holds, for the lab's next preflight (once per interpreter with a cache),
     # said before a mismatch can stop the job.
     said = report_inventory(cache.root if cache else None, cache.owners if cache else None)
