@@ -8,9 +8,10 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Panel } from '@lumino/widgets';
 import * as React from 'react';
 
-import { formatDuration, isTerminal, jobSeconds } from '../format';
+import { formatDuration, isTerminal, jobSeconds, shortId } from '../format';
 import { JobsModel, jobsApi } from '../jobs';
 import { Event, JobRecord } from '../models';
+import { summarize } from '../sidebar/jobrows';
 import { JobEventStream } from '../stream';
 import { LogAnnouncer } from './announcer';
 import { CopyAllModel } from './copyall';
@@ -343,8 +344,15 @@ export class LogPanel extends Panel {
   private _setTitle(): void {
     const name = this._record?.name ?? this.jobId;
     const status = this.progress.status ?? this._record?.status ?? '';
-    this.title.label = this.trans.__('%1 log', name);
-    this.title.caption = this.trans.__('%1 (%2): %3', name, this.jobId, status);
+    // The short id tells runs of the same script apart; the caption adds the arguments.
+    this.title.label = this._record ? `${name} ${shortId(this.jobId)}` : name;
+    const detail = this._record ? summarize(this._record).detail : '';
+    this.title.caption = this.trans.__(
+      '%1 (%2): %3',
+      detail ? `${name} ${detail}` : name,
+      this.jobId,
+      status
+    );
     this.title.className = status ? `j2c-mod-${status}` : '';
   }
 

@@ -340,36 +340,6 @@ test.describe('j2c extension', () => {
     );
   });
 
-  test('the jobs list runs a job again and removes a record', async ({
-    page
-  }) => {
-    await page.goto();
-    await sendFromForm(page, {
-      'Project folder': PROJECT,
-      'Entry point': 'train.py',
-      Arguments: '--epochs 3'
-    });
-    const first = await lastLogPanel(page);
-    await expectStatus(first.panel, 'succeeded');
-    const row = page.locator(
-      `#j2c-compute-sidebar .j2c-Job[data-job-id="${first.jobId}"]`
-    );
-    await expect(row).toHaveAttribute('data-status', 'succeeded', {
-      timeout: 30000
-    });
-
-    await row.getByRole('button', { name: 'Run again' }).click();
-    await expect(page.locator('.j2c-LogWidget')).toHaveCount(2);
-    const second = await lastLogPanel(page);
-    expect(second.jobId).not.toBe(first.jobId);
-    await expectStatus(second.panel, 'succeeded');
-
-    await row.getByRole('button', { name: 'Remove record' }).click();
-    await expect(row).toHaveCount(0);
-    const answer = await page.request.get(`/j2c/api/jobs/${first.jobId}`);
-    expect(answer.status()).toBe(404);
-  });
-
   test('unsaved project files are saved when the user asks before sending', async ({
     page
   }) => {
