@@ -19,7 +19,7 @@ export function fieldLabels(trans: TranslationBundle): FieldLabels {
     nodes: trans.__('Nodes'),
     cpus: trans.__('CPUs'),
     memory: trans.__('Memory'),
-    timeLimit: trans.__('Time limit (minutes)'),
+    timeLimit: trans.__('Time limit (min)'),
     args: trans.__('Arguments'),
     env: trans.__('Environment variables'),
     compression: trans.__('Compression level'),

@@ -122,7 +122,7 @@ test.describe('with CPU and memory defaults the local scheduler cannot honour', 
     await sendFromForm(page, {
       'Project folder': PROJECT,
       'Entry point': 'train.py',
-      'Time limit (minutes)': '5',
+      'Time limit (min)': '5',
       Arguments: '--epochs 1'
     });
     const { panel: log, jobId } = await lastLogPanel(page);
