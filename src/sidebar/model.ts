@@ -308,7 +308,7 @@ export class ComputeForm {
       project,
       entry,
       venv: request.venv_path ? underRoot(request.venv_path, root) : '',
-      image: request.image ?? '',
+      image: request.image ?? this._values.image, // none: the default, as the form has it
       gpus: String(resources.gpus ?? 0),
       nodes: String(resources.nodes ?? 1),
       cpus: optional(resources.cpus),
@@ -320,7 +320,7 @@ export class ComputeForm {
         .join('\n'),
       compression: optional(request.compression_level),
       excludes: (request.excludes ?? []).join('\n'),
-      scheduler: request.scheduler ?? '',
+      scheduler: request.scheduler ?? record.scheduler,
       baseShip:
         request.ship_base === true
           ? 'ship'

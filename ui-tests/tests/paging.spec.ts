@@ -126,7 +126,10 @@ test('the jobs list loads older pages on demand, without duplicates', async ({
     oldest.getByRole('button', { name: 'Remove record…' })
   ).toBeVisible({ timeout: 90000 });
   await oldest.getByRole('button', { name: 'Remove record…' }).click();
-  await page.locator('.jp-Dialog').getByRole('button', { name: 'Remove' }).click();
+  await page
+    .locator('.jp-Dialog')
+    .getByRole('button', { name: 'Remove' })
+    .click();
   await expect(panel.locator(`[data-job-id="${oldestId}"]`)).toHaveCount(0);
   await expect(rows).toHaveCount(shown.length - 1);
 });
