@@ -8,7 +8,7 @@
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { Event } from '../models';
-import { LineLevel } from './lines';
+import { ILineKind, LineLevel, j2cText } from './lines';
 import { StepName } from './progress';
 
 export interface IDiaryEntry {
@@ -31,6 +31,14 @@ const STAGE_STEP: { [stage: string]: StepName } = {
   watch: 'running',
   results: 'results'
 };
+
+/** The runner's phases that report on the results: filed under that step, not the run's. */
+const RESULTS_PHASES: ReadonlySet<string> = new Set([
+  'outputs',
+  'uploading outputs',
+  'summary',
+  'tracking'
+]);
 
 /** The step a status event opens (its diary lines that follow go there too). */
 const STATUS_STEP: { [status: string]: StepName } = {
@@ -150,9 +158,13 @@ export class JobDiary {
     }
   }
 
-  /** One of j2c's diagnostic lines from the job's runner: under the step going on. */
-  line(event: Event, level: LineLevel): void {
-    this._add(this._current, event, event.text ?? '', level);
+  /**
+   * One of j2c's lines from the job's log: under the step its phase reports on (the outputs
+   * and the summary: Results), else the step going on.
+   */
+  line(event: Event, kind: ILineKind): void {
+    const step = RESULTS_PHASES.has(kind.phase) ? 'results' : this._current;
+    this._add(step, event, j2cText(event, kind), kind.level);
   }
 
   private _add(

@@ -33,6 +33,26 @@ export function failureOf(
   }
   const failed = progress.steps.find(step => step.state === 'failed');
   const step = failed?.name ?? null;
+  // The server's own summary, in the user's words, when it could tell.
+  const told = (
+    record as
+      | (JobRecord & {
+          failure?: {
+            reason: string;
+            action?: string | null;
+            line?: string | null;
+          } | null;
+        })
+      | null
+  )?.failure;
+  if (told) {
+    return {
+      reason: told.reason,
+      action: told.action ?? '',
+      line: told.line ?? '',
+      step: step ?? 'running'
+    };
+  }
   const exitCode = record?.exit_code ?? progress.exitCode;
   if (step === 'running' || (step === null && typeof exitCode === 'number')) {
     return {

@@ -1,7 +1,9 @@
 /**
- * Whose a log line is, read from the event model's line kinds (never guessed from a `j2c:`
- * prefix, which a user's own print may start with): the job's stdout, its stderr, or j2c's
- * own diagnostic line with its level.
+ * Whose a log line is, read from the event model's line kinds (`origin`, `level`, `phase`,
+ * set by the server at ingest from a per-job tag; never guessed from a `j2c:` prefix, which a
+ * job's own print may start with): the job's stdout, its stderr, or j2c's own line with its
+ * level and the step that wrote it. Where the engine merges the job's two streams, its lines
+ * carry no stream and read as stdout.
  */
 import { Event } from '../models';
 
@@ -13,20 +15,34 @@ export interface ILineKind {
   owner: LineOwner;
   /** j2c's lines only: how much it matters. */
   level: LineLevel;
+  /** j2c's lines only: the step that wrote it ('downloading', 'running', ...), or ''. */
+  phase: string;
 }
 
 /** The kind of a `log` event's line. */
 export function lineKind(event: Event): ILineKind {
-  const wire = event as Event & { source?: string; level?: string | null };
-  if (wire.source === 'j2c') {
+  const wire = event as Event & {
+    origin?: string;
+    level?: string | null;
+    phase?: string | null;
+  };
+  if (wire.origin === 'j2c') {
     const level = wire.level;
     return {
       owner: 'j2c',
-      level: level === 'warning' || level === 'error' ? level : 'info'
+      level: level === 'warning' || level === 'error' ? level : 'info',
+      phase: wire.phase ?? ''
     };
   }
   return {
     owner: event.stream === 'stderr' ? 'stderr' : 'stdout',
-    level: 'info'
+    level: 'info',
+    phase: ''
   };
+}
+
+/** One of j2c's lines as a person reads it: "downloading: 2 layers, 6.3 MB". */
+export function j2cText(event: Event, kind: ILineKind): string {
+  const text = event.text ?? '';
+  return kind.phase ? `${kind.phase}: ${text}` : text;
 }

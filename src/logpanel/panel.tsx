@@ -19,7 +19,7 @@ import { LogAnnouncer } from './announcer';
 import { CopyAllModel } from './copyall';
 import { JobDiary } from './diary';
 import { IFailure, failureOf } from './failure';
-import { LineLevel, lineKind } from './lines';
+import { ILineKind, j2cText, lineKind } from './lines';
 import { JobProgress } from './progress';
 import { LogView, STDERR_MARK } from './terminal';
 import { LogHeader } from './timeline';
@@ -62,7 +62,8 @@ function downloadedLine(event: Event): string | null {
       const text = event.text ?? '';
       const kind = lineKind(event);
       if (kind.owner === 'j2c') {
-        return `[j2c] ${kind.level === 'info' ? '' : `${kind.level}: `}${text}`;
+        const level = kind.level === 'info' ? '' : `${kind.level}: `;
+        return `[j2c] ${level}${j2cText(event, kind)}`;
       }
       const rank = eventRank(event);
       return rank === null ? text : `[${rank}] ${text}`;
@@ -185,7 +186,7 @@ export class LogPanel extends Panel {
     if (event.kind === 'log') {
       const kind = lineKind(event);
       if (kind.owner === 'j2c') {
-        this._j2cLine(event, kind.level);
+        this._j2cLine(event, kind);
         return;
       }
       const rank = eventRank(event);
@@ -376,14 +377,14 @@ export class LogPanel extends Panel {
     this._header.update();
   }
 
-  /** One of j2c's diagnostic lines: into the diary; an error also into the output. */
-  private _j2cLine(event: Event, level: LineLevel): void {
-    this.diary.line(event, level);
-    const text = event.text ?? '';
-    if (level !== 'info' && text.trim()) {
+  /** One of j2c's lines: into the diary; an error also into the output. */
+  private _j2cLine(event: Event, kind: ILineKind): void {
+    this.diary.line(event, kind);
+    const text = j2cText(event, kind);
+    if (kind.level !== 'info' && text.trim()) {
       this._j2cTroubles.push(`j2c: ${text}`);
     }
-    if (level === 'error') {
+    if (kind.level === 'error') {
       this._show(J2C_ERROR(text));
       this._lastError = text.trim() || this._lastError;
     }

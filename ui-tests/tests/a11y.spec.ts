@@ -147,12 +147,12 @@ test('the live region says the status, the end once, and caps the output it read
   // out for a job that succeeds).
   const events = (await (
     await page.request.get(`/j2c/api/jobs/${id}/events?after=0&limit=5000`)
-  ).json()) as { kind: string; text?: string; source?: string }[];
+  ).json()) as { kind: string; text?: string; origin?: string }[];
   const logTexts = events
     .filter(
       event =>
         event.kind === 'log' &&
-        event.source !== 'j2c' &&
+        event.origin !== 'j2c' &&
         (event.text ?? '').trim()
     )
     .map(event => (event.text ?? '').trim());

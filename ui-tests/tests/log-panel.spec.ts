@@ -5,6 +5,7 @@
  * came from; the live region reads the job's lines, and j2c's only when it fails; the
  * downloaded log holds j2c's diary too.
  */
+import AxeBuilder from '@axe-core/playwright';
 import { IJupyterLabPageFixture, expect, test } from '@jupyterlab/galata';
 import * as fs from 'fs';
 
@@ -127,7 +128,6 @@ test("the output holds the job's lines, j2c's fold into the timeline", async ({
   await expect(lines.filter({ hasText: /manifest: / })).toHaveCount(1);
   // The job's own "j2c:" line is not j2c's.
   await expect(lines.filter({ hasText: 'looks like' })).toHaveCount(0);
-  await page.screenshot({ path: '../docs/images/log-panel-diary.png' });
 
   // The downloaded log has everything: the job's lines and j2c's, marked.
   const [download] = await Promise.all([
@@ -190,7 +190,14 @@ test('a failed job says why at the top, with the line it came from', async ({
   await expect(said).toContainText(
     'From: ValueError: learning rate must be positive, got -0.1'
   );
-  await page.screenshot({ path: '../docs/images/log-panel-failed.png' });
+  // The banner and the unfolded diary: axe finds nothing serious or critical.
+  const scan = await new AxeBuilder({ page })
+    .include('.j2c-LogWidget')
+    .analyze();
+  const serious = scan.violations
+    .filter(v => v.impact === 'serious' || v.impact === 'critical')
+    .map(v => `${v.id}: ${v.nodes.map(n => n.target.join(' ')).join(', ')}`);
+  expect(serious).toEqual([]);
 });
 
 test("the live region reads the job's lines, not j2c's", async ({ page }) => {
