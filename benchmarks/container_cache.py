@@ -10,7 +10,7 @@ venv is made with this interpreter (``--system-site-packages``, pip in it: about
 given with ``--venv`` (e.g. ``.bench/venv``, the 400 MB benchmark venv of inputs.py), which is
 copied into the benchmark's temporary folder first: ``original`` needs the venv's path to be
 creatable inside the container (``/tmp`` is, the repository's folder is not). Medians of the
-rounds, best beside them.
+rounds with their count, best beside them; the ratio is of the medians.
 
 With ``--store s3`` the layers are in an S3 store, as on a cluster (moto's server on this machine,
 reached at this machine's address; each job gets a presigned manifest, as with
@@ -157,14 +157,15 @@ async def first_line(
 
 
 def cold_warm_table(samples: dict[tuple[str, str], list[float]]) -> None:
-    """Medians (best) per placement, cold beside warm, and their ratio."""
-    print("\nplacement  | cold median (best) | warm median (best) | cold / warm")
+    """Medians (best) per placement, cold beside warm, their sample counts, and the ratio of
+    the medians (never of the best values)."""
+    print("\nplacement  | n | cold median (best) | warm median (best) | cold / warm, medians")
     for placement in ("original", "relocate"):
         cold, warm = samples[(placement, "cold")], samples[(placement, "warm")]
         ratio = statistics.median(cold) / statistics.median(warm)
         print(
-            f"{placement:10} | {statistics.median(cold):.2f} s ({min(cold):.2f}) | "
-            f"{statistics.median(warm):.2f} s ({min(warm):.2f}) | {ratio:.1f}x"
+            f"{placement:10} | {min(len(cold), len(warm))} | {statistics.median(cold):.2f} s "
+            f"({min(cold):.2f}) | {statistics.median(warm):.2f} s ({min(warm):.2f}) | {ratio:.1f}x"
         )
 
 

@@ -1,5 +1,7 @@
 """Edit -> published over a real network: a one-line edit of the benchmark project, published to
-moto's S3 server behind a proxy that delays every request by ``--delay-ms`` (default 20 ms).
+moto's S3 server behind a proxy that adds ``--delay-ms`` (default 20 ms) to every request and to
+every new connection (tests/storage/fault_proxy.py ``delay_s``: a round trip each, not one per
+read of a body).
 
 Side by side in one run, interleaved round by round, on the same packed result:
 
@@ -18,7 +20,12 @@ time is from the POST to the ``submitted`` event on the job's websocket (the sca
 and the scheduler's submit). Target: edit -> ``submitted`` <= 0.5 s over 20 ms.
 
 With ``--before DIR`` (a checkout of an earlier j2c, e.g. ``git worktree add DIR <commit>``),
-two more servers run that code in the same rounds: before and after side by side.
+two more servers run that code in the same rounds: before and after side by side, the before
+side labelled with DIR's commit. The comparison the README quotes is against the commit just
+before the concurrent publish (84a3223 "publish: every blob's existence asked at once"), that
+is ``git worktree add DIR 84a3223^`` (efab083), which checks and sends one blob after another.
+
+Every figure is a median with its sample count (the rounds), min and max beside it.
 
 Run: ``python benchmarks/publish_latency.py [--rounds 5] [--delay-ms 20] [--no-server]
 [--before DIR]``.
@@ -32,6 +39,7 @@ import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,33 +55,28 @@ from j2c_server.pack import PackSpec, make_manifest, pack
 from j2c_server.pack.publish import publish
 from j2c_server.storage import open_store
 from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key, manifest_key
+from tests.storage.fault_proxy import FaultProxy
 
 TARGET_S = 0.5
 
 
-async def delayed_proxy(upstream_port: int, delay_s: float) -> tuple[asyncio.Server, int]:
-    """A TCP proxy on loopback: each chunk from the client waits ``delay_s`` before it goes on
-    (one request's worth of latency per round trip)."""
+def delayed_proxy(endpoint: str, delay_s: float) -> tuple[FaultProxy, int]:
+    """The latency proxy (tests/storage/fault_proxy.py with ``delay_s``) in front of moto: each
+    new connection and each request wait ``delay_s`` once (a round trip each), whatever the
+    size of the body; its port."""
+    proxy = FaultProxy(endpoint, delay_s=delay_s).start()
+    return proxy, int(proxy.url.rsplit(":", 1)[1])
 
-    async def pipe(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
-    ) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-            while data := await reader.read(65536):
-                if delay:
-                    await asyncio.sleep(delay)
-                writer.write(data)
-                await writer.drain()
-        writer.close()
 
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream_port)
-        # Cancelled at the end of the run, while clients' keep-alive connections are open.
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(pipe(client_r, up_w, delay_s), pipe(up_r, client_w, 0.0))
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+def checkout_label(folder: Path) -> str:
+    """'<short hash> <subject>' of a checkout's HEAD (what ``--before`` ran), or its path."""
+    done = subprocess.run(
+        ["git", "-C", str(folder), "log", "-1", "--format=%h %s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip()[:90] if done.returncode == 0 else str(folder)
 
 
 async def publish_one_by_one(store: ObjectStore, result: object, manifest: object) -> None:
@@ -106,7 +109,7 @@ async def main_async(rounds: int, delay_ms: float, extra_files: int) -> None:
         project = work / "project"
         make_project(project, extra_files)
         boto3_client(endpoint).create_bucket(Bucket="bench")
-        proxy, port = await delayed_proxy(int(endpoint.rsplit(":", 1)[1]), delay_ms / 1000)
+        proxy, port = delayed_proxy(endpoint, delay_ms / 1000)
         settings = StorageSettings(
             endpoint_url=f"http://127.0.0.1:{port}", region=REGION, addressing_style="path"
         )
@@ -135,17 +138,18 @@ async def main_async(rounds: int, delay_ms: float, extra_files: int) -> None:
                 blobs.append(len(result.layers) + len(result.files))
         for store in stores.values():
             await store.close()
-        proxy.close()
+        proxy.stop()
         print(
             f"\nEdit -> published, {rounds} interleaved rounds, moto behind a proxy adding "
-            f"{delay_ms:.0f} ms per request; {max(blobs)} blobs per send\n"
+            f"{delay_ms:.0f} ms per request and per new connection ({proxy.requests} requests, "
+            f"{proxy.connections} connections in all); {max(blobs)} blobs per send\n"
         )
         base = statistics.median(times["one by one"])
         for label, values in times.items():
             median = statistics.median(values)
             print(
-                f"  {label:<12} median {median:6.3f} s  (min {min(values):.3f}, max "
-                f"{max(values):.3f})  {base / median:5.2f}x as fast as one by one"
+                f"  {label:<12} median {median:6.3f} s of {len(values)}  (min {min(values):.3f}, "
+                f"max {max(values):.3f})  {base / median:5.2f}x as fast as one by one"
             )
         j2c = statistics.median(times["j2c publish"])
         verdict = "met" if j2c <= TARGET_S else "missed"
@@ -166,10 +170,12 @@ async def through_servers(
     os.environ.update(FAKE_ENV)
     moto, endpoint = start_moto()
     work = Path(tempfile.mkdtemp(prefix="j2c-publish-e2e-"))
-    proxy, port = await delayed_proxy(int(endpoint.rsplit(":", 1)[1]), delay_ms / 1000)
+    proxy, port = delayed_proxy(endpoint, delay_ms / 1000)
     over = f"over {delay_ms:.0f} ms"
     ports = {over: port, "loopback": int(endpoint.rsplit(":", 1)[1])}
     sources = {"": None} if before is None else {"": None, "before, ": before}
+    if before is not None:
+        print(f"\nbefore = {checkout_label(before)}")
     sides = {
         f"{version}{label}": (side_port, source)
         for version, source in sources.items()
@@ -226,14 +232,15 @@ async def through_servers(
         )
         for label, values in times.items():
             print(
-                f"  {label:<20} median {statistics.median(values):6.3f} s  (min {min(values):.3f}, "
-                f"max {max(values):.3f}), {statistics.median(uploaded[label])} bytes uploaded"
+                f"  {label:<20} median {statistics.median(values):6.3f} s of {len(values)}  "
+                f"(min {min(values):.3f}, max {max(values):.3f}), "
+                f"{statistics.median(uploaded[label])} bytes uploaded"
             )
         median_over = statistics.median(times[over])
         verdict = "met" if median_over <= TARGET_S else "missed"
         print(f"\n  target edit -> submitted <= {TARGET_S} s over {delay_ms:.0f} ms: {verdict}")
     finally:
-        proxy.close()
+        proxy.stop()
         moto.kill()
         shutil.rmtree(work, ignore_errors=True)
 

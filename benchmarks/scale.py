@@ -11,6 +11,9 @@ Two phases on one server (local scheduler, ``file://`` store, jobs on this machi
   line was persisted, i.e. the watcher's, from the event's registry time), the server's CPU
   (its whole process: loop, registry threads, log watchers), RSS, event-loop lag
   (``lagprobe.py``, a 5 ms timer in the server), and whether any viewer saw a seq out of order.
+  Each job prints its count of lines last; a viewer that received fewer (or more) than its job
+  printed fails the run (exit 1), as does a seq out of order: a line never delivered would
+  otherwise drop out of the percentiles unseen.
 
 Jobs print until a stop file appears, so every job runs through the whole window. The client
 is one process; its own CPU is printed too (a saturated client inflates the latencies). Live
@@ -62,6 +65,7 @@ while not os.path.exists(stop) and time.time() - start < limit:
         time.sleep(max(0.0, start + n / rate - time.time()))
     else:
         time.sleep(0.2)
+print(f"printed {n}", flush=True)
 """
 
 
@@ -94,6 +98,8 @@ class Viewer:
         self.latencies: list[tuple[float, float, float]] = []
         self.seq = 0
         self.misordered = 0  # events not numbered last + 1: a line lost or doubled
+        self.received = 0  # the job's timestamp lines this viewer got, in the window or not
+        self.printed: int | None = None  # what the job says it printed, in its last line
         self.running = asyncio.Event()
         self.lines = asyncio.Event()
         self.task = asyncio.ensure_future(self._run())
@@ -109,7 +115,10 @@ class Viewer:
                     self.running.set()
                 elif event["kind"] == "log":
                     text = event.get("text", "")
-                    if text.replace(".", "", 1).isdigit():
+                    if text.startswith("printed "):
+                        self.printed = int(text.split()[1])
+                    elif text.replace(".", "", 1).isdigit():
+                        self.received += 1
                         printed = float(text)
                         self.latencies.append(
                             (printed, received - printed, event["time"] - printed)
@@ -204,6 +213,13 @@ async def live_phase(server: Server, meter: Meter, args: argparse.Namespace) -> 
     delays = [delay for delay, _ in lines] or [float("nan")]
     out["lines"] = len(lines)
     out["misordered"] = sum(viewer.misordered for viewer in viewers)
+    # Every line each job printed, in or out of the window, must reach each of its viewers.
+    out["short"] = [
+        f"viewer of {v.job_id}: {v.received} lines, the job printed "
+        + ("? (its last line never came)" if v.printed is None else str(v.printed))
+        for v in viewers
+        if v.printed is None or v.received != v.printed
+    ]
     out["expected"] = args.jobs * args.viewers * args.rate * args.window
     out["latency"] = (statistics.median(delays), percentile(delays, 95), max(delays))
     # The part before j2c's followers: the job's output read and persisted by its watcher.
@@ -276,6 +292,15 @@ async def main(args: argparse.Namespace) -> None:
         ]
         for row in rows:
             print(f"{row[0]:58} {row[1]:10.1f}  {row[2]}")
+        rows = [
+            ("  viewers that got fewer or more lines than printed", len(live["short"]), "0"),
+        ]
+        for row in rows:
+            print(f"{row[0]:58} {row[1]:10.0f}  {row[2]}")
+        for line in live["short"][:10]:
+            print(f"  short: {line}")
+        if live["short"] or live["misordered"]:
+            sys.exit("scale: lines lost, doubled or out of order: the latencies leave them out")
 
 
 if __name__ == "__main__":

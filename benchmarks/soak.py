@@ -19,26 +19,33 @@ jobs' ``j2c-unpack`` go through, and the driver adds ``s3``: a burst of one to t
 requests (503 SlowDown, 500, a connection reset) to whoever asks next.
 
 ``--backend container`` runs the jobs as podman containers of the platform image through the
-``container`` backend, ``--backend slurm`` on a real Slurm through slurmrestd (the engines and
-the full disk: ``soak_legs.py``); the ``unpack`` fault then kills ``j2c-unpack`` inside the
-container or the Slurm step (its processes are this machine's). ``--disk-full`` puts the data
-dir (registry, layer cache, ``file://`` store, runs, usage records) on a tmpfs of ``--disk-mb``
-and adds ``disk_full``: a ballast file takes every free byte for ``--disk-full-s`` seconds, then
-is removed. A job that was live then may fail (its own output could not be written), never
-end ``lost`` or succeed falsely; a send the server refused then is sent again, as a client
-would (the one-job-per-send invariant still holds).
+``container`` backend, ``--backend slurm`` on a real Slurm through slurmrestd, and a list
+(``--backend local,container,slurm``) runs them on each in turn, send by send, through one
+server (the engines, the S3 store and the full disk: ``soak_legs.py``); the ``unpack`` fault then
+kills ``j2c-unpack`` inside the container or the Slurm step (its processes are this machine's).
+``--disk-full`` puts the data dir (registry, layer cache, ``file://`` store, runs, usage
+records) on a tmpfs of ``--disk-mb`` and adds ``disk_full``: a ballast file takes every free
+byte for ``--disk-full-s`` seconds, then is removed. A job that was live then may fail, saying
+the disk was full, never end ``lost`` or succeed falsely; a send the server refused then is sent
+again, as a client would (the one-job-per-send invariant still holds), and the refusal must say
+the disk was full. ``--server-kills N`` adds a server kill after every ``jobs/N`` sends to
+those drawn, so a run meets at least N. ``--all-legs`` is every leg at once: the three backends,
+the S3 store, the full disk and at least 10 server kills.
 
-At the end it checks and prints the invariants: every job ended in the state its history calls
-for; one job per send (an unchanged re-send or a POST retried across a server kill attaches);
-every viewer saw every event from seq 1 to the terminal status exactly once, in order, across
-its reconnects; one usage record per job; no process left that carries a soak job's id; on S3,
-no multipart upload left open; on podman, no container of this server left on the engine
-(finished ones are removed once their results are read, ``keep_finished`` being off); on Slurm,
-none of the soak's jobs left in the queue.
+At the end it lists every job the server has (not only those the client was answered) and checks
+the invariants over what it collected (``soak_check.py``, tested against planted violations):
+every job ended in the state its history calls for; one job per send (an unchanged re-send or a
+POST retried across a server kill attaches); each job's log holds exactly the lines it printed,
+once each and in order; every viewer saw every event from seq 1 to the terminal status exactly
+once, in order, across its reconnects; one usage record per job (counted as a multiset); no
+process left that carries a soak job's id, and no process whose state could not be read; on S3,
+no multipart upload left open; on the engines, nothing that j2c's labels (podman) or comments
+(Slurm) tie to the server's jobs, however the registry recorded their handles.
 
-Run: ``python benchmarks/soak.py [--jobs 200 --seed 7] [--store s3] [--backend container|slurm]
-[--disk-full]``; the test suite runs a short form of each leg (``tests/soak/``). Exit code 2:
-this machine cannot run the leg (no podman, no Slurm, no tmpfs mount), with the reason.
+Run: ``python benchmarks/soak.py [--jobs 200 --seed 7] [--store s3]
+[--backend local,container,slurm] [--disk-full] [--server-kills N] [--all-legs]``; the test
+suite runs a short form of each leg (``tests/soak/``). Exit code 2: this machine cannot run
+the leg (no podman, no Slurm, no tmpfs mount), with the reason.
 """
 
 from __future__ import annotations
@@ -47,7 +54,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import random
 import signal
@@ -57,82 +63,33 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.storage.fault_proxy
 import wsreader
 from pipeline import Server
-from soak_legs import ContainerLeg, DiskLeg, LegUnavailable, SlurmLeg
+from soak_check import TERMINAL, Observed, SendSeen, ViewerSeen, check
+from soak_legs import ContainerLeg, DiskLeg, LegUnavailable, S3Leg, SlurmLeg
 from tornado.httpclient import HTTPClientError
 
-TERMINAL = {"succeeded", "failed", "cancelled", "lost"}
 JOB_PY = """\
 import sys, time
-kind, lines, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+kind, lines, rate, tag = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 for i in range(lines):
-    print(f"line {i}", flush=True)
+    print(f"{tag} line {i}", flush=True)
     time.sleep(1 / rate)
 if kind == "long":
     time.sleep(120)
 sys.exit(3 if kind == "fail" else 0)
 """
 KINDS = ("ok", "ok", "ok", "fail", "cancel", "resend", "edit")
+BACKENDS = ("local", "container", "slurm")
 FAULTS = ("server", "unpack", "viewer", "viewer")
 S3_FAULTS = ("s3", "s3")  # added with --store s3
 DISK_FAULTS = ("disk_full",)  # added with --disk-full
 S3_BURSTS = (("503",), ("reset",), ("503", "reset"), ("500", "503", "reset"))
-BUCKET, PREFIX = "soak", "j2c"
-
-
-class S3Leg:
-    """A moto S3 server, its bucket and the fault proxy in front of it; the server's and the
-    jobs' settings point at the proxy (the environment the server and its jobs inherit)."""
-
-    def __init__(self, seed: int) -> None:
-        import boto3
-        from botocore.config import Config
-        from moto.server import ThreadedMotoServer
-
-        from tests.storage.fault_proxy import FaultProxy
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's line per request
-        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.moto.start()
-        host, port = self.moto.get_host_and_port()
-        os.environ.update(
-            {
-                "AWS_ACCESS_KEY_ID": "AKIAJ2CSOAKFAKEKEY00",
-                "AWS_SECRET_ACCESS_KEY": "j2c-soak-fake-secret",
-                "AWS_DEFAULT_REGION": "us-east-1",
-            }
-        )
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=f"http://{host}:{port}",
-            config=Config(s3={"addressing_style": "path"}),
-        )
-        self.client.create_bucket(Bucket=BUCKET)
-        self.proxy = FaultProxy(f"http://{host}:{port}", seed=seed).start()
-        os.environ.update(
-            {
-                "J2C_STORAGE__URL": f"s3://{BUCKET}/{PREFIX}",
-                "J2C_STORAGE__ENDPOINT_URL": self.proxy.url,
-                "J2C_STORAGE__ADDRESSING_STYLE": "path",
-                "J2C_STORAGE__REGION": "us-east-1",
-            }
-        )
-
-    def keys(self, prefix: str) -> list[str]:
-        pages = self.client.get_paginator("list_objects_v2")
-        found = pages.paginate(Bucket=BUCKET, Prefix=f"{PREFIX}/{prefix}")
-        return [item["Key"] for page in found for item in page.get("Contents", [])]
-
-    def open_uploads(self) -> int:
-        return len(self.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []))
-
-    def stop(self) -> None:
-        self.proxy.stop()
-        self.moto.stop()
+PAGE = 1000  # jobs per page of GET /jobs, events per page of GET /jobs/{id}/events
 
 
 class SoakServer(Server):
@@ -146,18 +103,11 @@ class SoakServer(Server):
 
 
 @dataclass
-class Send:
-    """One logical send and what happened to it."""
+class Send(SendSeen):
+    """One logical send: what the checker sees of it, and what the run needs to make it."""
 
-    index: int
-    kind: str
-    body: dict[str, Any]
-    ids: set[str] = field(default_factory=set)
-    resend_ids: set[str] = field(default_factory=set)
-    killed: set[str] = field(default_factory=set)  # jobs whose j2c-unpack got SIGKILL
-    crowded: bool = False  # it was under way while the data dir was full
-    done: bool = False  # every job of it ended
-    cancel_asked: bool = False
+    body: dict[str, Any] = field(default_factory=dict)
+    done: bool = False  # its requests are done
 
 
 class Viewer:
@@ -166,7 +116,7 @@ class Viewer:
     def __init__(self, server: SoakServer, job_id: str) -> None:
         self.server = server
         self.job_id = job_id
-        self.seqs: list[int] = []
+        self.events: list[dict[str, Any]] = []
         self.status = ""
         self.reconnects = 0
         self.drop = asyncio.Event()
@@ -174,7 +124,7 @@ class Viewer:
 
     async def _run(self) -> None:
         while self.status not in TERMINAL:
-            after = self.seqs[-1] if self.seqs else 0
+            after = self.events[-1]["seq"] if self.events else 0
             path = f"j2c/api/jobs/{self.job_id}/stream?after={after}"
             reading = asyncio.ensure_future(self._read(path))
             dropping = asyncio.ensure_future(self.drop.wait())
@@ -192,16 +142,21 @@ class Viewer:
     async def _read(self, path: str) -> None:
         async for batch in wsreader.messages(self.server.port, path, self.server.token):
             for event in map(json.loads, batch):
-                self.seqs.append(event["seq"])
+                self.events.append({k: event.get(k) for k in ("seq", "kind", "text", "status")})
                 if event["kind"] == "status":
                     self.status = event.get("status", "")
+
+
+def answer_text(exc: HTTPClientError) -> str:
+    body = exc.response.body if exc.response is not None and exc.response.body else b""
+    return body.decode(errors="replace")[:300]
 
 
 async def retrying(call: Any, *args: Any, refused: list[str] | None = None) -> Any:
     """A request retried while the server is down (what a client does across a restart) or
     answers 503 (the scheduler unreachable for a moment: "try again", e.g. a cancel while the
     container engine fails a stop); with ``refused``, also while it answers other 5xx (a full
-    disk), each such answer noted there."""
+    disk), each such answer noted there with what it said."""
     for _ in range(600):
         try:
             return await call(*args)
@@ -211,30 +166,58 @@ async def retrying(call: Any, *args: Any, refused: list[str] | None = None) -> A
             if exc.code in (503, 599):
                 await asyncio.sleep(0.5 if exc.code == 503 else 0.1)
             elif refused is not None and exc.code >= 500:
-                refused.append(f"{exc.code} {args[0]}")
+                refused.append(f"{exc.code} {args[0]}: {answer_text(exc)}")
                 await asyncio.sleep(0.5)
             else:
                 raise
     raise RuntimeError("the server did not come back")
 
 
-def job_processes(job_ids: set[str]) -> dict[int, tuple[str, str]]:
-    """PID → (job id, command line) of every process that carries one of ``job_ids``."""
-    found: dict[int, tuple[str, str]] = {}
+PF_KTHREAD = 0x00200000  # /proc/<pid>/stat's flags: a kernel thread (no environment of its own)
+
+
+def _stat_fields(entry: Path) -> list[str]:
+    """``/proc/<pid>/stat``'s fields after the command name (which may hold spaces): [0] is
+    the state, [6] the flags, [19] the start time in clock ticks since boot."""
+    return entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()
+
+
+def job_processes(job_ids: set[str]) -> tuple[list[tuple[int, str, str]], list[str]]:
+    """(pid, job id, command line) of every process that carries one of ``job_ids`` in its
+    environment, and the processes whose environment could not be read although they could
+    carry one. A process that ended while it was read is no finding; nor is a kernel thread,
+    or a process older than this one (it was started before any soak job, and a job's id
+    reaches a process only through the environment it was started with); any other process
+    that cannot be read is one: nothing is skipped unseen."""
+    found: list[tuple[int, str, str]] = []
+    unreadable: list[str] = []
+    born = int(_stat_fields(Path("/proc/self"))[19])
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it ended between the listing and the read
+        except OSError as exc:
+            try:
+                fields = _stat_fields(entry)
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            except OSError as stat_exc:
+                unreadable.append(f"/proc/{entry.name}: {exc}; its stat: {stat_exc}")
+                continue
+            if int(fields[6]) & PF_KTHREAD or int(fields[19]) < born:
+                continue
+            unreadable.append(f"/proc/{entry.name} (started after the soak): {exc}")
             continue
         for item in environ:
             if item.startswith(b"J2C_JOB_ID="):
                 job_id = item.split(b"=", 1)[1].decode()
                 if job_id in job_ids:
-                    found[int(entry.name)] = (job_id, cmdline)
-    return found
+                    found.append((int(entry.name), job_id, cmdline))
+    return found, unreadable
 
 
 class Soak:
@@ -243,13 +226,13 @@ class Soak:
         server: SoakServer,
         args: argparse.Namespace,
         s3: S3Leg | None = None,
-        engine: ContainerLeg | SlurmLeg | None = None,
+        engines: dict[str, ContainerLeg | SlurmLeg] | None = None,
         disk: DiskLeg | None = None,
     ) -> None:
         self.server = server
         self.args = args
         self.s3 = s3
-        self.engine = engine
+        self.engines = engines or {}
         self.disk = disk
         self.fault_kinds = FAULTS + (S3_FAULTS if s3 else ()) + (DISK_FAULTS if disk else ())
         self.refused: list[str] | None = [] if disk else None  # 5xx answers while disk-full
@@ -261,6 +244,7 @@ class Soak:
         self.faults: list[tuple[float, str, str]] = []
         self.started = time.monotonic()
         self.ending = False
+        self.server_lock = asyncio.Lock()  # one kill and restart at a time
         self.evidence: dict[str, Any] = {}  # the non-log events of jobs that broke an invariant
 
     def log_fault(self, kind: str, target: str) -> None:
@@ -274,27 +258,28 @@ class Soak:
 
     async def send(self, send: Send) -> str:
         job = await self.request(self.server.post, "j2c/api/jobs", send.body)
-        send.ids.add(job["id"])
+        send.answered.append(str(job["id"]))
         return str(job["id"])
 
-    async def run_one(self, send: Send) -> None:
-        job_id = await self.send(send)
+    def watch(self, job_id: str) -> None:
         self.viewers.extend(Viewer(self.server, job_id) for _ in range(self.args.viewers))
+
+    async def run_one(self, send: Send) -> None:
+        send.first_id = job_id = await self.send(send)
+        self.watch(job_id)
         if send.kind == "resend":
             await asyncio.sleep(self.rng.uniform(0, 1))
-            send.resend_ids.add(await self.send(send))
+            send.resend_id = await self.send(send)
         elif send.kind == "edit":
             await asyncio.sleep(self.rng.uniform(0, 1))
             project = self.server.root / send.body["code_path"]
             with (project / "notes.txt").open("a") as notes:
                 notes.write(f"edited {time.time()}\n")
-            send.body = {**send.body}
-            edited = await self.send(send)
-            if edited != job_id:
-                self.viewers.extend(Viewer(self.server, edited) for _ in range(self.args.viewers))
+            send.edited_id = await self.send(send)
+            if send.edited_id != job_id:
+                self.watch(send.edited_id)
         elif send.kind == "cancel":
             await self.wait_running(job_id)
-            send.cancel_asked = True
             await self.request(self.server.post, f"j2c/api/jobs/{job_id}/cancel", {})
 
     async def wait_running(self, job_id: str) -> None:
@@ -315,10 +300,7 @@ class Soak:
                 self.s3.proxy.queue(*burst)
                 self.log_fault("s3", "+".join(burst))
             elif kind == "server":
-                self.log_fault(
-                    "server", f"pid {self.server.process.pid if self.server.process else '-'}"
-                )
-                await self.server.kill9_and_restart()
+                await self.kill_server("drawn")
             elif kind == "viewer":
                 live = [v for v in self.viewers if v.status not in TERMINAL]
                 if live:
@@ -330,12 +312,20 @@ class Soak:
             elif kind == "disk_full" and self.disk is not None:
                 await self.fill_disk()
 
+    async def kill_server(self, why: str) -> None:
+        """``kill -9`` of the server, restarted at once on its port and data dir."""
+        async with self.server_lock:
+            pid = self.server.process.pid if self.server.process else "-"
+            self.log_fault("server", f"pid {pid} ({why})")
+            await self.server.kill9_and_restart()
+
     async def fill_disk(self) -> None:
-        """Every send under way now may meet the full disk (its history allows a failure)."""
+        """Every send under way now may meet the full disk (its history allows a failure that
+        says so)."""
         assert self.disk is not None
         live = {v.job_id for v in self.viewers if v.status not in TERMINAL}
         for send in self.sends:
-            if not send.done or send.ids & live:
+            if not send.done or set(send.answered) & live:
                 send.crowded = True
         self.log_fault("disk_full", f"every free byte for {self.args.disk_full_s} s")
         await self.disk.fill(self.args.disk_full_s)
@@ -347,10 +337,10 @@ class Soak:
         return self.deck.pop()
 
     def kill_an_unpack(self) -> None:
-        by_id = {job_id: send for send in self.sends for job_id in send.ids}
+        by_id = {job_id: send for send in self.sends for job_id in send.answered}
         unpacks = [
             (pid, job_id)
-            for pid, (job_id, cmdline) in job_processes(set(by_id)).items()
+            for pid, job_id, cmdline in job_processes(set(by_id))[0]
             if "j2c-unpack" in cmdline or "j2c_server.unpack" in cmdline
         ]
         if not unpacks:
@@ -366,17 +356,26 @@ class Soak:
     async def run(self) -> dict[str, Any]:
         driver = asyncio.ensure_future(self.fault_driver())
         tasks = []
+        # --server-kills N: besides the drawn ones, a kill after every jobs/N sends, so a run
+        # meets at least N however short its jobs are.
+        every = max(1, self.args.jobs // self.args.server_kills) if self.args.server_kills else 0
         for index in range(self.args.jobs):
             kind = self.rng.choice(KINDS)
             self.sends.append(self.make_send(index, kind))
             tasks.append(asyncio.ensure_future(self.run_one(self.sends[-1])))
             tasks[-1].add_done_callback(lambda _, send=self.sends[-1]: self.finished(send))
             await asyncio.sleep(self.rng.uniform(0, self.args.spread))
+            if every and (index + 1) % every == 0:
+                await self.kill_server(f"after send {index}")
         await asyncio.gather(*tasks)
         await asyncio.wait_for(asyncio.gather(*(v.task for v in self.viewers)), self.args.timeout)
         self.ending = True
         driver.cancel()
-        return await self.invariants()
+        observed = await self.observe()
+        problems = check(observed)
+        self.keep_evidence(observed, problems)
+        ended = sum(1 for job in observed.jobs if job["status"] in TERMINAL)
+        return {"jobs": observed.jobs, "problems": problems, "ended": ended}
 
     def finished(self, send: Send) -> None:
         """Its requests are done; it stays under way while a viewer of its jobs is."""
@@ -385,6 +384,7 @@ class Soak:
     def make_send(self, index: int, kind: str) -> Send:
         lines = self.rng.randint(5, 60)
         rate = self.rng.choice([5.0, 20.0, 100.0])
+        backend = self.args.backends[index % len(self.args.backends)]
         project = "soak" if kind != "edit" else f"soak-edit-{index}"
         folder = self.server.root / project
         if not folder.exists():
@@ -399,136 +399,142 @@ class Soak:
             "code_path": project,
             "call_path": f"{project}/job.py",
             "args": [script_kind, str(lines), str(rate), f"send-{index}"],
+            "scheduler": backend,
         }
-        return Send(index, kind, body)
+        return Send(index, kind, lines, backend, body=body)
 
-    async def invariants(self) -> dict[str, Any]:
-        problems: list[str] = []
-        records: dict[str, dict[str, Any]] = {}
-        for send in self.sends:
-            for job_id in send.ids:
-                records[job_id] = await retrying(self.server.get, f"j2c/api/jobs/{job_id}")
-        for send in self.sends:
-            found = self.check_send(send, records)
-            problems += found
-            for job_id in {j for j in send.ids if any(j in problem for problem in found)}:
-                await self.keep_evidence(job_id, records[job_id])
-        elsewhere = [j for j, r in records.items() if r.get("scheduler") != self.args.backend]
-        if elsewhere:
-            problems.append(f"{len(elsewhere)} jobs not on {self.args.backend}: {elsewhere[:3]}")
-        for viewer in self.viewers:
-            last = records[viewer.job_id]["last_seq"]
-            if viewer.seqs != list(range(1, last + 1)):
-                problems.append(
-                    f"viewer of {viewer.job_id}: {len(viewer.seqs)} events, not 1..{last} once"
-                )
-        ended = sum(1 for r in records.values() if r["status"] in TERMINAL)
-        # A job whose driver was killed before its usage record gets it from the next
-        # service's sweep, after a grace (jobs/drive/drivers.py ACCOUNT_GRACE_S): wait for it.
+    # What the run left, collected for the checker (soak_check.py).
+
+    async def observe(self) -> Observed:
+        jobs = await self.settled_jobs()
+        events = {job["id"]: await self.all_events(job["id"]) for job in jobs}
+        ids = {job["id"] for job in jobs}
+        usage = await self.usage_records(ids)
+        await asyncio.sleep(1)  # a killed job's children are reaped by its supervisor
+        processes, unreadable = job_processes(ids)
+        return Observed(
+            sends=list(self.sends),
+            jobs=jobs,
+            events=events,
+            viewers=[ViewerSeen(v.job_id, v.events) for v in self.viewers],
+            usage=usage,
+            processes=processes,
+            unreadable=unreadable,
+            engine_left=await self.engine_leftovers(ids),
+            open_uploads=self.s3.open_uploads() if self.s3 is not None else 0,
+            refused=list(self.refused or ()),
+            disk_full=self.disk is not None,
+        )
+
+    async def list_jobs(self) -> list[dict[str, Any]]:
+        """Every job the server has (``GET /jobs``, page after page), whoever saw it."""
+        jobs: list[dict[str, Any]] = []
+        cursor = ""
+        while True:
+            path = f"j2c/api/jobs?limit={PAGE}" + (f"&before={quote(cursor)}" if cursor else "")
+            page = await retrying(self.server.get, path)
+            jobs.extend(page)
+            if len(page) < PAGE:
+                return jobs
+            cursor = f"{page[-1]['created_at']!r}~{page[-1]['id']}"
+
+    async def settled_jobs(self) -> list[dict[str, Any]]:
+        """Every job, once each has ended (a job no viewer follows, e.g. a second job of a
+        retried POST, is waited for too), or after ``--timeout`` as they are."""
+        deadline = time.monotonic() + self.args.timeout
+        while True:
+            jobs = await self.list_jobs()
+            if all(job["status"] in TERMINAL for job in jobs) or time.monotonic() > deadline:
+                return jobs
+            await asyncio.sleep(1)
+
+    async def all_events(self, job_id: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        while True:
+            after = events[-1]["seq"] if events else 0
+            path = f"j2c/api/jobs/{job_id}/events?after={after}&limit={PAGE}"
+            page = await retrying(self.server.get, path)
+            events.extend(page)
+            if len(page) < PAGE:
+                return events
+
+    async def usage_records(self, ids: set[str]) -> list[tuple[str, dict[str, Any]]]:
+        """Every usage record in the store, read. A job whose driver was killed before its
+        record gets it from the next service's sweep, after a grace (jobs/drive/drivers.py
+        ACCOUNT_GRACE_S): waited for, up to a minute."""
+        records: list[tuple[str, dict[str, Any]]] = []
         for _ in range(60):
-            usage = self.usage_ids()
-            missing_usage = sorted(set(records) - usage)
-            if not missing_usage:
+            records = await asyncio.to_thread(self.read_usage)
+            if ids <= {str(record.get("job_id")) for _, record in records}:
                 break
             await asyncio.sleep(1)
-        if missing_usage:
-            problems.append(f"no usage record for {len(missing_usage)} jobs: {missing_usage[:3]}")
-        await asyncio.sleep(1)  # a killed job's children are reaped by its supervisor
-        left = job_processes(set(records))
-        if left:
-            problems.append(f"{len(left)} processes left: {list(left.values())[:3]}")
-            for job_id in {job_id for job_id, _ in left.values()}:
-                events = await retrying(self.server.get, f"j2c/api/jobs/{job_id}/events")
-                self.evidence[job_id] = [
-                    {k: e.get(k) for k in ("seq", "kind", "status", "stage", "text", "message")}
-                    for e in events
-                    if e["kind"] != "log"
-                ]
-        if self.s3 is not None and (open_uploads := self.s3.open_uploads()):
-            problems.append(f"{open_uploads} multipart uploads left open in the store")
-        if self.engine is not None and (held := await self.engine_leftovers(records)):
-            problems.append(f"{len(held)} left on the {self.engine.name} engine: {held[:5]}")
-        return {"records": records, "problems": problems, "ended": ended}
+        return records
 
-    async def engine_leftovers(self, records: dict[str, dict[str, Any]]) -> list[str]:
-        """What the engine still holds of the soak's jobs, after a grace for the results stage
-        of a job whose driver a server kill interrupted (the restarted server collects it)."""
-        handles = {str((r.get("handle") or {}).get("id")) for r in records.values()}
+    def read_usage(self) -> list[tuple[str, dict[str, Any]]]:
+        if self.s3 is not None:
+            keys = [key for key in self.s3.keys("usage/") if key.endswith(".json")]
+            return [(key, json.loads(self.s3.read(key))) for key in keys]
+        found = sorted(self.server.data.rglob("usage/**/*.json"))
+        return [
+            (str(path.relative_to(self.server.data)), json.loads(path.read_text()))
+            for path in found
+        ]
+
+    async def engine_leftovers(self, ids: set[str]) -> list[str]:
+        """What the engines still hold of the server's jobs (by j2c's labels and comments),
+        after a grace for the results stage of a job whose driver a server kill interrupted
+        (the restarted server collects it)."""
         held: list[str] = []
         for _ in range(60):
-            if isinstance(self.engine, ContainerLeg):
-                held = await asyncio.to_thread(self.engine.leftovers)
-            elif isinstance(self.engine, SlurmLeg):
-                held = await asyncio.to_thread(self.engine.leftovers, handles)
+            held = []
+            for engine in self.engines.values():
+                held += await asyncio.to_thread(engine.leftovers, ids)
             if not held:
                 break
             await asyncio.sleep(1)
         return held
 
-    async def keep_evidence(self, job_id: str, record: dict[str, Any]) -> None:
+    def keep_evidence(self, observed: Observed, problems: list[str]) -> None:
         """A job that broke an invariant: its message, non-log events and last lines."""
-        events = await retrying(self.server.get, f"j2c/api/jobs/{job_id}/events")
-        self.evidence[job_id] = {
-            "message": record.get("message"),
-            "events": [
-                {k: e.get(k) for k in ("seq", "kind", "status", "stage", "message")}
-                for e in events
-                if e["kind"] != "log"
-            ],
-            "last_lines": [e.get("text") for e in events if e["kind"] == "log"][-8:],
-        }
-
-    def usage_ids(self) -> set[str]:
-        if self.s3 is not None:
-            return {Path(key).stem for key in self.s3.keys("usage/") if key.endswith(".json")}
-        return {p.stem for p in self.server.data.rglob("usage/**/*.json")}
-
-    @staticmethod
-    def check_send(send: Send, records: dict[str, dict[str, Any]]) -> list[str]:
-        problems = []
-        wanted = {"fail": "failed", "cancel": "cancelled"}.get(send.kind, "succeeded")
-        for job_id in send.ids:
-            status = records[job_id]["status"]
-            allowed = {"failed", "lost"} if job_id in send.killed else {wanted}
-            if job_id in send.killed and send.kind == "cancel":
-                allowed.add("cancelled")
-            if send.crowded:  # its output or its pack may have met the full disk
-                allowed.add("failed")
-            if status not in allowed:
-                problems.append(
-                    f"send {send.index} ({send.kind}): {job_id} {status}, not {allowed}"
-                )
-            exit_code = records[job_id].get("exit_code")
-            plain = job_id not in send.killed and not send.crowded
-            if send.kind == "fail" and plain and exit_code != 3:
-                problems.append(f"send {send.index} (fail): {job_id} exit code {exit_code}")
-        wanted_ids = 2 if send.kind == "edit" else 1
-        if len(send.ids) != wanted_ids:
-            problems.append(
-                f"send {send.index} ({send.kind}): {len(send.ids)} jobs, not {wanted_ids}"
-            )
-        if send.kind == "resend" and send.resend_ids - send.ids:
-            problems.append(f"send {send.index}: the unchanged re-send did not attach")
-        return problems
+        for job in observed.jobs:
+            if not any(job["id"] in problem for problem in problems):
+                continue
+            events = observed.events.get(job["id"], [])
+            self.evidence[job["id"]] = {
+                "scheduler": job.get("scheduler"),
+                "exit_code": job.get("exit_code"),
+                "message": job.get("message"),
+                "events": [
+                    {k: e.get(k) for k in ("seq", "kind", "status", "stage", "message")}
+                    for e in events
+                    if e["kind"] != "log"
+                ],
+                "last_lines": [e.get("text") for e in events if e["kind"] == "log"][-8:],
+            }
 
 
 def start_legs(
     args: argparse.Namespace, tmp: Path, data: Path, legs: contextlib.ExitStack
-) -> tuple[DiskLeg | None, ContainerLeg | SlurmLeg | None]:
-    """The full disk and the engine the run asks for, each stopped when ``legs`` closes."""
+) -> tuple[DiskLeg | None, dict[str, ContainerLeg | SlurmLeg], S3Leg | None]:
+    """The full disk, the engines and the store the run asks for, each stopped when ``legs``
+    closes."""
     disk = None
     if args.disk_full:
         disk = DiskLeg(data, args.disk_mb)
         disk.mount()
         legs.callback(disk.unmount)
-    engine: ContainerLeg | SlurmLeg | None = None
-    if args.backend == "container":
-        engine = ContainerLeg(tmp, data)
-    elif args.backend == "slurm":
-        engine = SlurmLeg(tmp)
-    if engine is not None:
-        legs.callback(engine.stop)
-    return disk, engine
+    engines: dict[str, ContainerLeg | SlurmLeg] = {}
+    if "container" in args.backends:
+        engines["container"] = ContainerLeg(tmp, data)
+        legs.callback(engines["container"].stop)
+    if "slurm" in args.backends:
+        engines["slurm"] = SlurmLeg(tmp)
+        legs.callback(engines["slurm"].stop)
+    s3 = None
+    if args.store == "s3":
+        s3 = S3Leg(args.seed, engines=frozenset(engines))
+        legs.callback(s3.stop)
+    return disk, engines, s3
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -539,35 +545,34 @@ async def main(args: argparse.Namespace) -> int:
         data.mkdir()
         with contextlib.ExitStack() as legs:
             try:
-                disk, engine = start_legs(args, Path(tmp), data, legs)
+                disk, engines, s3 = start_legs(args, Path(tmp), data, legs)
             except LegUnavailable as exc:
                 print(f"soak: this leg cannot run here: {exc}", file=sys.stderr)
                 return 2
-            s3 = S3Leg(args.seed) if args.store == "s3" else None
             server = SoakServer(root, data)
-            try:
-                async with server:
-                    soak = Soak(server, args, s3, engine, disk)
-                    result = await soak.run()
-            finally:
-                if s3 is not None:
-                    s3.stop()
+            async with server:
+                soak = Soak(server, args, s3, engines, disk)
+                result = await soak.run()
+            injected = sorted(s3.proxy.injected.items()) if s3 else []
+            container = engines.get("container")
+            probes = container.sweep_probes() if isinstance(container, ContainerLeg) else 0
         wall = time.monotonic() - soak.started
         kinds = {kind: sum(1 for f in soak.faults if f[1] == kind) for kind in soak.fault_kinds}
         reconnects = sum(v.reconnects for v in soak.viewers)
+        per_backend = {
+            backend: sum(1 for job in result["jobs"] if job.get("scheduler") == backend)
+            for backend in args.backends
+        }
         print(f"{'what':44} {'value':>8}  goal")
         rows = [
             ("sends", len(soak.sends), "-"),
-            ("jobs", len(result["records"]), "-"),
-            ("jobs ended", result["ended"], str(len(result["records"]))),
+            ("jobs (every job the server lists)", len(result["jobs"]), "-"),
+            *((f"  on {backend}", n, "-") for backend, n in per_backend.items()),
+            ("jobs ended", result["ended"], str(len(result["jobs"]))),
             ("viewers", len(soak.viewers), "-"),
             ("viewer reconnect attempts", reconnects, "-"),
             *((f"faults: {kind}", count, "-") for kind, count in kinds.items()),
-            *(
-                [(f"S3 requests failed: {k}", n, "-") for k, n in sorted(s3.proxy.injected.items())]
-                if s3
-                else []
-            ),
+            *((f"S3 requests failed: {k}", n, "-") for k, n in injected),
             *(
                 [
                     ("disk fills: MB taken, largest", max(f[0] for f in disk.fills) // 10**6, "-"),
@@ -576,8 +581,13 @@ async def main(args: argparse.Namespace) -> int:
                 if disk and disk.fills
                 else []
             ),
+            *(
+                [("image probes killed servers left (removed)", probes, "-")]
+                if "container" in engines
+                else []
+            ),
             ("store", args.store, "-"),
-            ("backend", args.backend, "-"),
+            ("backends", ",".join(args.backends), "-"),
             ("invariant violations", len(result["problems"]), "0"),
             ("seed", args.seed, "-"),
             ("wall time s", round(wall), "-"),
@@ -593,6 +603,7 @@ async def main(args: argparse.Namespace) -> int:
                     "faults": soak.faults,
                     "evidence": soak.evidence,
                     "refused": soak.refused or [],
+                    "jobs_per_backend": per_backend,
                 }
             )
         )
@@ -610,20 +621,37 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--store", choices=("file", "s3"), default="file", help="file:// or S3")
     parser.add_argument(
         "--backend",
-        choices=("local", "container", "slurm"),
         default="local",
-        help="where the jobs run: this machine, podman containers, a real Slurm",
+        help="where the jobs run, one or several (comma-separated, sends take turns): "
+        "local (this machine), container (podman), slurm (a real Slurm)",
     )
     parser.add_argument(
         "--disk-full", action="store_true", help="the data dir on a tmpfs that fills at times"
+    )
+    parser.add_argument(
+        "--all-legs",
+        action="store_true",
+        help="every leg in one run: --backend local,container,slurm --store s3 --disk-full, "
+        "and at least 10 server kills",
+    )
+    parser.add_argument(
+        "--server-kills",
+        type=int,
+        default=0,
+        help="at least this many server kills: one after every jobs/N sends, besides those drawn",
     )
     parser.add_argument("--disk-mb", type=int, default=256, help="the tmpfs's size")
     parser.add_argument("--disk-full-s", type=float, default=1.5, help="how long it stays full")
     parser.add_argument("--report", help="write the violations and faults as JSON here")
     parser.add_argument("--verbose", action="store_true", help="a line per fault")
     args = parser.parse_args(argv)
-    if args.store == "s3" and args.backend != "local":
-        parser.error("--store s3 runs with the local backend only (the proxy is on loopback)")
+    if args.all_legs:
+        args.backend, args.store, args.disk_full = ",".join(BACKENDS), "s3", True
+        args.server_kills = max(args.server_kills, 10)
+    args.backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    unknown = sorted(set(args.backends) - set(BACKENDS))
+    if unknown or not args.backends:
+        parser.error(f"--backend: {unknown or 'none'} not among {', '.join(BACKENDS)}")
     return args
 
 

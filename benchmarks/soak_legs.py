@@ -1,30 +1,40 @@
 """The chaos soak's engines and its full disk (benchmarks/soak.py): where the jobs run beside the
 local backend, and a data dir that can run out of space.
 
+- ``S3Leg``: the store is a real moto S3 server behind the fault proxy
+  (``tests/storage/fault_proxy.py``) that the server and every job go through. For container
+  jobs the proxy listens on this machine's own address (a container's loopback is its own);
+  container and Slurm jobs, which inherit nothing of the server's environment, get the store's
+  keys as a credentials file, as an operator gives them (``credentials_dir``; ``env`` naming
+  ``AWS_SHARED_CREDENTIALS_FILE``).
 - ``ContainerLeg``: the jobs run as podman containers of the platform image through the
   ``container`` backend: the engine named by ``J2C_SCHEDULER__CONTAINER__SOCKET`` and
   ``PLATFORM_IMAGE`` in the environment (the tests' podman fixture), else ``$J2C_PODMAN_DIR``'s
   service, else ``scripts/platform-image.sh`` started for this run and stopped after it. What
-  it leaves: this server's containers still on the engine (by the runs label every j2c
-  container carries); with ``keep_finished`` off that must be none once every job's results
-  are in.
+  it leaves: every container on the engine that j2c's labels tie to this run (this server's
+  runs label, or a job id the server lists), in any state; with ``keep_finished`` off that
+  must be none once every job's results are in.
 - ``SlurmLeg``: the jobs run on a real Slurm through slurmrestd: the one exported settings name
   (``J2C_SCHEDULER__SLURM__URL`` ..., ``SLURM_CONF``), else ``$J2C_SLURM_DIR``'s cluster, else
   ``scripts/slurm-up.sh`` started for this run and ``scripts/slurm-down.sh`` after it.
-  What it leaves: the soak's jobs still in ``squeue``.
+  What it leaves: every job in the controller's queue whose j2c comment names one of the
+  server's jobs, not yet ended (whatever handle the registry recorded).
 - ``DiskLeg``: the data dir (registry, layer cache, ``file://`` store, runs, usage records) on a
   tmpfs of a fixed size; ``fill`` takes every free byte with a ballast file for a moment, then
   frees it. Mounting needs root (``CAP_SYS_ADMIN``); ``DiskLeg.mount`` says why it cannot.
 
 Each leg sets the settings of the server (and so of its jobs) in this process's environment,
-which the soak's server inherits; the local leg needs none.
+which the soak's server inherits; the local leg needs none. The engines' legs do not change the
+default backend: each send names its own (several backends can run in one soak).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 NOT_INSTALLABLE = 2  # the scripts' exit code when their service cannot be installed here
 SLURM = "J2C_SCHEDULER__SLURM__"  # the Slurm backend's settings, as scripts/slurm-up.sh exports
 SLURM_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+BUCKET, PREFIX = "soak", "j2c"
 
 
 class LegUnavailable(RuntimeError):
@@ -54,6 +65,93 @@ def _start(script: list[str], what: str) -> dict[str, str]:
     if done.returncode != 0:
         raise RuntimeError(f"{script[0]} failed:\n{done.stderr[-3000:]}")
     return _exports(done.stdout)
+
+
+class S3Leg:
+    """A moto S3 server, its bucket and the fault proxy in front of it; the server's and the
+    jobs' settings point at the proxy (the environment the server and its jobs inherit). For
+    the ``engines`` (container, slurm) ``credentials`` (a folder inside this user's home, as the
+    container backend asks of a rootful engine) holds the keys; with containers the proxy
+    listens on this machine's address."""
+
+    def __init__(self, seed: int, *, engines: frozenset[str] = frozenset()) -> None:
+        import boto3
+        from botocore.config import Config
+        from moto.server import ThreadedMotoServer
+
+        from tests.storage.fault_proxy import FaultProxy
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's line per request
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.moto.start()
+        host, port = self.moto.get_host_and_port()
+        keys = {
+            "AWS_ACCESS_KEY_ID": "AKIAJ2CSOAKFAKEKEY00",
+            "AWS_SECRET_ACCESS_KEY": "j2c-soak-fake-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        os.environ.update(keys)
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=f"http://{host}:{port}",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+        self.client.create_bucket(Bucket=BUCKET)
+        listen = own_address() if "container" in engines else "127.0.0.1"
+        self.proxy = FaultProxy(f"http://{host}:{port}", seed=seed, host=listen).start()
+        self.credentials: Path | None = None
+        if engines:
+            self.credentials = Path.home() / ".cache" / f"j2c-soak-{os.getpid()}"
+            self.credentials.mkdir(parents=True, exist_ok=True)
+            self.credentials.chmod(0o755)  # read by the job's uid through the bind
+            (self.credentials / "credentials").write_text(
+                "[default]\n"
+                f"aws_access_key_id = {keys['AWS_ACCESS_KEY_ID']}\n"
+                f"aws_secret_access_key = {keys['AWS_SECRET_ACCESS_KEY']}\n"
+            )
+            (self.credentials / "credentials").chmod(0o644)
+        if "container" in engines:
+            os.environ["J2C_SCHEDULER__CONTAINER__CREDENTIALS_DIR"] = str(self.credentials)
+        if "slurm" in engines:
+            file = str(self.credentials / "credentials")
+            os.environ[f"{SLURM}ENV__AWS_SHARED_CREDENTIALS_FILE"] = file
+        os.environ.update(
+            {
+                "J2C_STORAGE__URL": f"s3://{BUCKET}/{PREFIX}",
+                "J2C_STORAGE__ENDPOINT_URL": self.proxy.url,
+                "J2C_STORAGE__ADDRESSING_STYLE": "path",
+                "J2C_STORAGE__REGION": "us-east-1",
+            }
+        )
+
+    def keys(self, prefix: str) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2")
+        found = pages.paginate(Bucket=BUCKET, Prefix=f"{PREFIX}/{prefix}")
+        return [item["Key"] for page in found for item in page.get("Contents", [])]
+
+    def read(self, key: str) -> bytes:
+        body: bytes = self.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        return body
+
+    def open_uploads(self) -> int:
+        return len(self.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []))
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.moto.stop()
+        if self.credentials is not None:
+            for item in self.credentials.iterdir():
+                item.unlink()
+            self.credentials.rmdir()
+
+
+def own_address() -> str:
+    """This machine's address on its default route (what a container on the engine's bridge
+    reaches the host at); no packet is sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routing only, never reached
+        address: str = probe.getsockname()[0]
+        return address
 
 
 class ContainerLeg:
@@ -81,7 +179,6 @@ class ContainerLeg:
         os.environ.update(
             {
                 "CONTAINERS_CONF": values["CONTAINERS_CONF"],
-                "J2C_SCHEDULER__DEFAULT": "container",
                 "J2C_SCHEDULER__CONTAINER__SOCKET": self.socket,
                 "J2C_SCHEDULER__CONTAINER__CANCEL_GRACE_S": "2",
                 "J2C_DEFAULT_IMAGE": values["PLATFORM_IMAGE"],
@@ -90,27 +187,59 @@ class ContainerLeg:
             }
         )
 
-    def leftovers(self) -> list[str]:
-        """This server's containers on the engine, in any state: 'name (state)'. An image probe
-        that a killed server left is removed by the first start of a server past
-        ``PROBE_ORPHAN_S`` (it may be a live probe until then): counted once that old."""
-        import time
-
+    def leftovers(self, job_ids: set[str]) -> list[str]:
+        """Every container j2c's labels tie to this run, in any state: this server's runs label,
+        or a job id of ``job_ids`` (the server's jobs); 'name (state)'. An image probe that a
+        killed server left is removed by the first start of a server past ``PROBE_ORPHAN_S``
+        (it may be a live probe until then): counted once that old."""
         import httpx
 
-        from j2c_server.schedulers.container.lifecycle import PROBE_ORPHAN_S, PROBE_PREFIX
+        from j2c_server.schedulers.container.lifecycle import (
+            LABEL_RUNS,
+            PROBE_ORPHAN_S,
+            PROBE_PREFIX,
+        )
+        from j2c_server.schedulers.container.spec import LABEL_JOB_ID, LABEL_MANAGED_BY
 
         transport = httpx.HTTPTransport(uds=self.socket)
         with httpx.Client(transport=transport, base_url="http://engine", timeout=30) as client:
-            params = {"all": "1", "filters": json.dumps({"label": [self.label]})}
-            listed = client.get("/v1.41/containers/json", params=params).json()
+            filters = json.dumps({"label": [f"{LABEL_MANAGED_BY}=j2c"]})
+            listed = client.get("/v1.41/containers/json", params={"all": "1", "filters": filters})
+            listed.raise_for_status()
         left = []
-        for c in listed:
+        for c in listed.json():
+            labels = c.get("Labels") or {}
+            ours = labels.get(LABEL_RUNS) == self.label.split("=", 1)[1]
+            if not ours and labels.get(LABEL_JOB_ID) not in job_ids:
+                continue
             name = (c.get("Names") or ["?"])[0].lstrip("/")
             young = time.time() - float(c.get("Created") or 0) <= PROBE_ORPHAN_S
             if not (name.startswith(PROBE_PREFIX) and young):
-                left.append(f"{name} ({c.get('State')})")
+                job = labels.get(LABEL_JOB_ID)
+                left.append(f"container {name} of job {job} ({c.get('State')})")
         return left
+
+    def sweep_probes(self) -> int:
+        """Remove the image probes this server's killed incarnations left (j2c sweeps one at
+        the first server start past ``PROBE_ORPHAN_S``; the soak's last server is gone by then):
+        how many there were. Called after the check, so the engine is left clean."""
+        import httpx
+
+        from j2c_server.schedulers.container.lifecycle import PROBE_PREFIX
+
+        transport = httpx.HTTPTransport(uds=self.socket)
+        with httpx.Client(transport=transport, base_url="http://engine", timeout=60) as client:
+            params = {"all": "1", "filters": json.dumps({"label": [self.label]})}
+            listed = client.get("/v1.41/containers/json", params=params)
+            listed.raise_for_status()
+            probes = [
+                c["Id"]
+                for c in listed.json()
+                if (c.get("Names") or ["?"])[0].lstrip("/").startswith(PROBE_PREFIX)
+            ]
+            for probe in probes:
+                client.delete(f"/v1.41/containers/{probe}", params={"force": "1"})
+        return len(probes)
 
     def stop(self) -> None:
         if self.folder is not None:
@@ -138,16 +267,17 @@ class SlurmLeg:
         os.environ.setdefault(f"{SLURM}ENV__PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
         os.environ.update(
             {
-                "J2C_SCHEDULER__DEFAULT": "slurm",
                 f"{SLURM}CANCEL_GRACE_S": "1",
                 "J2C_STORAGE__SHARED": "true",
             }
         )
 
-    def leftovers(self, handles: set[str]) -> list[str]:
-        """The Slurm jobs among ``handles`` (the soak's jobs' ids there) not yet ended, as
-        slurmrestd lists them: 'id (state)'."""
+    def leftovers(self, job_ids: set[str]) -> list[str]:
+        """Every job in the controller's queue (slurmrestd's list, what ``squeue`` shows) whose
+        j2c comment names one of ``job_ids`` and that has not ended: 'id name (state)'."""
         import httpx
+
+        from j2c_server.schedulers.slurm.job import comment_fields
 
         token = (
             os.environ.get(f"{SLURM}TOKEN")
@@ -158,11 +288,14 @@ class SlurmLeg:
             "X-SLURM-USER-TOKEN": token,
         }
         url = f"{os.environ[f'{SLURM}URL'].rstrip('/')}/slurm/v0.0.38/jobs"
-        listed = httpx.get(url, headers=headers, timeout=30).json().get("jobs") or []
+        answer = httpx.get(url, headers=headers, timeout=30)
+        answer.raise_for_status()
         return [
-            f"{job['job_id']} ({job.get('job_state')})"
-            for job in listed
-            if str(job.get("job_id")) in handles and job.get("job_state") not in SLURM_ENDED
+            f"Slurm job {job['job_id']} {job.get('name')} of {fields.get('job')} "
+            f"({job.get('job_state')})"
+            for job in answer.json().get("jobs") or []
+            if (fields := comment_fields(job.get("comment"))).get("job") in job_ids
+            and job.get("job_state") not in SLURM_ENDED
         ]
 
     def stop(self) -> None:

@@ -109,6 +109,11 @@ class PackSettings(_Section):
         "job needs of its base Python (format 6) and j2c-unpack lists every gap before the entry "
         "point (docs/images.md); off for images whose j2c-unpack reads format 5 or older.",
     )
+    watch_venv: bool = Field(
+        True,
+        description="A long-lived pack worker keeps a venv's scan while an inotify watch on its "
+        "tree sees no change (docs/packing.md); false walks the venv on every send.",
+    )
 
 
 class MlflowSettings(_Section):

@@ -33,6 +33,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# The image-diff tests (tests/image/) send a project whose venv leans on the lab's own base
+# Python (the venv's base interpreter) having packages the platform image lacks or has in
+# another version: installed there when missing (tests/support/lab_python.py LAB_PACKAGES).
+lab_python=$(.venv/bin/python -c 'import sys; print(sys._base_executable)')
+if ! "$lab_python" -I -c 'import regex, scipy, numpy; assert int(numpy.__version__.split(".")[0]) >= 2' 2>/dev/null; then
+  echo "setup: installing regex, scipy and numpy 2 into the lab's Python ($lab_python)"
+  pip_out=$("$lab_python" -m pip install -q regex "scipy>=1.16" "numpy>=2" 2>&1) ||
+    echo "setup: could not install them there; the image-diff tests will say so: $pip_out" >&2
+fi
+
 echo "setup: building the JupyterLab extension"
 jlpm install --immutable >/dev/null
 jlpm build >/dev/null 2>&1 || jlpm build

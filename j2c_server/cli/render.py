@@ -16,11 +16,9 @@ from j2c_server.core.units import byte_size
 from j2c_server.image.text import report_lines
 from j2c_server.pack.models import ExcludedGroup, ExcludeRule, PackPlan
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus, Stage, StageState
+from j2c_server.wire.event_frames import diary_text
 
 BAR_WIDTH = 24
-# j2c-unpack's own lines in a job's log start so (see ``unpack/log.py``); they are j2c's status
-# lines, not the job's output.
-UNPACK_LINE_PREFIX = "j2c: "
 # Statuses the stage lines already tell about; plain output skips their status lines.
 PIPELINE_STATUSES = frozenset(
     {JobStatus.pending, JobStatus.packing, JobStatus.uploading, JobStatus.submitted}
@@ -192,8 +190,13 @@ def scan_notes(event: Event) -> list[str]:
 
 
 def is_stderr_line(event: Event) -> bool:
-    """Whether a log line belongs on stderr: the job wrote it there, or j2c-unpack wrote it."""
-    return event.stream == "stderr" or (event.text or "").startswith(UNPACK_LINE_PREFIX)
+    """Whether a log line belongs on stderr: the job wrote it there, or it is j2c's."""
+    return event.stream == "stderr" or event.is_j2c_line
+
+
+def log_text(event: Event) -> str:
+    """A log line as the diary shows it (j2c's with its phase), after its rank."""
+    return rank_prefix(event) + diary_text(event.model_dump())
 
 
 def rank_prefix(event: Event) -> str:
@@ -243,7 +246,7 @@ class TerminalRenderer:
         if event.kind == EventKind.log:
             self._freeze()
             stream = self.err if self.logs_to_err or is_stderr_line(event) else self.out
-            stream.write(f"{rank_prefix(event)}{event.text or ''}\n")
+            stream.write(log_text(event) + "\n")
             stream.flush()
         elif event.kind == EventKind.error:
             self._freeze()

@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from j2c_server.cli.commands import detached_message
-from j2c_server.cli.render import StageBoard, exit_code_of, is_stderr_line, rank_prefix, scan_notes
+from j2c_server.cli.render import StageBoard, exit_code_of, is_stderr_line, log_text, scan_notes
 from j2c_server.cli.session import log
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
@@ -122,7 +122,7 @@ class Job:
     def logs(self, after: int = 0) -> str:
         """Everything the job printed so far (stdout and stderr, in order)."""
         events = self._runner.call(self._runner.service.events(self.id, after))
-        return "\n".join(e.text or "" for e in events if e.kind == EventKind.log)
+        return "\n".join(log_text(e) for e in events if e.kind == EventKind.log)
 
     def wait(self, *, quiet: bool = False) -> JobRecord:
         """Follow the job in this cell's output until it ends; an interrupt detaches."""
@@ -161,7 +161,7 @@ class CellView:
         self.board.apply(event)
         if event.kind == EventKind.log:
             stream = sys.stderr if is_stderr_line(event) else sys.stdout
-            print(f"{rank_prefix(event)}{event.text or ''}", file=stream, flush=True)
+            print(log_text(event), file=stream, flush=True)
         elif event.kind == EventKind.error:
             print(f"j2c: error: {event.text}", file=sys.stderr, flush=True)
         elif event.kind in (EventKind.stage, EventKind.status):

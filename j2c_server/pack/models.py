@@ -95,6 +95,7 @@ class PackSpec(_Model):
             "layer_cache_keep_sends": settings.layer_cache_keep_sends,
             "big_file_bytes": int(settings.big_file_mb * MIB),
             "code_part_bytes": settings.code_part_kb * 1024,
+            "watch_venv": settings.watch_venv,
         }
         given = {key: value for key, value in fields.items() if value is not None}
         return cls.model_validate({**defaults, **given})

@@ -223,3 +223,4 @@ def check_resources(name: str, resources: Resources) -> None:
             field="resources.nodes",
             hint="ask for one node, or choose a scheduler that runs multi-node jobs",
         )
+    scheduler_class(name).check_resources(resources)

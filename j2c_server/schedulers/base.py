@@ -56,7 +56,9 @@ class LogLine:
 
     text: str  # one line, without its newline
     cursor: str  # the resume point just after this line
-    stream: Literal["stdout", "stderr"] = "stdout"
+    # Where the engine says the line was written: only a container engine keeps the two apart
+    # (its log frames); a log file (local, Slurm), the Kubernetes and Ray logs merge them: None.
+    stream: Literal["stdout", "stderr"] | None = None
     rank: int | None = None  # the node rank that wrote it (multi-node jobs)
 
 
@@ -165,6 +167,11 @@ class SchedulerBase:
         """``(setting, why)`` for each setting this backend's submit would refuse, found by
         asking the backend itself (e.g. the container engine's ``/info``); by default none."""
         return []
+
+    @classmethod
+    def check_resources(cls, resources: Resources) -> None:
+        """Refuse (``InvalidInput`` naming the field) a request this backend cannot run as
+        asked, beyond what its ``capabilities`` say; checked before anything is scanned."""
 
     @classmethod
     def inventory_target(cls, settings: J2CSettings, image: str | None) -> InventoryTarget | None:

@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
 from tests.cli.test_submit_e2e import wait_for_status
+from tests.support.ci import engine_missing
 from tests.support.frontends import RunJ2C
+from tests.support.podman import Podman
 
 # Rank 0 listens, every other rank sends its value and gets the sum back: an all-reduce over
 # plain sockets, with the rendezvous variables j2c sets and nothing else.
@@ -83,7 +86,7 @@ def slurm_two_nodes() -> Iterator[dict[str, str]]:
         timeout=180,
     )
     if up.returncode == 2:
-        pytest.skip(f"no Slurm here: {up.stderr.strip()}")
+        engine_missing(f"no Slurm here: {up.stderr.strip()}")
     assert up.returncode == 0, up.stderr
     env = {}
     for line in up.stdout.splitlines():
@@ -99,10 +102,20 @@ def slurm_two_nodes() -> Iterator[dict[str, str]]:
         subprocess.run([REPO / "scripts" / "slurm-down.sh", folder], timeout=60, check=False)
 
 
-@pytest.fixture(params=["local", "slurm"])
+@pytest.fixture(params=["local", "slurm", "container"])
 def backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
     if request.param == "slurm":
         return "slurm", request.getfixturevalue("slurm_two_nodes")
+    if request.param == "container":
+        # Two containers of the platform image on a network of the job's own.
+        podman: Podman = request.getfixturevalue("podman")
+        store = request.getfixturevalue("tmp_path") / "store"
+        return "container", {
+            "J2C_STORAGE__URL": store.as_uri(),
+            "J2C_STORAGE__SHARED": "true",  # the job's uid reads the layers
+            "J2C_SCHEDULER__CONTAINER__SOCKET": podman.socket,
+            "J2C_DEFAULT_IMAGE": podman.image,
+        }
     return "local", {}
 
 
@@ -171,6 +184,7 @@ def test_a_failing_rank_fails_the_job_with_its_exit_code(
     assert "rank 1" in result.stderr and "exit code 7" in result.stderr
 
 
+@pytest.mark.parametrize("backend", ["local", "slurm"], indirect=True)
 def test_cancel_stops_every_rank(
     run_j2c: RunJ2C, ranks_project: Path, cli_venv: Path, tmp_path: Path
 ) -> None:
@@ -198,7 +212,7 @@ def test_cancel_stops_every_rank(
 def test_a_backend_without_multi_node_refuses_nodes(
     run_j2c: RunJ2C, ranks_project: Path, cli_venv: Path
 ) -> None:
-    result = run_j2c(*submit(cli_venv, "--scheduler", "container"), cwd=ranks_project)
+    result = run_j2c(*submit(cli_venv, "--scheduler", "ray"), cwd=ranks_project)
     assert result.returncode != 0
     assert "resources.nodes" in result.stderr
 
@@ -256,3 +270,46 @@ def test_launcher_torchrun_starts_torchrun_on_every_node_for_the_entry_point(
         # torchrun sets RANK and WORLD_SIZE for its workers; j2c leaves them to it.
         assert run["env"]["NODE_RANK"] == str(rank) and run["env"]["NNODES"] == "2"
         assert run["env"]["RANK"] is None and run["env"]["WORLD_SIZE"] is None
+
+
+def _engine_objects(podman: Podman, kind: str, job_id: str) -> list[dict[str, Any]]:
+    """The engine's containers (or networks) of this job, by its label."""
+    filters = json.dumps({"label": [f"j2c.io/job-id={job_id}"]} if kind == "containers" else {})
+    path = "/v1.41/containers/json" if kind == "containers" else "/v1.41/networks"
+    transport = httpx.HTTPTransport(uds=podman.socket)
+    with httpx.Client(transport=transport, base_url="http://engine") as client:
+        found = client.get(path, params={"all": "1", "filters": filters}).json()
+    assert isinstance(found, list)
+    return found
+
+
+@pytest.mark.parametrize("backend", ["container"], indirect=True)
+def test_cancel_stops_every_container_and_the_jobs_network_goes(
+    run_j2c: RunJ2C, ranks_project: Path, cli_venv: Path, podman: Podman
+) -> None:
+    args = ["--no-wait", "--json", "--", "--sleep", "600"]
+    job_id = json.loads(run_j2c(*submit(cli_venv, *args), cwd=ranks_project).stdout)["id"]
+    assert wait_for_status(run_j2c, job_id, {"running"})["status"] == "running"
+    ranks = _engine_objects(podman, "containers", job_id)
+    assert sorted(c["Labels"]["j2c.io/rank"] for c in ranks) == ["0", "1"]
+    networks = {str(n.get("Name") or n.get("name")) for n in _engine_objects(podman, "n", job_id)}
+    assert {f"{c['Names'][0].lstrip('/').split('-r')[0]}-net" for c in ranks} <= networks
+
+    assert run_j2c("cancel", job_id).returncode == 0
+    record = wait_for_status(run_j2c, job_id, {"cancelled", "failed", "succeeded"})
+    assert record["status"] == "cancelled"
+    deadline = time.monotonic() + 30
+    while _engine_objects(podman, "containers", job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the results stage removes them once it read them
+    assert _engine_objects(podman, "containers", job_id) == []
+    left = {str(n.get("Name") or n.get("name")) for n in _engine_objects(podman, "n", job_id)}
+    assert not {name for name in left if name in networks and name.startswith("j2c-")}
+
+
+@pytest.mark.parametrize("backend", ["container"], indirect=True)
+def test_gpus_over_several_containers_on_one_machine_are_refused_with_what_works(
+    run_j2c: RunJ2C, ranks_project: Path, cli_venv: Path
+) -> None:
+    result = run_j2c(*submit(cli_venv, "--gpus", "1"), cwd=ranks_project)
+    assert result.returncode != 0
+    assert "resources.nodes" in result.stderr and "1 node and 2 GPUs" in result.stderr

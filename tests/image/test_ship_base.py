@@ -19,12 +19,15 @@ from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
 from tests.support.jobs import settle
-from tests.support.lab_python import image_request, image_settings, lab_has, lab_venv
+from tests.support.lab_python import image_request, image_settings, lab_venv, need_lab_packages
 from tests.support.podman import Podman
 
-pytestmark = pytest.mark.skipif(
-    not lab_has("regex", "scipy", "numpy"), reason="this machine's Python has no regex/scipy"
-)
+
+@pytest.fixture(autouse=True)
+def _lab_python_has_what_the_image_lacks() -> None:
+    need_lab_packages()
+
+
 USES_REGEX = "import regex\nprint('regex from', regex.__file__, flush=True)\n"
 
 

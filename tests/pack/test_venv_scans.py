@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from j2c_server.config import load_settings
 from j2c_server.jobs.pack_worker import PackWorkers
 from j2c_server.pack import PackSpec
 from j2c_server.pack import tree_watch as tree_watch_module
@@ -206,3 +207,23 @@ def test_a_pack_worker_sees_a_package_installed_between_sends(tmp_path: Path) ->
     (first, _), (second, changed), (third, unchanged) = asyncio.run(sends())
     assert second["venv"] != first["venv"] and changed == ["lib/installed.py"]
     assert third == second and unchanged == []
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_the_pack_setting_watch_venv_reaches_every_send(tmp_path: Path, value: str) -> None:
+    """``pack.watch_venv: false`` (docs/packing.md) makes the server's sends walk the venv:
+    the setting, loaded as an operator writes it, reaches the spec the send packs with."""
+    config = tmp_path / "j2c.yaml"
+    config.write_text(f"pack:\n  watch_venv: {value}\n")
+    settings = load_settings(config_file=config, environ={})
+    project, venv = make_project(tmp_path / "p"), make_venv(tmp_path / "venv")
+    _watch(venv).close()
+    spec = PackSpec.from_settings(
+        settings.pack, code_path=project, call_path="train.py", venv_path=venv
+    )
+    scans = VenvScans()
+    prepare(spec, scans)
+    prepare(spec, scans)
+    assert spec.watch_venv is (value == "true")
+    assert scans.hits == (1 if value == "true" else 0)
+    scans.close()

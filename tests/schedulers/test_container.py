@@ -169,7 +169,7 @@ def test_a_retried_submit_adopts_the_container_and_another_request_is_refused(
             from j2c_server.schedulers.container import spec as container_spec
 
             original = container_spec.container_name
-            container_spec.container_name = lambda key: "j2c-" + "0" * 20  # type: ignore[assignment]
+            container_spec.container_name = lambda key, rank=0: "j2c-" + "0" * 20  # type: ignore[assignment]
             try:
                 with pytest.raises(Conflict):
                     await scheduler.submit(clash)

@@ -18,7 +18,7 @@ from j2c_server.schedulers.container.folders import cache_folder, prepare_cache
 from j2c_server.schedulers.container.settings import ContainerSettings
 from j2c_server.schedulers.unpack_cache import tenant_name
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
-from tests.support.jobs import final_status, follow, log_lines, submit
+from tests.support.jobs import diary, final_status, follow, log_lines, submit
 from tests.support.podman import Podman
 
 WARM = "1 of 1 layers from the cache, 0 built"
@@ -36,14 +36,21 @@ def jp_server_config(podman: Podman, jp_server_config: dict[str, Any]) -> dict[s
 
 
 def _unpack_lines(events: list[Event]) -> list[str]:
-    return [e.text or "" for e in events if e.kind == EventKind.log and "j2c: " in (e.text or "")]
+    return [line for line, e in zip(diary(events), _logs(events), strict=True) if e.is_j2c_line]
+
+
+def _logs(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.kind == EventKind.log]
 
 
 async def test_the_second_job_of_a_manifest_starts_warm_and_leaves_no_container(
     jp_fetch: Any, jp_ws_fetch: Any, project: Path, j2c_data_dir: Path, podman: Podman
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("a root server gives the cache folder to the jobs' uid 1000")
+    """As root the jobs run as 1000:1000 and the cache folder is given to that uid; as any
+    other user (scripts/test.sh's rootless podman leg) they run as the server's own uid
+    (``UsernsMode: keep-id``) and the folder is the server's."""
+    me = os.geteuid()
+    job_uid = 1000 if me == 0 else me
     runs, names = [], []
     for lines in (2, 3):  # two requests (the same one twice would attach to the first job)
         record = await submit(jp_fetch, scheduler="container", args=["--lines", str(lines)])
@@ -58,13 +65,13 @@ async def test_the_second_job_of_a_manifest_starts_warm_and_leaves_no_container(
     cold, warm = ("\n".join(lines) for lines in runs)
     assert COLD in cold and WARM not in cold, cold
     assert WARM in warm, warm
-    # One folder for uid 1000 and this user, the job's; the levels above it the server's.
-    folder = j2c_data_dir / "unpack-cache" / "1000" / tenant_name()
+    # One folder for the job's uid and this user, the job's; the levels above it the server's.
+    folder = j2c_data_dir / "unpack-cache" / str(job_uid) / tenant_name()
     st = os.stat(folder)
-    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (1000, 0o700)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (job_uid, 0o700)
     for level in (folder.parent, folder.parent.parent):
         st = os.stat(level)
-        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (me, 0o700)
     assert any((folder / "entries").iterdir())
     # Both containers were removed once their results were in: the engine knows neither.
     left = list((j2c_data_dir / "containers").iterdir())

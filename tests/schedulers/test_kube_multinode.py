@@ -18,6 +18,7 @@ import pytest
 
 from j2c_server.schedulers.kubernetes.backend import KubernetesScheduler
 from j2c_server.schedulers.kubernetes.spec import job_name, render_job, render_service
+from j2c_server.schedulers.multinode import unpack_options
 from j2c_server.wire.api import JobStatus, Resources
 from tests.schedulers.test_kubernetes import collect, connect, container, make_settings, make_spec
 from tests.support.fake_kube import FakeKube
@@ -75,6 +76,31 @@ def test_the_service_is_headless_owned_by_the_job_and_valid() -> None:
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
     assert service["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_torchrun_finds_rank_0_through_the_rendered_objects() -> None:
+    """What torchrun needs on Kubernetes, read off the rendered Job and Service: every pod is
+    ``<job>-<index>.<job>`` (hostname from the index, subdomain the headless Service, which
+    selects exactly the Job's pods), so rank 0's DNS name is MASTER_ADDR; each pod knows its
+    rank from the index; j2c-unpack starts torchrun with a process per GPU of its node."""
+    resources = Resources(nodes=2, gpus=4, launcher="torchrun")
+    command = ["j2c-unpack", "s3://b/m.json", *unpack_options(resources), "--", "--lr", "1"]
+    spec = make_spec(resources=resources, command=command)
+    job = render_job(spec, make_settings())
+    service = render_service(spec, make_settings(), owner_uid="u")
+    name = job_name(spec.key)
+    pod = job["spec"]["template"]
+    assert pod["spec"]["subdomain"] == service["metadata"]["name"] == name
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    env = {item["name"]: item["value"] for item in container(job)["env"]}
+    assert env["MASTER_ADDR"] == f"{name}-0.{name}" and env["MASTER_PORT"] == "29500"
+    # The rank is the completion index (Kubernetes sets JOB_COMPLETION_INDEX and the pod's
+    # hostname <job>-<index>); torchrun sets RANK, LOCAL_RANK and WORLD_SIZE for its workers.
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK"} & env.keys()
+    args = [*container(job).get("command", []), *container(job).get("args", [])]
+    at = args.index("--nodes")
+    assert args[at : at + 6] == ["--nodes", "2", "--launcher", "torchrun", "--nproc-per-node", "4"]
 
 
 def test_a_one_node_job_stays_a_plain_job() -> None:

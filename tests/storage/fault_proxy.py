@@ -12,6 +12,11 @@ Faults (drawn at ``rate`` with a fixed seed, or queued one by one with ``queue``
 
 It also counts the request-body bytes it received (``bytes_up``), so a test can tell how much a
 client really sent, and can answer every request with one canned S3 error (``canned``).
+
+With ``delay_s`` it is a slow network (benchmarks/publish_latency.py): each new connection
+waits ``delay_s`` before its first byte is read (the TCP handshake's round trip) and each
+request waits ``delay_s`` before it is forwarded (its own round trip), however many reads its
+body takes; the answer is not delayed again.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import http.client
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -39,9 +45,12 @@ def s3_error_body(code: str, message: str) -> bytes:
 
 
 class FaultProxy:
-    """Start with ``start()``; point the client at ``url``; ``stop()`` when done."""
+    """Start with ``start()``; point the client at ``url``; ``stop()`` when done. It listens
+    on ``host`` (loopback unless a container must reach it)."""
 
-    def __init__(self, upstream: str, *, seed: int = 1) -> None:
+    def __init__(
+        self, upstream: str, *, seed: int = 1, host: str = "127.0.0.1", delay_s: float = 0.0
+    ) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.rate = 0.0
@@ -51,11 +60,13 @@ class FaultProxy:
         self.canned: tuple[int, str, str] | None = None
         self.injected: Counter[str] = Counter()
         self.requests = 0
+        self.connections = 0
+        self.delay_s = delay_s
         self.bytes_up = 0
         self._queue: deque[str] = deque()
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _QuietServer((host, 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -101,6 +112,15 @@ class FaultProxy:
             return fault
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away (a killed server, a reset) is no error of the proxy's: not
+    printed; anything else still is."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
     class Handler(_ProxyHandler):
         pass
@@ -119,6 +139,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return None
+
+    def setup(self) -> None:
+        super().setup()
+        with self.proxy._lock:
+            self.proxy.connections += 1
+        if self.proxy.delay_s:  # a new connection: the handshake's round trip
+            time.sleep(self.proxy.delay_s)
 
     def do_GET(self) -> None:
         self._relay()
@@ -166,6 +193,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         proxy = self.proxy
+        if proxy.delay_s:  # one round trip per request, not per read of its body
+            time.sleep(proxy.delay_s)
         fault = proxy._draw(self.command, len(body))
         if proxy.canned is not None:
             status, code, message = proxy.canned

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ci import engine_missing
+
 NOT_INSTALLABLE = 2  # the scripts' exit code when their service cannot be installed here
 
 
@@ -35,15 +37,15 @@ def read_exports(folder: Path) -> dict[str, str]:
 def started_service(up: Path, down: Path, what: str) -> Iterator[dict[str, str]]:
     """``up DIR`` in a new folder outside pytest's (the services may run as other users, and
     pytest's folders are private to their owner); its exports, then ``down DIR`` and the folder
-    removed. Skipped, with the script's reason, when it cannot install ``what`` here; failed,
-    with its stderr, on any other error."""
+    removed. Skipped, with the script's reason, when it cannot install ``what`` here (failed
+    under CI: tests/support/ci.py); failed, with its stderr, on any other error."""
     directory = Path(tempfile.mkdtemp(prefix=f"j2c-{what.lower()}-"))
     try:
         started = subprocess.run(
             [up, directory], capture_output=True, text=True, timeout=900, check=False
         )
         if started.returncode == NOT_INSTALLABLE:
-            pytest.skip(f"no {what} here: {started.stderr.strip().splitlines()[-1]}")
+            engine_missing(f"no {what} here: {started.stderr.strip().splitlines()[-1]}")
         if started.returncode != 0:
             pytest.fail(f"{up.name} failed:\n{started.stderr}")
         yield parse_exports(started.stdout)

@@ -1,6 +1,11 @@
 """The lab's own Python (this machine's base interpreter, not the test venv's) for tests that
 send a project whose venv leans on it to an image that is not the lab, and the container
-settings and request those tests send it with."""
+settings and request those tests send it with.
+
+Those tests need packages in that Python's own base that the platform image lacks (regex,
+scipy) or has in another version (numpy 2 against the image's 1.24, which this scipy does not
+accept): ``scripts/setup.sh`` installs :data:`LAB_PACKAGES` there when they are missing, and
+:func:`need_lab_packages` skips a test without them (fails it under CI)."""
 
 from __future__ import annotations
 
@@ -10,16 +15,24 @@ from pathlib import Path
 
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.wire.api import JobRequest
+from tests.support.ci import engine_missing
 from tests.support.jobs import settle
 from tests.support.podman import Podman
 
 LAB_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))
+# What scripts/setup.sh installs into LAB_PYTHON (keep the two in step).
+LAB_PACKAGES = ("regex", "scipy>=1.16", "numpy>=2")
 
 
-def lab_has(*modules: str) -> bool:
-    """Whether the lab's base Python imports every one of ``modules``."""
-    code = "import " + ", ".join(modules)
-    return subprocess.run([str(LAB_PYTHON), "-I", "-c", code], capture_output=True).returncode == 0
+def need_lab_packages() -> None:
+    """Skip (under CI: fail) unless the lab's Python has :data:`LAB_PACKAGES`' numpy 2."""
+    code = "import regex, scipy, numpy; assert int(numpy.__version__.split('.')[0]) >= 2"
+    done = subprocess.run([str(LAB_PYTHON), "-I", "-c", code], capture_output=True, text=True)
+    if done.returncode != 0:
+        engine_missing(
+            f"the lab's Python ({LAB_PYTHON}) lacks {', '.join(LAB_PACKAGES)} "
+            "(scripts/setup.sh installs them): " + (done.stderr.strip().splitlines() or ["?"])[-1]
+        )
 
 
 def lab_venv(root: Path) -> Path:

@@ -4,7 +4,8 @@
 stay out of the project's venv) with 2 CPUs, one fake GPU and an ``accelerator_type:FAKE``
 resource; ``scripts/ray-down.sh`` stops exactly its processes at the end. When ``J2C_RAY_DIR``
 names a head that is already up (its ``DIR/env``), that one is used and left running. The
-tests are skipped, with the script's reason, only when Ray cannot be installed here.
+tests are skipped, with the script's reason, only when Ray cannot be installed here, and fail
+instead under CI (tests/support/ci.py).
 
 The head is this machine, so a ``file://`` store and a shared folder are seen by its jobs, and
 its jobs find this checkout's ``j2c-unpack`` (ray-up.sh puts it beside ``ray``).

@@ -5,7 +5,8 @@ When ``scripts/slurm-up.sh``'s settings are exported (``eval "$(scripts/slurm-up
 ``DIR/env``, and pytest's own environment stays free of j2c settings), that cluster is used;
 otherwise ``scripts/slurm-up.sh`` starts a throw-away one for the session
 (installing Slurm from Debian packages if needed) and ``scripts/slurm-down.sh`` stops it at the
-end. The tests are skipped, with the script's reason, only when Slurm cannot be installed here.
+end. The tests are skipped, with the script's reason, only when Slurm cannot be installed here,
+and fail instead under CI (tests/support/ci.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from j2c_server.config import J2CSettings
+from tests.support.ci import engine_missing
 from tests.support.exports import parse_exports, started_service
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +79,7 @@ class SlurmCluster:
 
     def _dir(self) -> Path:
         if self.dir is None:
-            pytest.skip("J2C_SLURM_DIR is not exported: slurmrestd cannot be restarted")
+            engine_missing("J2C_SLURM_DIR is not exported: slurmrestd cannot be restarted")
         return self.dir
 
 

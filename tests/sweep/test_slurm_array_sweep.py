@@ -16,6 +16,7 @@ from j2c_server.jobs.service import JobService
 from j2c_server.sweeps.hook import job_service
 from j2c_server.wire.api import EventKind, JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
+from tests.support.ci import engine_missing
 from tests.support.jobs import sweep_children_submitted
 from tests.support.slurm import SlurmCluster
 
@@ -51,7 +52,7 @@ def _service(slurm_cluster: SlurmCluster, tmp_path: Path, project: Path) -> JobS
 def _squeue(cluster: SlurmCluster, array_id: str) -> list[str]:
     """The array's tasks as ``squeue`` lists them, one line a task (``-r``)."""
     if not cluster.conf:
-        pytest.skip("the Slurm command-line tools are not configured here")
+        engine_missing("the Slurm command-line tools are not configured here")
     answer = subprocess.run(
         ["squeue", "-h", "-r", "-j", array_id, "-o", "%i %T"],
         env={**os.environ, "SLURM_CONF": cluster.conf},

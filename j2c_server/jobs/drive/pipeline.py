@@ -31,6 +31,7 @@ from j2c_server.jobs.send.inputs import (
     job_image,
     job_spec,
     layer_cache_dir,
+    line_tag_of,
     pack_spec,
     presigned_manifest,
     record_image_report,
@@ -402,12 +403,19 @@ class Pipeline:
             handle,
             current=lambda: self.registry.jobs.state(self.job_id),
             log=self.log,
+            tag=line_tag_of(record),
             inventory=learner,
         ).run()
         await self._finished(
             Stage.watch, inputs, StageState.finished, {}, {"status": state.status.value}
         )
         return state
+
+    async def _j2c_lines_with(self, mark: str) -> list[str]:
+        """j2c's last line in the job's log that holds ``mark`` ([] when none): what j2c-unpack
+        said, never a line the job printed."""
+        line = await self.registry.events.last_log_line_with(self.job_id, mark, j2c_only=True)
+        return [line] if line is not None else []
 
     async def _results(self, handle: JobHandle, state: SchedulerState) -> None:
         inputs = StageInputs({"handle": handle.id})
@@ -421,11 +429,9 @@ class Pipeline:
             results.model_copy(update={"exit_code": exit_code}),
             uploaded=not self.settings.storage.presign_for_jobs or told_to_upload(record),
             last_lines=await self.registry.events.last_log_lines(self.job_id, LAST_LINES),
-            index_line=await self.registry.events.last_log_line_with(
-                self.job_id, INDEX_DIGEST_MARK
-            ),
+            digest_lines=await self._j2c_lines_with(INDEX_DIGEST_MARK),
             rank_lines={  # a multi-node job's other ranks upload their own (unpack/outputs.py)
-                rank: await self.registry.events.last_log_line_with(self.job_id, digest_mark(rank))
+                rank: next(iter(await self._j2c_lines_with(digest_mark(rank))), None)
                 for rank in range(1, record.request.resources.nodes)
             },
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, PackError
+from j2c_server.core.j2c_lines import TAG_ENV, line_tag
 from j2c_server.core.job_env import job_env
 from j2c_server.image.base_layer import ShipChoice
 from j2c_server.image.check import image_report
@@ -109,12 +110,13 @@ def job_spec(
     outputs_post: str | None = None,
 ) -> JobSpec:
     """What the scheduler gets: ``j2c-unpack <manifest> --manifest-digest <sha256:...>
-    --output-uri <store> -- <args>`` in the job's image, with the request's env, ``J2C_JOB_ID``
-    and where the store is (never a credential). ``manifest_digest`` is the sha256 of the exact
-    bytes at ``manifest_uri``: the job refuses any other manifest, so whoever else can write the
-    store cannot swap a queued job's manifest. With presigned URLs the job uploads its outputs
-    through ``outputs_post``, its upload policy (jobs/send/presigned_outputs.py), in
-    ``$J2C_OUTPUTS_POST_CREDENTIAL``; without one it has no way to write to the store."""
+    --output-uri <store> -- <args>`` in the job's image, with the request's env, ``J2C_JOB_ID``,
+    the tag of j2c's lines (``J2C_LINE_TAG``) and where the store is (never a credential).
+    ``manifest_digest`` is the sha256 of the exact bytes at ``manifest_uri``: the job refuses
+    any other manifest, so whoever else can write the store cannot swap a queued job's
+    manifest. With presigned URLs the job uploads its outputs through ``outputs_post``, its
+    upload policy (jobs/send/presigned_outputs.py), in ``$J2C_OUTPUTS_POST_CREDENTIAL``;
+    without one it has no way to write to the store."""
     request = record.request
     unpack = scheduler_class(record.scheduler).unpack_command(settings)
     outputs = (
@@ -149,9 +151,16 @@ def job_spec(
             **store_location_env(settings, store),
             **policy_env,
             "J2C_JOB_ID": record.id,
+            TAG_ENV: line_tag_of(record),  # j2c's lines in its log carry it (core/j2c_lines.py)
         },
         resources=request.resources,
     )
+
+
+def line_tag_of(record: JobRecord) -> str:
+    """The tag j2c's lines carry in the job's log: its own, or its sweep's for a variant (an
+    array job's tasks share one environment)."""
+    return line_tag(record.id, record.sweep.parent if record.sweep is not None else None)
 
 
 def uploads_outputs(settings: J2CSettings, outputs_post: str | None) -> bool:

@@ -41,7 +41,7 @@ from j2c_server.schedulers.base import (
     SchedulerState,
 )
 from j2c_server.schedulers.container import probe
-from j2c_server.schedulers.container.api import EngineClient
+from j2c_server.schedulers.container.api import EngineClient, parse_timestamp
 from j2c_server.schedulers.container.engine import (
     Access,
     EngineInfo,
@@ -62,12 +62,22 @@ from j2c_server.schedulers.container.lifecycle import (
     timed_out,
 )
 from j2c_server.schedulers.container.logs import follow_container_logs
+from j2c_server.schedulers.container.ranks import (
+    check_ranks,
+    combined_state,
+    ended_badly,
+    make_network,
+    rank_names,
+    remove_network,
+)
 from j2c_server.schedulers.container.settings import ContainerSettings
 from j2c_server.schedulers.container.spec import (
     LABEL_KEY,
     job_folder,
+    network_name,
     output_upload_dir,
     parse_user,
+    rank_folder,
     render_create,
     runs_root,
     store_files,
@@ -80,7 +90,8 @@ from j2c_server.schedulers.container.status import (
     mark_cancelled,
     state_of,
 )
-from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
+from j2c_server.schedulers.multinode import follow_ranks
+from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus, Resources
 
 __all__ = ["ContainerScheduler", "render_create"]
 
@@ -92,12 +103,16 @@ class ContainerScheduler(SchedulerBase):
 
     name = "container"
     settings_model = ContainerSettings
-    capabilities = Capabilities(gpus=True, cpus=True, memory=True, time_limit=True)
+    capabilities = Capabilities(gpus=True, cpus=True, memory=True, time_limit=True, multi_node=True)
 
     @classmethod
     def native_spec(cls, spec: JobSpec, settings: J2CSettings) -> dict[str, Any] | None:
         """The engine's create request for ``spec``."""
         return render_dry_run(spec, settings)
+
+    @classmethod
+    def check_resources(cls, resources: Resources) -> None:
+        check_ranks(resources)
 
     @classmethod
     def inventory_target(cls, settings: J2CSettings, image: str | None) -> InventoryTarget:
@@ -208,6 +223,7 @@ class ContainerScheduler(SchedulerBase):
     async def submit(self, spec: JobSpec) -> JobHandle:
         files = await asyncio.to_thread(store_files, spec, self._settings)
         render_create(spec, self._settings, gpu_devices=[], files=files)  # bad input: say so first
+        check_ranks(spec.resources)
         engine = await self.engine()
         access = job_access(parse_user(self._cfg.job_user())[0], engine)
         folder = job_folder(self._settings, spec.key)
@@ -217,6 +233,11 @@ class ContainerScheduler(SchedulerBase):
         )
         name = request["name"]
         handle = JobHandle(scheduler=self.name, id=name, data={"folder": str(folder)})
+        if spec.resources.nodes > 1:
+            handle.data["nodes"] = spec.resources.nodes
+            if await asyncio.to_thread(recorded_final, folder) is None:
+                await self._submit_ranks(spec, files, cache, access)
+            return handle
         existing = await (await self._ready()).inspect(name)
         if existing is not None:
             self._check_owner(existing, spec, name)
@@ -236,6 +257,9 @@ class ContainerScheduler(SchedulerBase):
     async def status(self, handle: JobHandle) -> SchedulerState:
         folder = self._folder(handle)
         api = await self._ready()
+        nodes = int(handle.data.get("nodes", 1))
+        if nodes > 1:
+            return await self._rank_status(handle, folder, nodes)
         info = await api.inspect(handle.id)
         cancelled = await asyncio.to_thread((folder / CANCELLED).exists)
         if info is None:
@@ -266,9 +290,14 @@ class ContainerScheduler(SchedulerBase):
         self, handle: JobHandle, cursor: str | None = None
     ) -> AsyncIterator[LogLine]:
         folder = self._folder(handle)
-        lines = follow_container_logs(
-            self._api, handle.id, folder, self._gpus, self._cfg.poll_interval_s, cursor
-        )
+        nodes = int(handle.data.get("nodes", 1))
+        names = rank_names(handle.id, nodes)
+
+        def follow(rank: int, at: str | None) -> AsyncIterator[LogLine]:
+            poll = self._cfg.poll_interval_s
+            return follow_container_logs(self._api, names[rank], folder, self._gpus, poll, at)
+
+        lines = follow(0, cursor) if nodes == 1 else follow_ranks(follow, nodes, cursor)
         async for line in lines:
             yield line
 
@@ -276,16 +305,21 @@ class ContainerScheduler(SchedulerBase):
         folder = self._folder(handle)
         await asyncio.to_thread(mark_cancelled, folder)
         await asyncio.to_thread(self._gpus.cancel, folder)
-        info = await self._api().inspect(handle.id)
+        names = rank_names(handle.id, int(handle.data.get("nodes", 1)))
+        await asyncio.gather(*(self._end(name) for name in names))
+
+    async def _end(self, name: str) -> None:
+        """A container not started yet removed, a running one stopped (a cancel's)."""
+        info = await self._api().inspect(name)
         if info is None:
             return
         state = state_of(info)
         if state in ("created", "configured"):
             await self._api().request(
-                "DELETE", f"/containers/{handle.id}", params={"force": "1"}, allow=(404,)
+                "DELETE", f"/containers/{name}", params={"force": "1"}, allow=(404,)
             )
         elif state not in FINISHED:
-            await self._stop(handle.id)
+            await self._stop(name)
 
     async def _stop(self, name: str) -> None:
         grace = self._cfg.cancel_grace_s
@@ -302,6 +336,8 @@ class ContainerScheduler(SchedulerBase):
         """The exit code and outputs; a finished container is then recorded and removed (the
         results stage reads it last, after the watch drained its log)."""
         folder = self._folder(handle)
+        if int(handle.data.get("nodes", 1)) > 1:
+            return await self._rank_results(handle, folder)
         info = await self._api().inspect(handle.id)
         if info is None:
             final = await asyncio.to_thread(recorded_final, folder)
@@ -322,6 +358,97 @@ class ContainerScheduler(SchedulerBase):
         if self._engine is not None:
             await self._engine.aclose()
             self._engine = None
+
+    # ------------------------------------------------------------------ multi-node (ranks.py)
+
+    async def _submit_ranks(
+        self, spec: JobSpec, files: list[Path], cache: Path | None, access: Access
+    ) -> None:
+        """Every rank created, then every one started; all or none (ranks.py)."""
+        api = await self._ready()
+        network = None if self._cfg.network else network_name(spec.key)
+        if network is not None:
+            await make_network(api, network, spec.key, runs_label(runs_root(self._settings)))
+        folder = job_folder(self._settings, spec.key)
+        made: list[str] = []
+        try:
+            infos = []
+            for rank in range(spec.resources.nodes):
+                if rank:  # rank 0's folders are the job's own, made with them
+                    own = rank_folder(folder, rank)
+                    await asyncio.to_thread(
+                        prepare, [own / "home"], [own / "outputs"], self._cfg, access
+                    )
+                request = render_create(
+                    spec,
+                    self._settings,
+                    gpu_devices=[],
+                    files=files,
+                    cache=cache,
+                    access=access,
+                    rank=rank,
+                )
+                infos.append(await self._create(spec, request))
+                made.append(request["name"])
+            for name, info in zip(made, infos, strict=True):
+                if state_of(info) in ("created", "configured"):
+                    await api.request("POST", f"/containers/{name}/start", allow=(304,))
+        except BaseException:
+            for name in made:
+                await api.request(
+                    "DELETE", f"/containers/{name}", params={"force": "1"}, allow=(404,)
+                )
+            if network is not None:
+                await remove_network(api, network)
+            raise
+
+    async def _rank_status(self, handle: JobHandle, folder: Path, nodes: int) -> SchedulerState:
+        final = await asyncio.to_thread(recorded_final, folder)
+        if final is not None:
+            return final  # collected, then removed
+        api = self._api()
+        names = rank_names(handle.id, nodes)
+        infos = list(await asyncio.gather(*(api.inspect(name) for name in names)))
+        cancelled = await asyncio.to_thread((folder / CANCELLED).exists)
+        missing = [name for name, info in zip(names, infos, strict=True) if info is None]
+        if missing:
+            if cancelled:
+                return SchedulerState(status=JobStatus.cancelled, message="cancelled")
+            return SchedulerState(
+                status=JobStatus.lost,
+                message=f"container {missing[0]} no longer exists (removed outside j2c, or the "
+                "engine's storage was reset)",
+            )
+        found = [info for info in infos if info is not None]
+        limit = None if cancelled else past_limit(found[0])
+        if limit is not None:
+            await asyncio.to_thread(mark_timed_out, folder, limit)
+        if limit is not None or (not cancelled and ended_badly(found)):
+            # One rank failed or the time is up: the others would wait for it forever.
+            await asyncio.gather(*(self._end(name) for name in names))
+            found = [info or {} for info in await asyncio.gather(*map(api.inspect, names))]
+        stopped_at = await asyncio.to_thread(timed_out, folder)
+        states = [container_state(i, cancelled=cancelled, timed_out_s=stopped_at) for i in found]
+        ended = [
+            parse_timestamp(str((info.get("State") or {}).get("FinishedAt") or ""))
+            if state.status.terminal
+            else None
+            for info, state in zip(found, states, strict=True)
+        ]
+        return combined_state(states, ended)
+
+    async def _rank_results(self, handle: JobHandle, folder: Path) -> JobResults:
+        state = await self._rank_status(handle, folder, int(handle.data["nodes"]))
+        results = await asyncio.to_thread(collect_results, folder / "outputs", state.exit_code)
+        if not state.status.terminal or await asyncio.to_thread(recorded_final, folder) is not None:
+            return results
+        await asyncio.to_thread(record_final, folder, state)
+        if not self._cfg.keep_finished:
+            for name in rank_names(handle.id, int(handle.data["nodes"])):
+                await remove(self._api(), name)
+            if not self._cfg.network:
+                await remove_network(self._api(), handle.id + "-net")
+        return results
 
     # ------------------------------------------------------------------ helpers
 

@@ -5,10 +5,11 @@ wall-clock limit enforced, and what a restarted server left behind cleaned up.
   drained its log): the backend then writes the terminal state (status, message, exit code) to
   ``<job folder>/final.json`` and removes the container, unless ``keep_finished``. From then on
   status and results are read from that file, so a removed container never reads ``lost``.
-- **Swept after a restart.** A container is labelled with its server's runs folder (hashed);
-  at its first use a scheduler removes the exited ones of its own label whose ``final.json``
-  exists (collected, then not removed: a crash or an engine that did not answer). Nothing else on
-  a shared engine is touched, and a job whose results were never collected keeps its container.
+- **Swept after a restart.** A container (a multi-node job's network too) is labelled with its
+  server's runs folder (hashed); at its first use a scheduler removes the exited ones of its own
+  label whose job's ``final.json`` exists (collected, then not removed: a crash or an engine
+  that did not answer). Nothing else on a shared engine is touched, and a job whose results were
+  never collected keeps its container.
 - **Time limit.** ``min(resources.time_limit_minutes, scheduler.container.time_limit_minutes)``
   travels as a label. Whenever the job's status is read past it (every second while a watcher
   follows the job, and at once when a restarted server re-attaches), a ``timed-out`` marker is
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ LABEL_TIME_LIMIT = "j2c.io/time-limit-s"
 FINAL = "final.json"
 TIMED_OUT = "timed-out"
 _FINISHED = ("exited", "stopped", "dead")
+# A job's container (rank 0: its folder's name) or a multi-node job's rank k.
+_JOB_CONTAINER = re.compile(r"^(j2c-[0-9a-f]{20})(?:-r\d+)?$")
 
 
 # Image probes (probe.py) carry the runs label too, so a server that was killed while one ran
@@ -116,11 +120,25 @@ async def sweep(api: EngineClient, label: str, runs_root: Path) -> list[str]:
             await api.request("DELETE", f"/containers/{probe}", params={"force": 1}, allow=(404,))
             removed.append(probe)
             continue
-        name = next((n for n in names if n.startswith("j2c-") and n[4:].isalnum()), None)
+        name = next((n for n in names if _JOB_CONTAINER.match(n)), None)
         if name is None or str(entry.get("State", "")).lower() not in _FINISHED:
             continue
-        if (runs_root / name / FINAL).is_file():
+        # A multi-node job's rank k (j2c-<hash>-r<k>) is kept in its rank 0's folder.
+        if (runs_root / _JOB_CONTAINER.match(name)[1] / FINAL).is_file():  # type: ignore[index]
             await remove(api, name)
+            removed.append(name)
+    networks = await api.request(
+        "GET", "/networks", params={"filters": json.dumps(filters)}, allow=(404,)
+    )
+    for entry in networks.json() if networks.status_code == 200 else []:
+        name = str(entry.get("Name") or entry.get("name") or "")
+        job = name.removesuffix("-net")
+        if (
+            name.endswith("-net")
+            and _JOB_CONTAINER.match(job)
+            and (runs_root / job / FINAL).is_file()
+        ):
+            await api.request("DELETE", f"/networks/{name}", allow=(404, 409))
             removed.append(name)
     return removed
 

@@ -50,12 +50,14 @@ from j2c_server.schedulers.container.lifecycle import (
     time_limit_s,
 )
 from j2c_server.schedulers.container.settings import ContainerSettings
+from j2c_server.schedulers.multinode import DEFAULT_MASTER_PORT
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV
 
 LABEL_MANAGED_BY = "j2c.io/managed-by"
 LABEL_KEY = "j2c.io/key"
 LABEL_JOB_ID = "j2c.io/job-id"
 LABEL_NAME = "j2c.io/name"
+LABEL_RANK = "j2c.io/rank"
 HOME = "/j2c/home"
 OUTPUTS = "/j2c/outputs"
 STORE = "/j2c/store"
@@ -68,8 +70,21 @@ _MANIFEST_LIMIT = 16 * 1024 * 1024
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 
 
-def container_name(key: str) -> str:
-    return "j2c-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+def container_name(key: str, rank: int = 0) -> str:
+    """A job's container (rank 0: the job's own name, which its handle carries), or rank k's
+    of a multi-node job (``<name>-r<k>``)."""
+    name = "j2c-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+    return name if rank == 0 else f"{name}-r{rank}"
+
+
+def network_name(key: str) -> str:
+    """The network of a multi-node job's containers, its own (made and removed by j2c)."""
+    return container_name(key) + "-net"
+
+
+def rank_folder(folder: Path, rank: int) -> Path:
+    """Rank k's HOME and outputs live under the job's folder (rank 0's are the job's own)."""
+    return folder if rank == 0 else folder / "ranks" / str(rank)
 
 
 def runs_root(settings: J2CSettings) -> Path:
@@ -184,7 +199,7 @@ def job_command(spec: JobSpec, settings: J2CSettings) -> list[str]:
 
 
 def _env(
-    spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings, cache: Path | None
+    spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings, cache: Path | None, rank: int
 ) -> list[str]:
     # Credentials in a request were refused for every backend (jobenv); what reaches here is
     # the operator's own env and pass_env.
@@ -198,6 +213,12 @@ def _env(
         J2C_JOB_ID=spec.job_id,
         PYTHONUNBUFFERED="1",
     )
+    if spec.resources.nodes > 1:  # the rendezvous j2c-unpack turns into torchrun's (ranks.py)
+        env.update(
+            J2C_NODE_RANK=str(rank),
+            MASTER_ADDR=container_name(spec.key),
+            MASTER_PORT=str(DEFAULT_MASTER_PORT),
+        )
     if cache is not None:
         env[CACHE_ENV] = CACHE
         if cfg.cache_max:
@@ -236,9 +257,14 @@ def job_folder(settings: J2CSettings, spec_key: str) -> Path:
 
 
 def _binds(
-    spec: JobSpec, settings: J2CSettings, files: list[Path], cache: Path | None, access: Access
+    spec: JobSpec,
+    settings: J2CSettings,
+    files: list[Path],
+    cache: Path | None,
+    access: Access,
+    rank: int = 0,
 ) -> list[str]:
-    folder = job_folder(settings, spec.key)
+    folder = rank_folder(job_folder(settings, spec.key), rank)
     # U: podman gives the folder to the uid the job has on the host (folders.py).
     rw = "rw,U" if access.chown_binds else "rw"
     binds = [f"{folder / 'home'}:{HOME}:{rw}", f"{folder / 'outputs'}:{OUTPUTS}:{rw}"]
@@ -298,11 +324,14 @@ def render_create(
     files: list[Path] | None = None,
     cache: Path | None = None,
     access: Access | None = None,
+    rank: int = 0,
 ) -> dict[str, Any]:
     """``{"name": ..., "body": ...}`` of ``POST /containers/create?name=...``. ``gpu_devices``
     are the GPUs the ledger granted (the dry run shows the first ones); ``files`` are the store
     files to mount (:func:`store_files`; default: the manifest alone); ``cache`` the host folder
-    of the job's layer cache (None: none), ``access`` how the job's uid gets its folders."""
+    of the job's layer cache (None: none), ``access`` how the job's uid gets its folders;
+    ``rank`` the node rank of a multi-node job's container (each on the job's own network,
+    rank 0's name as ``MASTER_ADDR``)."""
     cfg = settings.scheduler.section("container", ContainerSettings)
     if not spec.command:
         raise InvalidInput("the job has no command to run", field="command")
@@ -314,13 +343,15 @@ def render_create(
     command = job_command(spec, settings)
     access = access or Access()
     host: dict[str, Any] = {
-        "Binds": _binds(spec, settings, files, cache, access),
+        "Binds": _binds(spec, settings, files, cache, access, rank),
         "Init": True,  # a real PID 1 forwards SIGTERM and reaps what the job leaves behind
         **_resources(spec, cfg, gpus),
         **_hardening(cfg),
     }
     if cfg.network:
         host["NetworkMode"] = cfg.network
+    elif spec.resources.nodes > 1:
+        host["NetworkMode"] = network_name(spec.key)
     if access.userns:
         host["UsernsMode"] = access.userns
     body: dict[str, Any] = {
@@ -328,14 +359,14 @@ def render_create(
         # The whole command replaces the image's entrypoint, as a Kubernetes `command` does.
         "Entrypoint": command[:1],
         "Cmd": command[1:],
-        "Env": _env(spec, settings, cfg, cache),
+        "Env": _env(spec, settings, cfg, cache, rank),
         "User": cfg.job_user(),
         "WorkingDir": HOME,
         "Tty": False,
         "OpenStdin": False,
         "StopSignal": "SIGTERM",
         "StopTimeout": int(cfg.cancel_grace_s),
-        "Labels": _labels(spec, settings, cfg),
+        "Labels": {**_labels(spec, settings, cfg), LABEL_RANK: str(rank)},
         "HostConfig": host,
     }
-    return {"name": container_name(spec.key), "body": body}
+    return {"name": container_name(spec.key, rank), "body": body}
