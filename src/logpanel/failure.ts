@@ -34,17 +34,7 @@ export function failureOf(
   const failed = progress.steps.find(step => step.state === 'failed');
   const step = failed?.name ?? null;
   // The server's own summary, in the user's words, when it could tell.
-  const told = (
-    record as
-      | (JobRecord & {
-          failure?: {
-            reason: string;
-            action?: string | null;
-            line?: string | null;
-          } | null;
-        })
-      | null
-  )?.failure;
+  const told = record?.failure;
   if (told) {
     return {
       reason: told.reason,
@@ -62,7 +52,7 @@ export function failureOf(
           : failed?.detail || progress.message || trans.__('The job failed.'),
       action: lastErrorLine
         ? trans.__(
-            'The line below is the last error the job wrote; its whole output is in the log.'
+            'The line below is the last the job wrote before it ended; its whole output is in the log.'
           )
         : '',
       line: lastErrorLine,

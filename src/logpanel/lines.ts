@@ -5,11 +5,11 @@
  * level and the step that wrote it. Where the engine merges the job's two streams, its lines
  * carry no stream and read as stdout.
  */
-import { Event } from '../models';
+import { Event, LineLevel } from '../models';
 
 export type LineOwner = 'stdout' | 'stderr' | 'j2c';
 
-export type LineLevel = 'info' | 'warning' | 'error';
+export type { LineLevel };
 
 export interface ILineKind {
   owner: LineOwner;
@@ -21,17 +21,11 @@ export interface ILineKind {
 
 /** The kind of a `log` event's line. */
 export function lineKind(event: Event): ILineKind {
-  const wire = event as Event & {
-    origin?: string;
-    level?: string | null;
-    phase?: string | null;
-  };
-  if (wire.origin === 'j2c') {
-    const level = wire.level;
+  if (event.origin === 'j2c') {
     return {
       owner: 'j2c',
-      level: level === 'warning' || level === 'error' ? level : 'info',
-      phase: wire.phase ?? ''
+      level: event.level ?? 'info',
+      phase: event.phase ?? ''
     };
   }
   return {

