@@ -98,9 +98,6 @@ function JobRow(props: {
     : summary.name;
   return (
     <li className="j2c-Job" data-job-id={record.id} data-status={record.status}>
-      <span className={`j2c-Status j2c-Status-${record.status}`}>
-        {record.status}
-      </span>
       <button
         type="button"
         className="j2c-Job-name"
@@ -113,13 +110,6 @@ function JobRow(props: {
       >
         {summary.name}
       </button>
-      <span
-        className="j2c-Job-id"
-        data-j2c="short-id"
-        title={trans.__('Job %1', record.id)}
-      >
-        {summary.short}
-      </span>
       {summary.entry || summary.detail ? (
         <span
           className="j2c-Job-args"
@@ -132,11 +122,23 @@ function JobRow(props: {
           {summary.detail}
         </span>
       ) : null}
-      <span className="j2c-Job-time" title={record.id}>
-        {formatTime(record.started_at ?? record.created_at)}
-      </span>
-      <span className="j2c-Job-duration">
-        {formatDuration(jobSeconds(record))}
+      <span className="j2c-Job-meta">
+        <span className={`j2c-Status j2c-Status-${record.status}`}>
+          {record.status}
+        </span>
+        <span className="j2c-Job-time">
+          {formatTime(record.started_at ?? record.created_at)}
+          <span
+            className="j2c-Job-id"
+            data-j2c="short-id"
+            title={trans.__('Job %1', record.id)}
+          >
+            {summary.short}
+          </span>
+        </span>
+        <span className="j2c-Job-duration">
+          {formatDuration(jobSeconds(record))}
+        </span>
       </span>
       <Metric record={record} name={metric} />
       {sweep?.role === 'parent' ? (

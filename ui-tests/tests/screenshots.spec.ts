@@ -76,14 +76,24 @@ test('screenshots of a failed job, light and dark', async ({ page }) => {
   await expectStatus(panel, 'failed');
   await expect(panel.locator('[data-j2c="failure"]')).toBeVisible();
   await expect(panel.locator('[data-j2c="diary"]')).toBeVisible();
-  await page.evaluate(() =>
-    (
-      window as unknown as {
-        jupyterapp: { commands: { execute(id: string): Promise<unknown> } };
-      }
-    ).jupyterapp.commands.execute('apputils:dismiss-notification')
-  );
-  await expect(page.locator('.Toastify__toast')).toHaveCount(0);
+  const toast = page.locator('.Toastify__toast');
+  await expect(toast.filter({ hasText: 'failed' })).toBeVisible({
+    timeout: 30000
+  });
+  // Dismissed until none is left (a notification may still be on its way).
+  await expect
+    .poll(async () => {
+      await page.evaluate(() =>
+        (
+          window as unknown as {
+            jupyterapp: { commands: { execute(id: string): Promise<unknown> } };
+          }
+        ).jupyterapp.commands.execute('apputils:dismiss-notification')
+      );
+      await page.waitForTimeout(300);
+      return toast.count();
+    })
+    .toBe(0);
   await page.screenshot({ path: '../docs/images/log-panel-failed.png' });
   await page.theme.setDarkTheme();
   await page.waitForTimeout(500);
