@@ -25,6 +25,7 @@ from j2c_server.image.check import InventoryLearner
 from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.watch import Log, Watcher, until_available
+from j2c_server.jobs.failure import job_failure
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs, digest_mark
 from j2c_server.jobs.send.inputs import (
@@ -65,6 +66,7 @@ from j2c_server.wire.api import (
 from j2c_server.wire.manifest import Manifest
 
 LAST_LINES = 20
+FAILURE_EVENTS = 400  # the last events a failed job's reason is read from (jobs/failure.py)
 
 
 class Pipeline:
@@ -449,10 +451,19 @@ class Pipeline:
         if final != JobStatus.succeeded:
             data["last_lines"] = await self.registry.events.last_log_lines(self.job_id, LAST_LINES)
         text = f"exit code {exit_code}" if exit_code is not None else final.value
+        failure = None
+        if final == JobStatus.failed:
+            events, _ = await self.registry.events.read(
+                self.job_id,
+                after=max(0, (await self.registry.jobs.get(self.job_id)).last_seq - FAILURE_EVENTS),
+            )
+            failure = job_failure(record, exit_code, events)
+            data["failure"] = failure.model_dump(mode="json", exclude_none=True)
 
         def apply(job: JobRecord) -> None:
             job.results = results
             job.exit_code = exit_code
+            job.failure = failure
 
         await self._finished(
             Stage.results,
@@ -463,4 +474,5 @@ class Pipeline:
             change=apply,
         )
         await self.journal.write([{"kind": EventKind.result, "text": text, "data": data}])
-        await self.journal.status(final, state.message or text)
+        ended = {"failure": data["failure"]} if failure is not None else None
+        await self.journal.status(final, state.message or text, data=ended)
