@@ -8,6 +8,7 @@ otherwise, and the notebook magic draws it into a display handle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from j2c_server.core.units import byte_size
 from j2c_server.image.text import report_lines
@@ -21,6 +22,8 @@ PIPELINE_STATUSES = frozenset(
     {JobStatus.pending, JobStatus.packing, JobStatus.uploading, JobStatus.submitted}
 )
 REDRAW_INTERVAL_S = 0.1
+# Warnings of the plan said with the scan's notes: a job that would fail where it runs.
+SAID_WARNINGS = frozenset({"notebook_runner"})
 _SIGNAL_EXIT_BASE = 128
 # What the scan's notes show: paths per exclusion rule, and the largest files over the soft limit
 # (the UI's preflight shows the same).
@@ -49,6 +52,7 @@ class StageView:
     rate: float | None = None
     started_at: float | None = None
     seconds: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)  # its last stage event's
 
     def line(self) -> str:
         label = f"{self.stage.value:<9}"
@@ -125,6 +129,7 @@ class StageBoard:
     @staticmethod
     def _state(view: StageView, event: Event) -> None:
         view.state = event.state or view.state
+        view.data = event.data
         if event.state == StageState.started:
             view.started_at = event.time
             return
@@ -148,10 +153,11 @@ def _group_line(group: ExcludedGroup) -> str:
 
 
 def plan_notes(plan: PackPlan) -> list[str]:
-    """What the scan left out, by rule with its first paths (secrets first, then the largest
-    groups), the largest files when the layers are over the soft limit, and what the target
-    image lacks (``image/text.py``)."""
+    """What the target image lacks (``image/text.py``) and what the entry point's runner lacks
+    (image/runner.py), what the scan left out, by rule with its first paths (secrets first,
+    then the largest groups), and the largest files when the layers are over the soft limit."""
     lines: list[str] = report_lines(plan.image_report)
+    lines += [warning.message for warning in plan.warnings if warning.code in SAID_WARNINGS]
     if plan.excluded:
         total = sum(group.count for group in plan.excluded)
         lines.append(f"left out {total} path{'s' if total != 1 else ''} (ship one with --include):")

@@ -14,7 +14,7 @@ Whose a line is comes from the event (its ``origin``), never from how the line s
 
 from __future__ import annotations
 
-from j2c_server.cli.render import StageBoard
+from j2c_server.cli.render import StageBoard, amount
 from j2c_server.wire.api import Event, JobFailure, JobStatus, LineLevel, Stage, StageState
 
 HINT_PHASE = "hint"  # j2c-unpack's "what to do" after an error (unpack/log.py)
@@ -41,6 +41,10 @@ def sent_line(job_id: str, board: StageBoard) -> str:
             continue
         if view.state == StageState.reused:
             said.append(f"{stage.value} reused")
+        elif stage == Stage.scan and isinstance(view.data.get("files"), int):
+            # Its counts: the scan's text also holds its warnings, said on lines of their own.
+            size = amount(float(view.data.get("bytes") or 0), "bytes")
+            said.append(f"{view.data['files']} files, {size}")
         elif view.text:
             said.append(view.text)
     what = f": {'; '.join(said)}" if said else ""
@@ -59,7 +63,7 @@ def failure_lines(job_id: str, failure: JobFailure, exit_code: object = None) ->
     lines = [f"j2c: job {job_id} failed{code}: {failure.reason}"]
     if failure.action:
         lines.append(f"j2c:   what to do: {failure.action}")
-    if failure.line and failure.line not in failure.reason:
+    if failure.line and failure.line not in failure.reason and failure.reason not in failure.line:
         where = f" (event {failure.seq})" if failure.seq is not None else ""
         lines.append(f"j2c:   from the log{where}: {failure.line}")
     return lines

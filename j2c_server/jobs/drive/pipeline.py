@@ -38,7 +38,9 @@ from j2c_server.jobs.send.inputs import (
     record_image_report,
     record_needs,
     refuse_if_over_limit,
+    runner_check,
 )
+from j2c_server.jobs.send.preflight import with_warning
 from j2c_server.jobs.send.presigned_outputs import outputs_policy, told_to_upload
 from j2c_server.jobs.send.stage_keys import (
     StageInputs,
@@ -216,6 +218,7 @@ class Pipeline:
         # Before any upload: what the target lacks, said with the scan's notes.
         report = await record_image_report(self.settings, record)
         plan = plan.model_copy(update={"image_report": report})
+        plan = with_warning(plan, await runner_check(self.settings, record, report))
         shipping = report.shipping if report is not None else None
         # A target not known yet: the job checks what it needs before its entry point.
         needs = await record_needs(self.settings, record, report)
