@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -97,11 +98,13 @@ def compare_with(
     code_path: Path,
     skip: list[Path],
     choice: ShipChoice | None = None,
+    runner: Sequence[str] = (),
 ) -> ImageReport:
-    """The report of one project against one stored inventory (synchronous: a worker thread)."""
+    """The report of one project against one stored inventory (synchronous: a worker thread);
+    ``runner``: the modules the entry point's runner imports (image/runner.py)."""
     started = time.monotonic()
     inventory = stored.inventory
-    side = lab_side(venv_path, code_path, skip)
+    side = lab_side(venv_path, code_path, skip, runner)
     found = compare(side.venv, side.base, side.imports, inventory, lab_glibc())
     shipping = select(
         found.missing,
@@ -135,9 +138,11 @@ async def image_report(
     venv_path: Path | None,
     code_path: Path,
     choice: ShipChoice | None = None,
+    runner: Sequence[str] = (),
 ) -> ImageReport | None:
     """The job's differences with its target; None when it runs on the lab's own Python.
-    ``choice``: what ships of the lab's base (image/base_layer.py)."""
+    ``choice``: what ships of the lab's base (image/base_layer.py); ``runner``: the modules the
+    entry point's runner imports (image/runner.py)."""
     target = target_for(settings, scheduler, image)
     if target is None:
         return None
@@ -151,7 +156,7 @@ async def image_report(
             return _not_known(target, key)
         skip = [settings.data_path()]
         return await asyncio.to_thread(
-            compare_with, stored, target, venv_path, code_path, skip, choice
+            compare_with, stored, target, venv_path, code_path, skip, choice, runner
         )
     except (J2CError, OSError, ValueError) as exc:
         # The check informs a send; it never stops one.

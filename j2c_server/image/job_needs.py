@@ -13,6 +13,7 @@ compares the list with the interpreter it runs on (unpack/needs.py), standard li
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from j2c_server.image.needs import LabDist, ProjectImports, lab_dists, project_i
 from j2c_server.pack.venv import normalize_dist_name, open_venv
 from j2c_server.unpack.inventory import site_dirs
 from j2c_server.wire.manifest import JobNeeds, NeededDist, NeededRequirement, NeededWheel
+
+RUNNER = "the notebook runner"  # who imports the runner's modules (image/runner.py)
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,12 @@ class LabSide:
     has_venv: bool  # a venv with system site packages (shipping the base needs one)
 
 
-def lab_side(venv_path: Path | None, code_path: Path, skip: list[Path]) -> LabSide:
-    """The lab's half of the comparison (synchronous: metadata and sources are read)."""
+def lab_side(
+    venv_path: Path | None, code_path: Path, skip: list[Path], runner: Sequence[str] = ()
+) -> LabSide:
+    """The lab's half of the comparison (synchronous: metadata and sources are read).
+    ``runner``: the modules the entry point's runner imports (a notebook's, image/runner.py),
+    needed as the project's own imports are."""
     venv = open_venv(venv_path) if venv_path is not None else None
     if venv is None:
         venv_dists, base_folders, python = {}, [Path(p) for p in site_dirs()], None
@@ -48,6 +55,8 @@ def lab_side(venv_path: Path | None, code_path: Path, skip: list[Path]) -> LabSi
         python = venv.info.python_version
     base = {k: d for k, d in lab_dists(base_folders).items() if k not in venv_dists}
     imports = project_imports(code_path, [*skip, *([venv.root] if venv else [])])
+    for module in runner:
+        imports.by_module.setdefault(module, []).insert(0, RUNNER)
     has_venv = venv is not None and venv.info.include_system_site_packages
     return LabSide(venv_dists, base, base_folders, imports, python, has_venv)
 
@@ -92,6 +101,8 @@ def job_needs(side: LabSide) -> JobNeeds | None:
     return JobNeeds(python=python, lab_libc=lab_glibc(), dists=dists, wheels=wheels)
 
 
-def needs_of(venv_path: Path | None, code_path: Path, skip: list[Path]) -> JobNeeds | None:
+def needs_of(
+    venv_path: Path | None, code_path: Path, skip: list[Path], runner: Sequence[str] = ()
+) -> JobNeeds | None:
     """:func:`job_needs` of the lab as it is now."""
-    return job_needs(lab_side(venv_path, code_path, skip))
+    return job_needs(lab_side(venv_path, code_path, skip, runner))

@@ -51,8 +51,8 @@ def main(argv: list[str]) -> int:
     missing = [name for name in RUNNER_NEEDS if importlib.util.find_spec(name) is None]
     if missing:
         _say(
-            f"cannot run {notebook.name}: the notebook runner needs nbclient and ipykernel, "
-            f"and {sys.executable} lacks {' and '.join(missing)}",
+            f"cannot run {notebook.name}: the notebook runner needs nbclient and ipykernel; "
+            f"the venv (and the Python under it) lacks {' and '.join(missing)}",
             "error",
         )
         _hint("install nbclient and ipykernel into the venv (or the image) and send again")

@@ -141,8 +141,11 @@ def test_a_venv_without_nbclient_gets_a_clear_error(tmp_path: Path):
     uri = publish_notebook(tmp_path, make_venv(tmp_path / "plain-venv"), "print('hi')")
     done = run_unpack(uri, "--workdir", str(tmp_path / "job"))
     assert done.returncode == ExitCode.ENTRY
-    said = "j2c: notebook: cannot run analysis.ipynb: the notebook runner needs nbclient and "
-    assert said in done.stderr and " lacks nbclient and ipykernel\n" in done.stderr
+    said = (
+        "j2c: notebook: cannot run analysis.ipynb: the notebook runner needs nbclient and "
+        "ipykernel; the venv (and the Python under it) lacks nbclient and ipykernel\n"
+    )
+    assert said in done.stderr
     assert "j2c: hint: install nbclient and ipykernel into the venv (or the image)" in done.stderr
 
 

@@ -25,6 +25,7 @@ from j2c_server.image.check import InventoryLearner
 from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.watch import Log, Watcher, until_available
+from j2c_server.jobs.failure import job_failure
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs, digest_mark
 from j2c_server.jobs.send.inputs import (
@@ -37,7 +38,9 @@ from j2c_server.jobs.send.inputs import (
     record_image_report,
     record_needs,
     refuse_if_over_limit,
+    runner_check,
 )
+from j2c_server.jobs.send.preflight import with_warning
 from j2c_server.jobs.send.presigned_outputs import outputs_policy, told_to_upload
 from j2c_server.jobs.send.stage_keys import (
     StageInputs,
@@ -65,6 +68,7 @@ from j2c_server.wire.api import (
 from j2c_server.wire.manifest import Manifest
 
 LAST_LINES = 20
+FAILURE_EVENTS = 400  # the last events a failed job's reason is read from (jobs/failure.py)
 
 
 class Pipeline:
@@ -214,6 +218,7 @@ class Pipeline:
         # Before any upload: what the target lacks, said with the scan's notes.
         report = await record_image_report(self.settings, record)
         plan = plan.model_copy(update={"image_report": report})
+        plan = with_warning(plan, await runner_check(self.settings, record, report))
         shipping = report.shipping if report is not None else None
         # A target not known yet: the job checks what it needs before its entry point.
         needs = await record_needs(self.settings, record, report)
@@ -449,10 +454,19 @@ class Pipeline:
         if final != JobStatus.succeeded:
             data["last_lines"] = await self.registry.events.last_log_lines(self.job_id, LAST_LINES)
         text = f"exit code {exit_code}" if exit_code is not None else final.value
+        failure = None
+        if final == JobStatus.failed:
+            events, _ = await self.registry.events.read(
+                self.job_id,
+                after=max(0, (await self.registry.jobs.get(self.job_id)).last_seq - FAILURE_EVENTS),
+            )
+            failure = job_failure(record, exit_code, events)
+            data["failure"] = failure.model_dump(mode="json", exclude_none=True)
 
         def apply(job: JobRecord) -> None:
             job.results = results
             job.exit_code = exit_code
+            job.failure = failure
 
         await self._finished(
             Stage.results,
@@ -463,4 +477,5 @@ class Pipeline:
             change=apply,
         )
         await self.journal.write([{"kind": EventKind.result, "text": text, "data": data}])
-        await self.journal.status(final, state.message or text)
+        ended = {"failure": data["failure"]} if failure is not None else None
+        await self.journal.status(final, state.message or text, data=ended)

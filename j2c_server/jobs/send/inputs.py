@@ -18,7 +18,10 @@ from j2c_server.core.job_env import job_env
 from j2c_server.image.base_layer import ShipChoice
 from j2c_server.image.check import image_report
 from j2c_server.image.job_needs import needs_of
+from j2c_server.image.runner import runner_needs, runner_warning
+from j2c_server.image.store import InventoryStore
 from j2c_server.pack import PackPlan, PackSpec
+from j2c_server.pack.models import PackWarning
 from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.multinode import unpack_options
@@ -68,7 +71,25 @@ async def record_image_report(settings: J2CSettings, record: JobRecord) -> Image
         venv,
         Path(request.code_path),
         ship_choice(settings, request),
+        runner_needs(request.call_path),
     )
+
+
+async def runner_check(
+    settings: J2CSettings, record: JobRecord, report: ImageReport | None
+) -> PackWarning | None:
+    """A warning when the entry point's runner (a notebook's) lacks what it needs wherever the
+    job looks: before anything is uploaded (image/runner.py)."""
+    request = record.request
+    needs = runner_needs(request.call_path)
+    if not needs:
+        return None
+    inventory = None
+    if report is not None and report.known:
+        stored = await asyncio.to_thread(InventoryStore(settings.data_path()).get, report.key)
+        inventory = stored.inventory if stored is not None else None
+    venv = Path(request.venv_path) if request.venv_path else None
+    return await asyncio.to_thread(runner_warning, needs, venv, report, inventory)
 
 
 async def record_needs(
@@ -81,7 +102,8 @@ async def record_needs(
     request = record.request
     venv = Path(request.venv_path) if request.venv_path else None
     skip = [settings.data_path()]
-    return await asyncio.to_thread(needs_of, venv, Path(request.code_path), skip)
+    runner = runner_needs(request.call_path)
+    return await asyncio.to_thread(needs_of, venv, Path(request.code_path), skip, runner)
 
 
 def ship_choice(settings: J2CSettings, request: JobRequest) -> ShipChoice:

@@ -37,6 +37,13 @@ def check_store_for_submit(settings: J2CSettings, scheduler: str) -> None:
         raise ConfigError(problem, field="storage.url")
 
 
+def with_warning(plan: PackPlan, warning: PackWarning | None) -> PackPlan:
+    """``plan`` with ``warning`` added (unchanged without one)."""
+    if warning is None:
+        return plan
+    return plan.model_copy(update={"warnings": [*plan.warnings, warning]})
+
+
 def warn_store_at_preflight(plan: PackPlan, settings: J2CSettings, scheduler: str) -> PackPlan:
     """``plan`` with a warning added when the store cannot be read where the job runs."""
     problem = store_problem(settings, scheduler)
