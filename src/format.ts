@@ -68,3 +68,12 @@ export function jobSeconds(record: JobRecord): number {
     (isTerminal(record.status) ? record.updated_at : Date.now() / 1000);
   return Math.max(0, end - start);
 }
+
+/**
+ * The part of a job id that tells jobs apart at a glance: its random tail
+ * ("20261201-141622-877dd3" → "877dd3"); an id of another shape is kept whole.
+ */
+export function shortId(id: string): string {
+  const tail = id.split('-').pop() ?? id;
+  return tail.length >= 4 && tail.length < id.length ? tail : id;
+}

@@ -19,7 +19,7 @@ to the tracking server's REST API itself (httpx; the server has no ``mlflow`` de
   status, latest metrics and artifact URI go into the results.
 
 A tracking server that is down or refuses never stops a job: it runs without the variables, and
-a warning line (``j2c: warning: MLflow ...``) says why in its log.
+a warning line of j2c's (phase ``tracking``: ``MLflow: ...``) says why in its log.
 """
 
 from __future__ import annotations
@@ -39,7 +39,15 @@ from j2c_server.core.process_output import output_within
 from j2c_server.jobs.journal import Journal
 from j2c_server.registry.job_registry import Registry
 from j2c_server.schedulers.base import JobSpec
-from j2c_server.wire.api import EventKind, JobRecord, JobResults, JobStatus, TrackingRun
+from j2c_server.wire.api import (
+    EventKind,
+    JobRecord,
+    JobResults,
+    JobStatus,
+    LineLevel,
+    LineOrigin,
+    TrackingRun,
+)
 from j2c_server.wire.manifest import LayerRole, Manifest
 
 API = "/api/2.0/mlflow"
@@ -220,13 +228,18 @@ async def _tags(record: JobRecord, manifest: Manifest, spec: JobSpec) -> dict[st
     return tags
 
 
+TRACKING_PHASE = "tracking"  # the phase of j2c's lines about the job's MLflow run
+
+
 async def _warn(journal: Journal, text: str, seconds: float) -> None:
     await journal.write(
         [
             {
                 "kind": EventKind.log,
-                "stream": "stderr",
-                "text": f"j2c: warning: MLflow: {text}; the job runs without tracking",
+                "origin": LineOrigin.j2c,
+                "level": LineLevel.warning,
+                "phase": TRACKING_PHASE,
+                "text": f"MLflow: {text}; the job runs without tracking",
                 "data": {"warning": "tracking", "seconds": round(seconds, 3)},
             }
         ]
@@ -284,8 +297,10 @@ async def start_run(
             [
                 {
                     "kind": EventKind.log,
-                    "stream": "stderr",
-                    "text": f"j2c: MLflow run {tracking.run_id}: {tracking.url}",
+                    "origin": LineOrigin.j2c,
+                    "level": LineLevel.info,
+                    "phase": TRACKING_PHASE,
+                    "text": f"MLflow run {tracking.run_id}: {tracking.url}",
                     "data": {
                         "tracking": tracking.model_dump(mode="json"),
                         "seconds": round(time.monotonic() - started, 3),

@@ -56,7 +56,9 @@ class LogLine:
 
     text: str  # one line, without its newline
     cursor: str  # the resume point just after this line
-    stream: Literal["stdout", "stderr"] = "stdout"
+    # Where the engine says the line was written: only a container engine keeps the two apart
+    # (its log frames); a log file (local, Slurm), the Kubernetes and Ray logs merge them: None.
+    stream: Literal["stdout", "stderr"] | None = None
     rank: int | None = None  # the node rank that wrote it (multi-node jobs)
 
 

@@ -1,6 +1,6 @@
 """``j2c-unpack MANIFEST_URI [options] [-- ARGS...]``: a job's first process in its container.
 
-The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on stderr:
+The runbook, one phase after the other; each logs its lines on stderr, tagged as j2c's (log.py):
 
 1. manifest      fetch the manifest, refuse it unless its bytes hash to --manifest-digest
                  (or, without one, to its content-addressed name), and validate it;
@@ -9,7 +9,7 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 2. python        the venv's base: its own (the lab's, recorded) when this node has it at
                  that version, else this node's (interpreter.py, said in one line); the
                  venv's Python major.minor must be that base's; before it, this
-                 interpreter's inventory, one ``j2c: inventory: {json}`` line (inventory.py;
+                 interpreter's inventory, one ``inventory: {json}`` line (inventory.py;
                  with the node cache only the first time for this interpreter), and, for a
                  target the lab did not know, what the job needs of it (needs.py: every gap
                  listed at once, exit 72)
@@ -29,7 +29,7 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  and what the job created or changed in its working copy (outputs.py,
                  written.py; snapshot right before phase 7, synced during it and on SIGTERM)
 
-Last of all, one ``j2c: summary: {json}`` line (summary.py): phase durations, bytes downloaded
+Last of all, one ``summary: {json}`` line (summary.py): phase durations, bytes downloaded
 and reused, the exit code, for a cluster's log pipeline.
 
 With ``--cache-dir`` (cache.py), phases 4-6 go through the node's layer cache: entries found or
@@ -55,7 +55,7 @@ from j2c_server.core.units import byte_size
 from j2c_server.unpack import summary
 from j2c_server.unpack.command_line import parse_command_line
 from j2c_server.unpack.errors import LocalIOError, UnpackError
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, error, say, take_tag, warn
 
 if TYPE_CHECKING:
     from j2c_server.core.manifest_plan import ManifestPlan
@@ -76,6 +76,7 @@ def _terminate(_signum: int, _frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    take_tag()  # before anything is said, and out of the environment the job inherits
     options, user_args = parse_command_line(sys.argv[1:] if argv is None else argv)
     # The default action would end the process on the spot, leaving original-path copies.
     previous = signal.signal(signal.SIGTERM, _terminate)
@@ -83,17 +84,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = unpack_and_run(options, user_args)
     except UnpackError as exc:
-        say("failed", str(exc))
+        error("failed", exc.message)
+        if exc.hint:
+            say("hint", exc.hint)  # what to do, right after the error it is about
         code = int(exc.exit_code)
     except KeyboardInterrupt:
-        say("failed", "interrupted before the entry point started")
+        error("failed", "interrupted before the entry point started")
         code = 128 + 2
     except _Terminated:
-        say("failed", "stopped by SIGTERM outside the entry point's run")
+        error("failed", "stopped by SIGTERM outside the entry point's run")
         code = 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
-        summary.emit(code)  # the last line, whatever happened
+        summary.emit(code, say)  # the last line, whatever happened
     return code
 
 
@@ -183,7 +186,7 @@ def _run_placed(
         try:
             prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
         except Bypass as exc:
-            say("cache", f"not used for this job: {exc}")
+            warn("cache", f"not used for this job: {exc}")
     if prepared is None:
         python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
     else:
@@ -372,7 +375,7 @@ def _upload_outputs(outputs: OutputsSync, code: int) -> int:
     try:
         outputs.upload()
     except UnpackError as exc:
-        say("uploading outputs", str(exc))
+        error("uploading outputs", str(exc))
         return int(exc.exit_code) if code == 0 else code
     return code
 

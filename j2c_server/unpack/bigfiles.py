@@ -29,7 +29,7 @@ from j2c_server.unpack.errors import (
     ManifestInvalid,
     UnsafeEntry,
 )
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, warn
 
 if TYPE_CHECKING:
     from j2c_server.unpack.cache.node import Cache
@@ -86,7 +86,7 @@ def place_files(
         try:
             sources = file_blobs(cache, manifest_uri, unique)
         except Bypass as exc:
-            say("cache", f"not used for the big files: {exc}")
+            warn("cache", f"not used for the big files: {exc}")
     movable = sources is None
     if sources is None:
         sources = download_files(manifest_uri, unique, blob_dir)

@@ -7,9 +7,10 @@ top-level import names, ``Requires-Dist``), plus torch's and CUDA's versions rea
 
 Two ways it runs:
 
-- in a job, ``j2c-unpack`` calls :func:`report`: one ``j2c: inventory: {json}`` line, which the
-  server that follows the job stores for the job's target. With the node cache it is computed once
-  per interpreter and kept in ``<cache>/inventory/``; later jobs find it there and say nothing;
+- in a job, ``j2c-unpack`` calls :func:`report`: one ``inventory: {json}`` line of j2c's,
+  which the server that follows the job stores for the job's target. With the node cache it is
+  computed once per interpreter and kept in ``<cache>/inventory/``; later jobs find it there
+  and say nothing;
 - the lab's probe sends this file's source as ``python3 -I -c <source>`` into a short-lived
   container of the image: run as a script, it prints the inventory as JSON. So the module imports
   nothing outside the standard library at its top (``report`` imports j2c-unpack's helpers
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     from importlib import metadata
 
 FORMAT = 2  # 2: reads_manifest_format (re-said once on nodes that said format 1)
-PREFIX = "j2c: inventory: "
+PHASE = "inventory"  # its line: ``inventory: {json}``, as j2c's (log.py)
+PREFIX = f"j2c: {PHASE}: "  # the line without a tag (j2c-unpack run by hand)
 _NAME_RE = re.compile(r"[-_.]+")
 _MODULE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[^/]*)?\.(py|pyc|so|pyd)$")
 _NOT_CODE = (".dist-info", ".data", ".egg-info")
@@ -207,7 +209,7 @@ def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Sai
     """Say the inventory in the job's log, unless this node's cache says it was said for this
     interpreter before (then nothing is computed)."""
     from j2c_server.unpack.cache.files import unsafe, write_json
-    from j2c_server.unpack.log import say
+    from j2c_server.unpack.log import say, warn
 
     kept: Path | None = None
     key: str | None = None
@@ -225,12 +227,12 @@ def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Sai
     started = time.monotonic()
     data = collect()
     data["seconds"] = round(time.monotonic() - started, 3)
-    say("inventory", json.dumps(data, separators=(",", ":")))  # the line PREFIX begins
+    say(PHASE, json.dumps(data, separators=(",", ":")))
     if kept is not None:
         try:
             write_json(kept, data)
         except OSError as exc:
-            say("inventory", f"not kept in the node cache: {exc.strerror or exc}")
+            warn("inventory", f"not kept in the node cache: {exc.strerror or exc}")
             kept = None
     return Said(data, kept, key)
 

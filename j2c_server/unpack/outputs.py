@@ -48,7 +48,7 @@ from j2c_server.core.errors import J2CError
 from j2c_server.core.units import byte_size
 from j2c_server.unpack.errors import OutputsNotUploaded
 from j2c_server.unpack.fetch import shown
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, say, warn
 from j2c_server.unpack.written import (
     Snapshot,
     Written,
@@ -233,7 +233,7 @@ class OutputsSync:
             try:
                 done = self.sync(final=False)
             except Exception as exc:  # the job must go on; the next sync retries
-                say("outputs", f"sync while running failed, retried next time: {exc}")
+                warn("outputs", f"sync while running failed, retried next time: {exc}")
                 continue
             say(
                 "outputs",
@@ -259,7 +259,7 @@ class OutputsSync:
                 f"{exc.filename}: {exc.strerror or exc}"
             ) from None
         for item in done.left_out[:10]:
-            say("outputs", f"left out: {item['name']} {item['reason']}")
+            warn("outputs", f"left out: {item['name']} {item['reason']}")
         if done.failed:
             first = done.failed[0]
             raise OutputsNotUploaded(
@@ -326,7 +326,7 @@ class OutputsSync:
                 try:
                     await store.delete(name)
                 except (J2CError, OSError) as exc:
-                    say("outputs", f"{name} stays in the store, not listed: {_failure(exc)}")
+                    warn("outputs", f"{name} stays in the store, not listed: {_failure(exc)}")
             done.failed.sort(key=lambda item: item["name"])
             files = [
                 {"name": name, "size": known.size, "sha256": known.sha256}

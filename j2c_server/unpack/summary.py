@@ -1,23 +1,24 @@
 """j2c-unpack's last line: one JSON object on stderr that a cluster's log pipeline can parse.
 
-``j2c: summary: {"j2c_unpack": "summary", "exit_code": N, "seconds": T, "phases": {name:
-seconds}, "bytes_downloaded": B, "bytes_reused": R}``: the ``j2c: <stage>:`` prefix of every
-line j2c-unpack writes (front ends tell its lines from the job's by it), then the JSON. Phases
-are the stages that finished (their seconds added up when one runs more than once); bytes
-downloaded are layer bytes fetched from the store, bytes reused those a node cache or an
-earlier try of the same job already held. Standard library only, as the rest of the start-up
-path.
+``summary: {"j2c_unpack": "summary", "exit_code": N, "seconds": T, "phases": {name:
+seconds}, "bytes_downloaded": B, "bytes_reused": R}``, as every j2c line, after the job's tag,
+level (info) and this phase's name (``j2c[<tag>] info summary: {...}``; without a tag
+``j2c: summary: {...}``). Phases are the stages that finished (their seconds added up when one
+runs more than once); bytes downloaded are layer bytes fetched from the store, bytes reused
+those a node cache or an earlier try of the same job already held. Standard library only, as
+the rest of the start-up path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
-PREFIX: Final = "j2c: summary: "
+PHASE: Final = "summary"
 _lock = threading.Lock()  # downloads report from several threads
 _started = time.monotonic()
 _phases: dict[str, float] = {}
@@ -47,10 +48,8 @@ def summary(exit_code: int) -> dict[str, object]:
         }
 
 
-def emit(exit_code: int) -> None:
-    """Write the summary line; a closed stderr is no reason to change the exit code."""
-    try:
-        sys.stderr.write(PREFIX + json.dumps(summary(exit_code), separators=(",", ":")) + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+def emit(exit_code: int, say: Callable[[str, str], None]) -> None:
+    """Say the summary line (``say``: the log's); a closed stderr is no reason to change the
+    exit code."""
+    with contextlib.suppress(OSError, ValueError):
+        say(PHASE, json.dumps(summary(exit_code), separators=(",", ":")))

@@ -150,9 +150,9 @@ def submit(venv: Path, *extra: str) -> list[str]:
 def test_two_ranks_meet_at_master_addr_and_all_reduce(
     run_j2c: RunJ2C, ranks_project: Path, cli_venv: Path
 ) -> None:
-    result = run_j2c(*submit(cli_venv), cwd=ranks_project)
+    result = run_j2c(*submit(cli_venv, "-v"), cwd=ranks_project)
     assert result.returncode == 0, result.stderr
-    # Both ranks got the sum (10 + 20), each line prefixed with its rank.
+    # Both ranks got the sum (10 + 20), each line prefixed with its rank (j2c's too: -v).
     lines = result.stdout.splitlines()
     assert "[0] rank 0 of 2: sum 30" in lines
     assert "[1] rank 1 of 2: sum 30" in lines

@@ -31,6 +31,7 @@ from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.pipeline import Pipeline
 from j2c_server.jobs.drive.watch import Log
+from j2c_server.jobs.failure import pipeline_failure
 from j2c_server.jobs.fanout import EventBus
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.stage_text import describe
@@ -116,7 +117,7 @@ class JobDriver:
             ended_here = False
             self.log.info("j2c: job %s is driven by another process now", self.job_id)
         except J2CError as exc:
-            await self._fail(exc.message, exc.to_dict())
+            await self._fail(exc.message, exc.to_dict(), exc.hint)
         except Exception as exc:
             self.log.exception("j2c: job %s failed in the pipeline", self.job_id)
             await self._fail(f"internal error: {type(exc).__name__}: {exc}", {"error": "internal"})
@@ -189,9 +190,13 @@ class JobDriver:
         with contextlib.suppress(Conflict, LeaseLost):
             await self.journal.status(status, message)
 
-    async def _fail(self, message: str, detail: dict[str, object]) -> None:
+    async def _fail(self, message: str, detail: dict[str, object], hint: str | None = None) -> None:
         """The stage that was running failed (its event and record say so, with the reason),
-        then the error and the job's failed status."""
+        then the error and the job's failed status (its ``failure``: the error's words)."""
+        failure = pipeline_failure(message, hint)
+
+        def with_failure(record: JobRecord) -> None:
+            record.failure = failure
 
         def mark_failed(record: JobRecord) -> None:
             for stage in record.stages.values():
@@ -216,7 +221,12 @@ class JobDriver:
             if failed:
                 await self.journal.write(failed, change=mark_failed)
             await self.journal.error(message, dict(detail))
-            await self.journal.status(JobStatus.failed, message)
+            await self.journal.status(
+                JobStatus.failed,
+                message,
+                change=with_failure,
+                data={"failure": failure.model_dump(mode="json", exclude_none=True)},
+            )
 
 
 async def account_ended(

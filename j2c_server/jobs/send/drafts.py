@@ -20,8 +20,13 @@ from j2c_server.jobs.send.inputs import (
     layer_cache_dir,
     pack_spec,
     record_image_report,
+    runner_check,
 )
-from j2c_server.jobs.send.preflight import warn_backend_at_preflight, warn_store_at_preflight
+from j2c_server.jobs.send.preflight import (
+    warn_backend_at_preflight,
+    warn_store_at_preflight,
+    with_warning,
+)
 from j2c_server.jobs.send.rule import request_key
 from j2c_server.pack import PackPlan, make_manifest
 from j2c_server.schedulers import check_resources, scheduler_class
@@ -69,6 +74,7 @@ class Drafts:
             record_image_report(self.settings, record),
         )
         plan = plan.model_copy(update={"image_report": report})
+        plan = with_warning(plan, await runner_check(self.settings, record, report))
         image = job_image(self.settings, record)
         plan = await warn_backend_at_preflight(plan, self.settings, record.scheduler, image)
         return await warn_store_at_preflight(plan, self.settings, record.scheduler)

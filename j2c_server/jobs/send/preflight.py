@@ -54,6 +54,13 @@ async def check_before_scan(settings: J2CSettings, scheduler: str, image: str | 
         raise image_error
 
 
+def with_warning(plan: PackPlan, warning: PackWarning | None) -> PackPlan:
+    """``plan`` with ``warning`` added (unchanged without one)."""
+    if warning is None:
+        return plan
+    return plan.model_copy(update={"warnings": [*plan.warnings, warning]})
+
+
 async def warn_store_at_preflight(
     plan: PackPlan, settings: J2CSettings, scheduler: str
 ) -> PackPlan:

@@ -36,6 +36,7 @@ from types import FrameType
 from typing import Any
 
 from j2c_server.core.file_modes import private_dir, private_opener
+from j2c_server.core.j2c_lines import TAG_ENV, format_line
 from j2c_server.core.units import count, timed_out
 from j2c_server.schedulers.gpu_ledger import (
     DEFAULT_LEDGER_DIR,
@@ -173,7 +174,9 @@ class Supervisor:
                         start_new_session=True,
                     )
                 except OSError as exc:
-                    log.write(f"j2c: cannot start {self.spec['command'][0]!r}: {exc}\n".encode())
+                    tag = self.spec["env"].get(TAG_ENV)  # j2c's line, as j2c-unpack's are
+                    said = f"cannot start {self.spec['command'][0]!r}: {exc}"
+                    log.write((format_line(tag, "error", "start", said) + "\n").encode())
                     self._signal_group(signal.SIGKILL)  # no job runs with a rank missing
                     return None
             self.children.append(child)

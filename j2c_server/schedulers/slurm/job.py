@@ -155,7 +155,9 @@ def _multi_node_script(spec: JobSpec, settings: SlurmSettings, run_dir: Path, no
             "awk '$3 != 0 { print $2, $3; exit }')",
             'if [[ -n "$first_failed" ]]; then',
             '    read -r rank rank_code <<<"$first_failed"',
-            '    echo "j2c: rank $rank failed with exit code $rank_code" >&2',
+            # j2c's line, tagged as j2c-unpack's are (core/j2c_lines.py).
+            '    echo "j2c[$J2C_LINE_TAG] error running: rank $rank failed with exit code"'
+            ' "$rank_code" >&2',
             '    exit "$rank_code"',
             "fi",
             'exit "$code"',

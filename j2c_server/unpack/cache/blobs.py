@@ -19,7 +19,7 @@ from j2c_server.core.manifest_plan import FilePlan, LayerPlan
 from j2c_server.unpack.cache.files import Refused, rmtree, unsafe, write_json
 from j2c_server.unpack.downloads import download_files, download_layers
 from j2c_server.unpack.fetch import file_sha256
-from j2c_server.unpack.log import say
+from j2c_server.unpack.log import say, warn
 from j2c_server.unpack.summary import add_bytes
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def _cached_blob(
         return None
     except Refused as exc:
         if repair:
-            say("cache", f"blob {key[2:14]}: entry refused ({exc}); fetching it again")
+            warn("cache", f"blob {key[2:14]}: entry refused ({exc}); fetching it again")
             cache.remove(entry)
         return None
 

@@ -54,7 +54,7 @@ from j2c_server.unpack.cache.plans import PlanCache
 from j2c_server.unpack.errors import LocalIOError
 from j2c_server.unpack.homes import Placement, _others_could_change
 from j2c_server.unpack.interpreter import Interpreter
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, say, warn
 from j2c_server.unpack.summary import add_bytes
 
 CACHE_ENV = "J2C_UNPACK_CACHE"
@@ -122,17 +122,17 @@ def open_cache(folder: Path | None, max_text: str | None) -> Cache | None:
         if why and st.st_uid in owners and not st.st_mode & 0o022:
             why = None  # an operator's cache user owns it: the rest of the chain was checked
         if why:
-            say("cache", f"not used: {root} {why}")
+            warn("cache", f"not used: {root} {why}")
             return None
         for name in ("entries", "locks", "tmp", "plans"):
             sub = root / name
             with contextlib.suppress(FileExistsError):
                 sub.mkdir(mode=0o700)
             if problem := unsafe(os.lstat(sub), owners, folder=True):
-                say("cache", f"not used: {sub} {problem}")
+                warn("cache", f"not used: {sub} {problem}")
                 return None
     except OSError as exc:
-        say("cache", f"not used: {root} cannot be prepared ({exc.strerror or exc})")
+        warn("cache", f"not used: {root} cannot be prepared ({exc.strerror or exc})")
         return None
     return Cache(root, max_bytes, frozenset(owners))
 
@@ -268,7 +268,7 @@ class Cache:
         except Refused as exc:
             if not repair:
                 return False
-            say("cache", f"{_name(item)}: entry refused ({exc}); building it again")
+            warn("cache", f"{_name(item)}: entry refused ({exc}); building it again")
             self._discard(item.key, item.use_fd)
             return False
 
@@ -371,7 +371,7 @@ class Cache:
             try:
                 self.remove(self.entries / key)
             except Bypass as exc:
-                say("cache", f"cannot evict {key}: {exc}")
+                warn("cache", f"cannot evict {key}: {exc}")
                 continue
             finally:
                 os.close(fd)
