@@ -77,4 +77,4 @@ def test_a_venv_over_another_python_keeps_that_pythons_packages(
     )
     assert sent.returncode == 0, sent.stdout[-1500:] + sent.stderr[-1500:]
     assert "from the system Python on" in sent.stdout
-    assert f"bound to its own base Python {MINOR} (/usr/bin/python" in sent.stderr
+    assert f"bound to its own base Python {MINOR} (/usr/bin/python" in sent.stdout + sent.stderr
