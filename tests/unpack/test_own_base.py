@@ -72,6 +72,7 @@ def test_a_venv_over_another_python_keeps_that_pythons_packages(
         "train.py",
         "--venv-path",
         str(venv),
+        "--verbose",
         cwd=project,
         env={"J2C_CONFIG": str(config)},
     )
