@@ -59,7 +59,8 @@ def failure_of(event: Event) -> JobFailure | None:
 
 def failure_lines(job_id: str, failure: JobFailure, exit_code: object = None) -> list[str]:
     """A failed job's reason in one sentence, then what to do and the log line it came from."""
-    code = f" (exit code {exit_code})" if exit_code is not None else ""
+    said = exit_code is None or f"code {exit_code}" in failure.reason
+    code = "" if said else f" (exit code {exit_code})"
     lines = [f"j2c: job {job_id} failed{code}: {failure.reason}"]
     if failure.action:
         lines.append(f"j2c:   what to do: {failure.action}")

@@ -52,14 +52,14 @@ def job_failure(record: JobRecord, exit_code: int | None, events: Sequence[Event
         return JobFailure(
             reason=f"{entry} raised {raised.text}",
             action=TRACEBACK_ACTION,
-            line=raised.text,
+            line=_shown(raised),
             seq=raised.seq,
         )
     last = next((event for event in reversed(logs) if not event.is_j2c_line and event.text), None)
     return JobFailure(
         reason=f"{entry} {_ended(exit_code)}",
         action=EXIT_ACTION if last is not None else None,
-        line=last.text if last is not None else None,
+        line=_shown(last) if last is not None else None,
         seq=last.seq if last is not None else None,
     )
 
@@ -98,6 +98,12 @@ def _raised(logs: list[Event]) -> Event | None:
         if _EXCEPTION.match(text):
             return event.model_copy(update={"text": text})
     return None
+
+
+def _shown(event: Event) -> str:
+    """A job's line as its log shows it: a multi-node job's after its rank."""
+    rank = event.data.get("rank")
+    return f"[{rank}] {event.text}" if isinstance(rank, int) else event.text or ""
 
 
 def _entry(record: JobRecord) -> str:

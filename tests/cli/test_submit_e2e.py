@@ -96,7 +96,7 @@ def test_a_failed_job_says_why_and_what_to_do(
     assert result.returncode == 1
     said = result.stderr.splitlines()
     reason = "train.py raised ValueError: the learning rate is negative"
-    assert said[-2].endswith(f"failed: {reason}"), said
+    assert said[-2].endswith(f"failed (exit code 1): {reason}"), said
     assert said[-1] == "j2c:   what to do: the traceback is in its output above this line"
     assert "Traceback (most recent call last):" in result.stdout  # the job's own, merged
     job_id = said[0].split()[2]

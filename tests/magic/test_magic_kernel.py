@@ -150,7 +150,7 @@ def test_a_failed_job_says_why_at_the_top_of_its_cell(kernel: Kernel, cli_projec
     out = kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv}")
     assert out.error is None
     final = out.displays[-1].splitlines()
-    assert final[0].endswith("failed: train.py raised KeyError: 'lr'"), final
+    assert final[0].endswith("failed (exit code 1): train.py raised KeyError: 'lr'"), final
     assert final[1] == "j2c:   what to do: the traceback is in its output above this line"
 
 

@@ -479,5 +479,5 @@ class Pipeline:
             change=apply,
         )
         await self.journal.write([{"kind": EventKind.result, "text": text, "data": data}])
-        ended = {"failure": data["failure"]} if failure is not None else None
+        ended = {"failure": data["failure"], "exit_code": exit_code} if failure else None
         await self.journal.status(final, state.message or text, data=ended)
