@@ -115,7 +115,7 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
 def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Cache | None) -> int:
     from j2c_server.unpack.fetch import read_manifest
     from j2c_server.unpack.homes import place_layers, release, trust_requested
-    from j2c_server.unpack.interpreter import check_python, venv_interpreter
+    from j2c_server.unpack.interpreter import check_python, this_interpreter, venv_interpreter
     from j2c_server.unpack.inventory import report as report_inventory
     from j2c_server.unpack.workdir import workdir_in_use
 
@@ -145,7 +145,11 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
         say("venv", why)
     # What this Python holds, for the lab's next preflight (once per interpreter with a cache),
     # said before a mismatch can stop the job.
-    said = report_inventory(cache.root if cache else None, cache.owners if cache else None)
+    # Of the Python the job will run on: the venv's own base where it was bound to that.
+    other = interpreter.executable if interpreter != this_interpreter() else None
+    said = report_inventory(
+        cache.root if cache else None, cache.owners if cache else None, python=other
+    )
     if manifest.needs is not None:  # a target the lab did not know: every gap, at once
         from j2c_server.unpack.needs import check_needs
 
@@ -301,7 +305,7 @@ def _launched(
 ) -> list[str]:
     """The entry argv as the launcher runs it."""
     from j2c_server.unpack.errors import EntryNotRunnable
-    from j2c_server.unpack.ranks import torchrun_command
+    from j2c_server.unpack.ranks import torchrun_command, torchrun_needs_tee
 
     if options.launcher == "none":
         return argv
@@ -310,7 +314,11 @@ def _launched(
             "--launcher torchrun runs a script or a module, not a notebook", field="launcher"
         )
     job_id = os.environ.get("J2C_JOB_ID", "")
-    return torchrun_command(argv[0], argv, rank, max(1, options.nproc_per_node), job_id)
+    tee = torchrun_needs_tee(argv[0])
+    if tee is not None:
+        say("running", tee)
+    nproc = max(1, options.nproc_per_node)
+    return torchrun_command(argv[0], argv, rank, nproc, job_id, tee=tee is not None)
 
 
 def _extract_all(fetched: list[Fetched], placement: Placement) -> None:

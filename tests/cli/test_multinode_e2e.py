@@ -264,12 +264,12 @@ def test_launcher_torchrun_starts_torchrun_on_every_node_for_the_entry_point(
         addr, port = run["env"]["MASTER_ADDR"], run["env"]["MASTER_PORT"]
         assert run["argv"][:5] == [
             "--nnodes=2",
-            "--nproc-per-node=1",
-            f"--node-rank={rank}",
-            f"--rdzv-endpoint={addr}:{port}",
+            "--nproc_per_node=1",
+            f"--node_rank={rank}",
+            f"--rdzv_endpoint={addr}:{port}",
             run["argv"][4],
         ]
-        assert run["argv"][4].startswith("--rdzv-id=")
+        assert run["argv"][4].startswith("--rdzv_id=")
         assert run["argv"][5].endswith("/allreduce.py") and run["argv"][6:] == ["--lr", "1"]
         # torchrun sets RANK and WORLD_SIZE for its workers; j2c leaves them to it.
         assert run["env"]["NODE_RANK"] == str(rank) and run["env"]["NNODES"] == "2"
