@@ -205,12 +205,43 @@ class Said:
         return self.data
 
 
-def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Said:
+def collect_from(python: Path) -> dict[str, Any] | None:
+    """The inventory of another interpreter: this file's source run by it as a script (the lab's
+    probe does the same in a container), or None when it cannot be run."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [str(python), "-I", "-c", Path(__file__).read_text()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        data = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def report(
+    cache_root: Path | None, owners: frozenset[int] | None = None, python: Path | None = None
+) -> Said:
     """Say the inventory in the job's log, unless this node's cache says it was said for this
-    interpreter before (then nothing is computed)."""
+    interpreter before (then nothing is computed). ``python``: the job runs on another base
+    interpreter than this one (the venv's own, j2c-unpack's is another install): that one is
+    inventoried, by running it, every time (its fingerprint would cost the same run)."""
     from j2c_server.unpack.cache.files import unsafe, write_json
     from j2c_server.unpack.log import say, warn
 
+    if python is not None:
+        started = time.monotonic()
+        foreign = collect_from(python)
+        if foreign is not None:
+            foreign["seconds"] = round(time.monotonic() - started, 3)
+            say(PHASE, json.dumps(foreign, separators=(",", ":")))
+            return Said(foreign, None, None)
+        warn("inventory", f"{python} could not say what it holds: this Python's said instead")
     kept: Path | None = None
     key: str | None = None
     if cache_root is not None:
