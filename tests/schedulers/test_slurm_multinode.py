@@ -10,7 +10,13 @@ import subprocess
 from pathlib import Path
 
 from j2c_server.core.j2c_lines import TAG_ENV, line_tag, parse_line
-from j2c_server.schedulers.slurm.job import batch_script, job_description, label_rank
+from j2c_server.schedulers.slurm.job import (
+    SRUN_PIECE,
+    RankLines,
+    batch_script,
+    job_description,
+    label_rank,
+)
 from j2c_server.schedulers.slurm.settings import SlurmSettings
 from j2c_server.wire.api import Resources
 from tests.schedulers.test_slurm_job import OUTPUT, spec
@@ -40,6 +46,24 @@ def test_label_rank_reads_sruns_task_prefix() -> None:
         None,
         "srun: error: j2c2: task 1: Exited",
     )
+
+
+def test_a_long_line_srun_relayed_in_pieces_is_one_line_again() -> None:
+    # What srun --label wrote for a 2.5 kB line of rank 1 while rank 0 printed between.
+    long = "x" * (2 * SRUN_PIECE + 500)
+    pieces = [long[i : i + SRUN_PIECE] for i in range(0, len(long), SRUN_PIECE)]
+    lines = RankLines()
+    fed = [
+        lines.feed(f"1: {pieces[0]}"),
+        lines.feed("0: step 1"),
+        lines.feed(f"1: {pieces[1]}"),
+        lines.feed(f"1: {pieces[2]}"),
+        lines.feed("1: next"),
+    ]
+    assert fed == [None, (0, "step 1"), None, (1, long), (1, "next")]
+    # A line cut short by the job's end is still delivered.
+    lines.feed(f"0: {'y' * SRUN_PIECE}")
+    assert lines.rest() == [(0, "y" * SRUN_PIECE)]
 
 
 def _fake_tool(folder: Path, name: str, body: str) -> None:

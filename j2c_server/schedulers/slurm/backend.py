@@ -54,11 +54,11 @@ from j2c_server.schedulers.slurm.array import (
 from j2c_server.schedulers.slurm.job import (
     CANCEL_MARK,
     OUTPUT_NAME,
+    RankLines,
     batch_script,
     check_spec,
     comment_fields,
     job_description,
-    label_rank,
 )
 from j2c_server.schedulers.slurm.rest import SlurmFailure, SlurmRest
 from j2c_server.schedulers.slurm.settings import SlurmSettings
@@ -425,13 +425,21 @@ class SlurmScheduler(SchedulerBase):
         watch = _EndWatch()
         poller = asyncio.create_task(watch.poll(self, handle))
         delivered = False
+        pieces = RankLines()  # srun --label: each line starts with its rank, long ones cut
+        last = None
         try:
             async for line in follow_log_file(path, cursor, watch.ended):
                 delivered = True
-                if ranked:  # srun --label: each line starts with its rank
-                    rank, text = label_rank(line.text)
-                    line = replace(line, rank=rank, text=text)
+                last = line
+                if ranked:
+                    whole = pieces.feed(line.text)
+                    if whole is None:
+                        continue
+                    line = replace(line, rank=whole[0], text=whole[1])
                 yield line
+            for rank, text in pieces.rest():
+                if last is not None:
+                    yield replace(last, rank=rank, text=text)
         finally:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -166,6 +166,35 @@ def _multi_node_script(spec: JobSpec, settings: SlurmSettings, run_dir: Path, no
     )
 
 
+# srun relays a task's output in pieces of at most this many bytes, each labelled as a line of
+# its own (measured: a 4 kB inventory line arrived as 1024-byte labelled pieces).
+SRUN_PIECE = 1024
+
+
+class RankLines:
+    """Lines of ``srun --label``'s output, a long line's pieces joined again: a labelled piece
+    of exactly :data:`SRUN_PIECE` bytes is continued by that rank's next one. (A line of exactly
+    that length is joined with the next: rare, and only its display suffers.)"""
+
+    def __init__(self) -> None:
+        self._pending: dict[int | None, str] = {}
+
+    def feed(self, text: str) -> tuple[int | None, str] | None:
+        """The whole line this labelled one ends, or None while its pieces keep coming."""
+        rank, piece = label_rank(text)
+        joined = self._pending.pop(rank, "") + piece
+        if rank is not None and len(piece.encode()) == SRUN_PIECE:
+            self._pending[rank] = joined
+            return None
+        return rank, joined
+
+    def rest(self) -> list[tuple[int | None, str]]:
+        """Pieces still waiting when the output ends."""
+        left = list(self._pending.items())
+        self._pending.clear()
+        return left
+
+
 def label_rank(text: str) -> tuple[int | None, str]:
     """A line of ``srun --label``'s output as (task = node rank, the line); (None, line) for a
     line of the batch script's own."""
