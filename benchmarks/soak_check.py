@@ -187,9 +187,10 @@ def _ending(send: SendSeen, job: dict[str, Any], events: list[dict[str, Any]]) -
         allowed.add("cancelled")
     crowded_failure = send.crowded and status == "failed" and status not in allowed
     if crowded_failure and not _says_disk_full(job, events):
+        last = [str(e.get("text") or e.get("message") or "") for e in events][-3:]
         problems.append(
-            f"{where} failed while the disk was full, but not for the disk: "
-            f"{str(job.get('message'))[:200]}"
+            f"{where} failed on {job.get('scheduler')} while the disk was full, but not for "
+            f"the disk: {str(job.get('message'))[:200]}; its last events: {last}"
         )
     elif status not in allowed and not crowded_failure:
         problems.append(f"{where} {status}, not {sorted(allowed)}")
