@@ -6,6 +6,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 
 import { JobRecord } from '../models';
+import { flagsInFormWords } from '../sidebar/labels';
 import { JobProgress, StepName } from './progress';
 
 export interface IFailure {
@@ -38,7 +39,7 @@ export function failureOf(
   if (told) {
     return {
       reason: told.reason,
-      action: told.action ?? '',
+      action: flagsInFormWords(told.action ?? '', trans),
       line: told.line ?? '',
       step: step ?? 'running'
     };

@@ -278,6 +278,22 @@ function AdvancedFields(props: IFormProps): JSX.Element {
           {trans.__("Don't wait: send without opening the log")}
         </label>
       </div>
+      <div className="j2c-Field j2c-Field-check">
+        <input
+          id={fieldId('allowMissingImports')}
+          type="checkbox"
+          checked={form.values.allowMissingImports}
+          onChange={event => form.setAllowMissingImports(event.target.checked)}
+        />
+        <label
+          htmlFor={fieldId('allowMissingImports')}
+          title={trans.__(
+            'An import that neither the venv, the lab nor the image provides stops the send before upload; tick to send anyway (the job may fail with ModuleNotFoundError).'
+          )}
+        >
+          {form.labels.allowMissingImports}
+        </label>
+      </div>
     </details>
   );
 }

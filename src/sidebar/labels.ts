@@ -7,7 +7,9 @@ import { TranslationBundle } from '@jupyterlab/translation';
 
 import { ErrorKey, FormField, ResourceField } from './values';
 
-export type FieldLabels = { [key in FormField | 'sweep']: string };
+export type FieldLabels = {
+  [key in FormField | 'sweep' | 'allowMissingImports']: string;
+};
 
 export function fieldLabels(trans: TranslationBundle): FieldLabels {
   return {
@@ -29,7 +31,8 @@ export function fieldLabels(trans: TranslationBundle): FieldLabels {
     baseConflicts: trans.__('Version conflicts'),
     sweep: trans.__('Sweep'),
     maxParallel: trans.__('Max parallel'),
-    retries: trans.__('Retries')
+    retries: trans.__('Retries'),
+    allowMissingImports: trans.__('Send even if imports are missing')
   };
 }
 
@@ -61,4 +64,18 @@ export function unhonouredReason(
     )
   };
   return `${reasons[field]} ${trans.__('This field is not sent.')}`;
+}
+
+/**
+ * A server hint in the form's words: the CLI's flags it names become the form's own controls
+ * (the server's words serve the CLI, the magic and the form alike).
+ */
+export function flagsInFormWords(
+  text: string,
+  trans: TranslationBundle
+): string {
+  return text.replace(
+    '--allow-missing-imports',
+    trans.__('"%1" (Advanced)', trans.__('Send even if imports are missing'))
+  );
 }

@@ -16,7 +16,12 @@ import { JobRecord, JobRequest, PackPlan, ServerConfig } from '../models';
 import { guessProject } from '../project';
 import { J2CRequestError } from '../request';
 import { IJ2CSettings, J2CSettings } from '../settings';
-import { FieldLabels, errorLabel, fieldLabels } from './labels';
+import {
+  FieldLabels,
+  errorLabel,
+  fieldLabels,
+  flagsInFormWords
+} from './labels';
 import {
   EMPTY_VALUES,
   ErrorKey,
@@ -193,6 +198,11 @@ export class ComputeForm {
     this._changed.emit();
   }
 
+  setAllowMissingImports(allowMissingImports: boolean): void {
+    this._values = { ...this._values, allowMissingImports };
+    this._changed.emit();
+  }
+
   /** Whether the Sweep section is unfolded (it unfolds by itself to show its error). */
   get sweepOpen(): boolean {
     return this._sweepOpen;
@@ -328,6 +338,7 @@ export class ComputeForm {
             ? 'skip'
             : '',
       baseConflicts: request.base_conflicts ?? '',
+      allowMissingImports: request.allow_missing_imports ?? false,
       sweepParams: params,
       maxParallel: optional(sweep?.max_parallel),
       retries: sweep?.retries ? String(sweep.retries) : ''
@@ -440,7 +451,10 @@ export class ComputeForm {
     const field =
       error instanceof J2CRequestError ? formFieldOf(error.field) : null;
     const words = (text: string): string =>
-      inFormWords(text, key => errorLabel(key, this._labels));
+      flagsInFormWords(
+        inFormWords(text, key => errorLabel(key, this._labels)),
+        this._trans
+      );
     let message = words(messageOf(error));
     const hint = error instanceof J2CRequestError ? error.hint : undefined;
     if (hint) {

@@ -34,6 +34,8 @@ export interface IFormValues {
   /** A needed lab-base package the image has at another version: '', auto, ship, image. */
   baseConflicts: string;
   noWait: boolean;
+  /** Send even when an import nothing provides was found (`allow_missing_imports`). */
+  allowMissingImports: boolean;
   /** The Sweep section's parameters; none (or only blank rows): a single job. */
   sweepParams: readonly ISweepParam[];
   /** At most this many variants at once; '': all. */
@@ -43,7 +45,10 @@ export interface IFormValues {
 }
 
 /** The form's text fields (each one control bound by `set`). */
-export type FormField = Exclude<keyof IFormValues, 'noWait' | 'sweepParams'>;
+export type FormField = Exclude<
+  keyof IFormValues,
+  'noWait' | 'allowMissingImports' | 'sweepParams'
+>;
 
 /** Where an error shows: a field, the Sweep section as a whole, or one of its rows (by id). */
 export type ErrorKey = FormField | 'sweep' | `sweep.${number}`;
@@ -68,6 +73,7 @@ export const EMPTY_VALUES: IFormValues = {
   baseShip: '',
   baseConflicts: '',
   noWait: false,
+  allowMissingImports: false,
   sweepParams: [],
   maxParallel: '',
   retries: ''
@@ -495,6 +501,9 @@ export function buildRequest(
   };
   if (swept?.sweep) {
     request.sweep = swept.sweep;
+  }
+  if (values.allowMissingImports) {
+    request.allow_missing_imports = true;
   }
   return { request, errors };
 }

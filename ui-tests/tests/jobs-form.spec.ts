@@ -91,6 +91,54 @@ test("a bad entry point: the error beside Send and in a toast, in the form's wor
   expect(after).toBe(before);
 });
 
+test('an import nothing provides: named by Check, the Advanced checkbox sends anyway', async ({
+  page
+}) => {
+  // This lab's jobs run on its own Python (the local scheduler: no image report), so the
+  // preflight's answer gets the report of an image target, as a remote scheduler's would be
+  // (the server's check and refusal: tests/image/test_first_send_imports.py, real podman).
+  test.setTimeout(180000);
+  await page.route(/\/j2c\/api\/preflight(\?|$)/, async route => {
+    const response = await route.fetch();
+    const plan = await response.json();
+    const report = {
+      target: 'image registry.example/train:1',
+      key: 'image:registry.example/train:1',
+      known: true,
+      unprovided: [{ name: 'tiktoken', imported_by: ['train.py'] }]
+    };
+    await route.fulfill({ response, json: { ...plan, image_report: report } });
+  });
+  const sent: Array<Record<string, unknown>> = [];
+  await page.route(/\/j2c\/api\/jobs(\?|$)/, async route => {
+    if (route.request().method() === 'POST') {
+      sent.push(route.request().postDataJSON());
+    }
+    await route.continue();
+  });
+  await page.goto();
+  await page.filebrowser.open(`${PROJECT}/train.py`);
+  const panel = await openComputePanel(page);
+  await panel.getByRole('button', { name: 'Check' }).click();
+  const refused = panel.locator('.j2c-Preflight-image .j2c-Preflight-refused');
+  await expect(refused).toContainText(
+    'train.py imports tiktoken: not in the venv, the lab or the image',
+    { timeout: 30000 }
+  );
+  await expect(refused).toContainText(
+    'Not sent unless "Send even if imports are missing" (Advanced) is ticked'
+  );
+  // The checkbox the words name is there, and what it sends is the request's field.
+  await panel.getByText('Advanced', { exact: true }).click();
+  await panel.getByLabel('Send even if imports are missing').check();
+  await panel.getByRole('button', { name: 'Send to Compute' }).click();
+  const { panel: log, jobId } = await lastLogPanel(page);
+  await expectStatus(log, 'succeeded', 120000);
+  expect(sent.length).toBeGreaterThan(0);
+  expect(sent[sent.length - 1].allow_missing_imports).toBe(true);
+  expect((await record(page, jobId)).request.allow_missing_imports).toBe(true);
+});
+
 test.describe('with CPU and memory defaults the local scheduler cannot honour', () => {
   test.use({
     mockSettings: {
