@@ -177,7 +177,9 @@ def _run_placed(
     extra_env: dict[str, str] = {}
     if cache is not None:
         try:
-            prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
+            prepared = cache.prepare(
+                options.manifest, manifest.layers, placement, interpreter, workdir / "blobs"
+            )
         except Bypass as exc:
             say("cache", f"not used for this job: {exc}")
     if prepared is None:

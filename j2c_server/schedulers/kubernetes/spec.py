@@ -209,8 +209,10 @@ def _labels(spec: JobSpec) -> dict[str, str]:
 
 
 def _cache_volume(kube: KubernetesSettings, pod: dict[str, Any], container: dict[str, Any]) -> None:
-    """The operator's cache volume at /j2c/cache; this user's folder in it is the job's cache
-    (users who share a uid do not share entries)."""
+    """The operator's cache volume: only this user's folder in it (``subPath``), at /j2c/cache.
+    A pod of another user, who shares the pods' uid, never sees this user's entries, so it
+    cannot change them (docs/operators.md's admission policy keeps every pod to its own
+    ``subPath``)."""
     if kube.cache_volume is None:
         return
     if "hostPath" in kube.cache_volume and not kube.cache_allow_host_path:
@@ -222,9 +224,9 @@ def _cache_volume(kube: KubernetesSettings, pod: dict[str, Any], container: dict
         )
     pod.setdefault("volumes", []).append({"name": CACHE_VOLUME, **kube.cache_volume})
     container.setdefault("volumeMounts", []).append(
-        {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT}
+        {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "subPath": tenant_name()}
     )
-    env = [{"name": CACHE_ENV, "value": f"{CACHE_MOUNT}/{tenant_name()}"}]
+    env = [{"name": CACHE_ENV, "value": CACHE_MOUNT}]
     if kube.cache_max:
         env.append({"name": CACHE_MAX_ENV, "value": kube.cache_max})
     names = {item["name"] for item in env}
