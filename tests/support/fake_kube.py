@@ -7,7 +7,9 @@ thread and event loop) that speaks the real batch/v1 and core/v1 JSON for the en
 - ``POST/GET/PATCH/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}]`` (409 on a duplicate
   create, 422 on an invalid Job, merge-patch with the ``resourceVersion`` precondition (409 when
   it is stale), ``DeleteOptions.propagationPolicy`` recorded);
-- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...``, ``GET/DELETE .../pods/{name}``;
+- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...``, ``GET/DELETE .../pods/{name}``; ``POST``
+  of a pod as any user may make one (fields as given: labels and ownerReferences included, as
+  Kubernetes takes them without an admission policy);
 - ``POST/GET/DELETE /api/v1/namespaces/{ns}/services[/{name}]``, garbage-collected with their
   owner Job;
 - Indexed Jobs (``completionMode: Indexed``): one pod per index, with the index annotation and
@@ -507,6 +509,7 @@ class FakeKube:
             for (ns, _), p in self.pods.items()
             if ns == namespace
             and p["metadata"]["labels"].get("controller-uid") == uid
+            and "j2c.test/retried" not in p["metadata"]["labels"]
             and (rank is None or p["metadata"]["annotations"].get(INDEX_KEY) == str(rank))
         )
 
@@ -624,6 +627,38 @@ class FakeKube:
                     _condition("FailureTarget", "BackoffLimitExceeded", message),
                     _condition("Failed", "BackoffLimitExceeded", message),
                 ]
+
+        self.call(run)
+
+    def disrupt_and_retry(self, job: str) -> None:
+        """The job's pod is evicted (DisruptionTarget, Failed) and the Job controller makes a new
+        one, as a ``podFailurePolicy`` that ignores disruptions does."""
+
+        def run() -> None:
+            pod = self.pod_of(job)
+            terminated = {"exitCode": 143, "reason": "Error", "finishedAt": _now()}
+            self._container_status(pod, {"terminated": terminated})
+            pod["status"]["phase"] = "Failed"
+            pod["status"]["conditions"] = [
+                _condition("DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting")
+            ]
+            pod["metadata"]["labels"] = {**pod["metadata"]["labels"], "j2c.test/retried": "1"}
+
+        self.call(run)
+        time.sleep(1.01)  # the new pod is created in a later second than the first one ended
+        self.call(lambda: self._create_pod("default", self.jobs[("default", job)]))
+
+    def pod_ends(self, name: str, exit_code: int, *lines: str, namespace: str = "default") -> None:
+        """Pod ``name`` (any pod, one made through the API included) ran: it printed ``lines``
+        and its container exited with ``exit_code``."""
+
+        def run() -> None:
+            pod = self.pods[(namespace, name)]
+            stamp = time.time_ns()
+            self.logs.setdefault(name, []).extend((stamp + i, line) for i, line in enumerate(lines))
+            terminated = {"exitCode": exit_code, "reason": "Completed", "finishedAt": _now()}
+            self._container_status(pod, {"terminated": terminated})
+            pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
 
         self.call(run)
 
@@ -829,6 +864,21 @@ class PodsHandler(_KubeHandler):
         ]
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         self.reply(200, body)
+
+    def post(self, namespace: str) -> None:
+        pod = json.loads(self.request.body)
+        meta = pod.setdefault("metadata", {})
+        name = meta.get("name", "")
+        if (namespace, name) in self.fake.pods:
+            return self.reply(409, _status(409, "AlreadyExists", f'pods "{name}" already exists'))
+        meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=_now())
+        meta.setdefault("labels", {})
+        meta.setdefault("annotations", {})
+        pod["status"] = {"phase": "Pending"}
+        self.fake.pods[(namespace, name)] = pod
+        self.fake.logs.setdefault(name, [])
+        self.fake._touch()
+        self.reply(201, pod)
 
 
 class ServicesHandler(_KubeHandler):

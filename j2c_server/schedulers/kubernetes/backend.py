@@ -2,7 +2,9 @@
 
 - submit: POST the Job from :func:`render_job`; a 409 adopts the existing Job when its
   ``j2c.io/key`` annotation is this request's key (a retried create), and refuses otherwise.
-- status: the Job's conditions and its newest pod (see :mod:`.status`).
+- status: the Job's conditions and its pod (see :mod:`.status`: a pod is the Job's only when it
+  names the Job's uid as its controller; the first one stands for it until the Job controller
+  replaced it, so a pod another user plants beside it is never read).
 - logs: ``pods/{pod}/log?follow=true&timestamps=true``, reconnecting after a dropped stream from
   the cursor (see :mod:`.logs`); ends when the container has terminated and its log drained.
 - cancel: annotate the Job as cancelled, then delete it with ``propagationPolicy: Background``
@@ -71,12 +73,14 @@ from j2c_server.schedulers.kubernetes.spec import (
     render_service,
 )
 from j2c_server.schedulers.kubernetes.status import (
+    CONTROLLER_UID_LABEL,
     container_started,
     container_terminated,
+    current_pod,
     exit_code,
     job_finished,
     job_state,
-    newest_pod,
+    owned_pods,
 )
 from j2c_server.schedulers.multinode import follow_ranks, parse_rank_cursor
 from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
@@ -296,7 +300,7 @@ class KubernetesScheduler(SchedulerBase):
         if nodes_of(handle) > 1:
             failed = first_failed_code(pods)
             return JobResults(exit_code=failed[1] if failed else (0 if pods else None))
-        code = exit_code(newest_pod(pods))
+        code = exit_code(current_pod(job, pods))
         if code is None and job is not None:
             code = job_state(job, pods).exit_code
         return JobResults(exit_code=code)
@@ -324,12 +328,12 @@ class KubernetesScheduler(SchedulerBase):
         uid = handle.data.get("uid")
         if job is None or (uid and job["metadata"].get("uid") != uid):
             return None, []
-        selector = f"controller-uid={job['metadata']['uid']}"
+        selector = f"{CONTROLLER_UID_LABEL}={job['metadata']['uid']}"
         response = await self._request(
             "GET", pods_url(namespace), params={"labelSelector": selector}
         )
-        pods: list[dict[str, Any]] = response.json().get("items") or []
-        return job, pods
+        # Labels are anyone's to write: the Job's own pods also name it as their controller.
+        return job, owned_pods(job, response.json().get("items") or [])
 
     async def _started_pod(self, handle: JobHandle, rank: int | None) -> dict[str, Any] | None:
         """The pod whose log to read (of rank or index ``rank``, if given), once its container
@@ -342,7 +346,7 @@ class KubernetesScheduler(SchedulerBase):
             else:
                 job, pods = await self._indexed.read(handle)
                 over = job is None or self._indexed.state_of(job, pods, index).status.terminal
-            pod = newest_pod(pods if rank is None else rank_pods(pods, rank))
+            pod = current_pod(job, pods if rank is None else rank_pods(pods, rank))
             if pod is not None and container_started(pod):
                 return pod
             if over:
