@@ -12,6 +12,8 @@ thread and event loop) that speaks the real batch/v1 and core/v1 JSON for the en
   Kubernetes takes them without an admission policy);
 - ``POST/GET/DELETE /api/v1/namespaces/{ns}/services[/{name}]``, garbage-collected with their
   owner Job;
+- ``POST/PUT/PATCH/GET /api/v1/namespaces/{ns}/secrets[/{name}]`` (``stringData`` kept as given,
+  merge-patch of ``metadata``), garbage-collected with their owner Job;
 - Indexed Jobs (``completionMode: Indexed``): one pod per index, with the index annotation and
   label and the hostname ``<job>-<index>``, at most ``parallelism`` at once (the next index's
   pod is created when one ends, lowest index first). A multi-node Job (podFailurePolicy
@@ -277,6 +279,7 @@ class FakeKube:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.logs: dict[str, list[tuple[int, str]]] = {}
         self.requests: list[tuple[str, str, str]] = []  # (method, path, who)
         self.pod_deletes: list[str] = []  # names of the pods deleted through the API
@@ -734,10 +737,11 @@ class FakeKube:
         for key, pod in list(self.pods.items()):
             if pod["metadata"]["labels"].get("controller-uid") == uid:
                 del self.pods[key]
-        for key, service in list(self.services.items()):
-            owners = service["metadata"].get("ownerReferences") or []
-            if any(owner.get("uid") == uid for owner in owners):
-                del self.services[key]
+        for kept in (self.services, self.secrets):
+            for key, item in list(kept.items()):
+                owners = item["metadata"].get("ownerReferences") or []
+                if any(owner.get("uid") == uid for owner in owners):
+                    del kept[key]
 
 
 def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
@@ -748,6 +752,8 @@ def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", PodHandler),
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", LogHandler),
         (r"/api/v1/namespaces/([^/]+)/services", ServicesHandler),
+        (r"/api/v1/namespaces/([^/]+)/secrets", SecretsHandler),
+        (r"/api/v1/namespaces/([^/]+)/secrets/([^/]+)", SecretHandler),
         (r"/api/v1/namespaces/([^/]+)/services/([^/]+)", ServiceHandler),
     ]
 
@@ -908,6 +914,47 @@ class ServiceHandler(_KubeHandler):
             return self.not_found("services", name)
         self.fake._touch()
         self.reply(200, {**_status(200, "", ""), "status": "Success", "details": {"name": name}})
+
+
+class SecretsHandler(_KubeHandler):
+    def post(self, namespace: str) -> None:
+        secret = json.loads(self.request.body)
+        name = (secret.get("metadata") or {}).get("name", "")
+        if secret.get("apiVersion") != "v1" or secret.get("kind") != "Secret":
+            return self.reply(422, _status(422, "Invalid", "apiVersion/kind: must be v1 Secret"))
+        if (namespace, name) in self.fake.secrets:
+            message = f'secrets "{name}" already exists'
+            return self.reply(409, _status(409, "AlreadyExists", message))
+        secret["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()))
+        self.fake.secrets[(namespace, name)] = secret
+        self.fake._touch()
+        self.reply(201, secret)
+
+
+class SecretHandler(_KubeHandler):
+    def get(self, namespace: str, name: str) -> None:
+        secret = self.fake.secrets.get((namespace, name))
+        if secret is None:
+            return self.not_found("secrets", name)
+        self.reply(200, secret)
+
+    def put(self, namespace: str, name: str) -> None:
+        old = self.fake.secrets.get((namespace, name))
+        if old is None:
+            return self.not_found("secrets", name)
+        secret = json.loads(self.request.body)
+        secret["metadata"] = {**old["metadata"], **secret["metadata"]}
+        self.fake.secrets[(namespace, name)] = secret
+        self.fake._touch()
+        self.reply(200, secret)
+
+    def patch(self, namespace: str, name: str) -> None:
+        secret = self.fake.secrets.get((namespace, name))
+        if secret is None:
+            return self.not_found("secrets", name)
+        _merge_patch(secret, json.loads(self.request.body))
+        self.fake._touch()
+        self.reply(200, secret)
 
 
 class PodHandler(_KubeHandler):

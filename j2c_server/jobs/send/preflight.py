@@ -20,6 +20,7 @@ from j2c_server.schedulers import scheduler_class
 
 STORE_NOT_SHARED = "store_not_shared"
 REFUSED_SETTING = "refused_setting"
+EXPOSED = "exposed"
 
 
 def store_problem(settings: J2CSettings, scheduler: str) -> str | None:
@@ -50,12 +51,15 @@ async def warn_backend_at_preflight(
     plan: PackPlan, settings: J2CSettings, scheduler: str
 ) -> PackPlan:
     """``plan`` with a warning for each setting the backend's submit would refuse (a rootful
-    container engine and ``user: 0:0``, ...), so the user reads it before sending."""
-    problems = await scheduler_class(scheduler).preflight_problems(settings)
-    if not problems:
+    container engine and ``user: 0:0``, ...), and for what the job would be exposed to there (a
+    Ray cluster that others use too), so the user reads it before sending."""
+    backend = scheduler_class(scheduler)
+    problems = await backend.preflight_problems(settings)
+    notes = await backend.preflight_notes(settings)
+    if not problems and not notes:
         return plan
     warnings = [
         PackWarning(code=REFUSED_SETTING, message=f"{why} (submit refuses it)", path=field)
         for field, why in problems
-    ]
+    ] + [PackWarning(code=EXPOSED, message=what, path=field) for field, what in notes]
     return plan.model_copy(update={"warnings": [*plan.warnings, *warnings]})

@@ -7,6 +7,8 @@
   replaced it, so a pod another user plants beside it is never read).
 - logs: ``pods/{pod}/log?follow=true&timestamps=true``, reconnecting after a dropped stream from
   the cursor (see :mod:`.logs`); ends when the container has terminated and its log drained.
+- credentials: the job's env takes them by reference from a Secret of its own (named as the
+  Job, created first, then owned by the Job so that it goes with it), never as values in the Job.
 - cancel: annotate the Job as cancelled, then delete it with ``propagationPolicy: Background``
   (the pod gets SIGTERM and its grace period). A Job that is gone after a cancel reads as
   cancelled, anything else that vanished as lost.
@@ -59,6 +61,7 @@ from j2c_server.schedulers.kubernetes.handles import (
     namespace_of,
     nodes_of,
     pods_url,
+    secrets_url,
     services_url,
 )
 from j2c_server.schedulers.kubernetes.indexed import IndexedJobs, Snapshot
@@ -70,6 +73,7 @@ from j2c_server.schedulers.kubernetes.spec import (
     ANNOTATION_KEY,
     CONTAINER_NAME,
     render_job,
+    render_secret,
     render_service,
 )
 from j2c_server.schedulers.kubernetes.status import (
@@ -212,7 +216,33 @@ class KubernetesScheduler(SchedulerBase):
     async def _create(
         self, spec: JobSpec, manifest: dict[str, Any], namespace: str
     ) -> dict[str, Any]:
-        """POST ``manifest``; a 409 adopts the Job this request's key made before."""
+        """POST ``manifest``; a 409 adopts the Job this request's key made before. The job's
+        Secret (its credentials, by reference) first, then owned by the Job: deleted with it."""
+        name = manifest["metadata"]["name"]
+        secret = render_secret(spec, self._settings, namespace=namespace)
+        if secret is not None:
+            await self._put_secret(namespace, secret)
+        job = await self._create_job(spec, manifest, namespace)
+        if secret is not None:
+            owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name}
+            patch = {"metadata": {"ownerReferences": [{**owner, "uid": job["metadata"]["uid"]}]}}
+            headers = {"Content-Type": JSON_MERGE_PATCH}
+            await self._request(
+                "PATCH", f"{secrets_url(namespace)}/{name}", json=patch, headers=headers
+            )
+        return job
+
+    async def _put_secret(self, namespace: str, secret: dict[str, Any]) -> None:
+        """Create the job's Secret, or (a retried submit) replace its values: no read of it is
+        needed, so the identity needs no get or list on Secrets."""
+        name = secret["metadata"]["name"]
+        response = await self._request("POST", secrets_url(namespace), json=secret, allow=(409,))
+        if response.status_code == 409:
+            await self._request("PUT", f"{secrets_url(namespace)}/{name}", json=secret)
+
+    async def _create_job(
+        self, spec: JobSpec, manifest: dict[str, Any], namespace: str
+    ) -> dict[str, Any]:
         name = manifest["metadata"]["name"]
         response = await self._request("POST", jobs_url(namespace), json=manifest, allow=(409,))
         if response.status_code != 409:
