@@ -35,6 +35,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 
 from j2c_server.config import J2CSettings, MlflowSettings
+from j2c_server.core.job_env import split_env
 from j2c_server.core.process_output import output_within
 from j2c_server.jobs.journal import Journal
 from j2c_server.registry.job_registry import Registry
@@ -310,14 +311,15 @@ async def start_run(
             change=apply,
         )
     passed = {name: os.environ[name] for name in settings.mlflow.pass_env if os.environ.get(name)}
+    plain, secret = split_env(passed)  # a value that looks like a credential: by reference
     env = {
         **spec.env,
-        **passed,
+        **plain,
         "MLFLOW_TRACKING_URI": _public_uri(uri),
         "MLFLOW_EXPERIMENT_ID": tracking.experiment_id,
         "MLFLOW_RUN_ID": tracking.run_id,
     }
-    return spec.model_copy(update={"env": env})
+    return spec.model_copy(update={"env": env, "secret_env": {**spec.secret_env, **secret}})
 
 
 def _closing_status(status: str, final: JobStatus) -> str | None:

@@ -1,6 +1,8 @@
 """``j2c-unpack MANIFEST_URI [options] [-- ARGS...]``: a job's first process in its container.
 
-The runbook, one phase after the other; each logs its lines on stderr, tagged as j2c's (log.py):
+The runbook, one phase after the other; each logs its lines on stderr, tagged as j2c's (log.py;
+before them, the credentials the scheduler handed over in ``$J2C_SECRETS_FILE`` join the
+environment, job_secrets.py):
 
 1. manifest      fetch the manifest, refuse it unless its bytes hash to --manifest-digest
                  (or, without one, to its content-addressed name), and validate it;
@@ -102,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
     from j2c_server.unpack.cache.node import open_cache
+    from j2c_server.unpack.job_secrets import load_secrets, resolve_manifest
+
+    # The credentials the scheduler handed over by reference (never in the job's spec), and a
+    # manifest given as env:NAME (a presigned URL), before anything reads either.
+    load_secrets()
+    options.manifest = resolve_manifest(options.manifest)
 
     # The node's cache first: it may hold this manifest's plan (no validation, no pydantic).
     cache = open_cache(options.cache_dir, options.cache_max)
@@ -188,7 +196,9 @@ def _run_placed(
     extra_env: dict[str, str] = {}
     if cache is not None:
         try:
-            prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
+            prepared = cache.prepare(
+                options.manifest, manifest.layers, placement, interpreter, workdir / "blobs"
+            )
         except Bypass as exc:
             warn("cache", f"not used for this job: {exc}")
     if prepared is None:

@@ -202,8 +202,15 @@ class Stopped(Exception):
     """Another download failed: this one stopped early on purpose."""
 
 
-def download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
-    """Write the object at ``uri`` to ``dest``; return its sha256 (hex) and size."""
+def download(
+    uri: str, dest: Path, stop: threading.Event, limit: int | None = None
+) -> tuple[str, int]:
+    """Write the object at ``uri`` to ``dest``; return its sha256 (hex) and size.
+
+    With ``limit`` (the size the manifest pins) an HTTP(S) or file object is read no further than
+    the first chunk past it: a replaced object, whoever could write the store, is then refused by
+    its size without being read whole (the size returned is then over ``limit``, the digest that
+    of what was read). An ``s3://`` object comes whole (the store's client)."""
     if urlsplit(uri).scheme == "s3":
         _download_s3(uri, dest)
         return file_sha256(dest), dest.stat().st_size
@@ -218,6 +225,8 @@ def download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
+                if limit is not None and size > limit:
+                    break
         return digest.hexdigest(), size
 
     return _with_retries(attempt, uri)

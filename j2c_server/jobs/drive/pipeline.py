@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.job_env import mask_env
 from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the_image
 from j2c_server.image.check import InventoryLearner
 from j2c_server.jobs.children import ChildJobs, Family
@@ -40,6 +39,7 @@ from j2c_server.jobs.send.inputs import (
     refuse_if_over_limit,
     refuse_missing_imports,
     runner_check,
+    shown_spec,
 )
 from j2c_server.jobs.send.preflight import with_warning
 from j2c_server.jobs.send.presigned_outputs import outputs_policy, told_to_upload
@@ -55,7 +55,6 @@ from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.pack import PackResult, PackSpec, make_manifest, publish
 from j2c_server.pack.held import hold, release
 from j2c_server.schedulers.base import JobSpec, SchedulerState
-from j2c_server.storage.redact import redact_url
 from j2c_server.usage.writer import job_submitted
 from j2c_server.wire.api import (
     EventKind,
@@ -349,18 +348,13 @@ class Pipeline:
             self.settings, record, job_manifest, store, manifest_digest=pinned, outputs_post=post
         )
         state, changes = configure_changes(inputs, previous)
-        shown = spec.model_copy(
-            update={
-                "command": [redact_url(part) for part in spec.command],
-                "env": mask_env(spec.env, self.settings.scheduler.pass_env),
-            }
-        )
+        shown = shown_spec(spec, self.settings)
         await self._finished(
             Stage.configure,
             inputs,
             state,
-            {"spec": shown.model_dump(mode="json")},
-            {**changes, "image": spec.image, "command": shown.command},
+            {"spec": shown},
+            {**changes, "image": spec.image, "command": shown["command"]},
         )
         return spec
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.job_env import check_request_env, mask_env
+from j2c_server.core.job_env import check_request_env
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.paths import resolve_request
 from j2c_server.jobs.send.inputs import (
@@ -21,6 +21,7 @@ from j2c_server.jobs.send.inputs import (
     pack_spec,
     record_image_report,
     runner_check,
+    shown_spec,
 )
 from j2c_server.jobs.send.preflight import (
     warn_backend_at_preflight,
@@ -99,9 +100,8 @@ class Drafts:
         digest = manifest.digest()
         uri = store.uri(manifest_key(digest))
         spec = job_spec(self.settings, record, uri, store, manifest_digest=digest)
-        spec = spec.model_copy(update={"env": mask_env(spec.env, self.settings.scheduler.pass_env)})
         native = scheduler_class(record.scheduler).native_spec(spec, self.settings)
-        return native if native is not None else spec.model_dump(mode="json")
+        return native if native is not None else shown_spec(spec, self.settings)
 
 
 def _default_name(request: JobRequest) -> str:

@@ -41,6 +41,11 @@ from j2c_server.schedulers.base import (
     SchedulerBase,
     SchedulerState,
 )
+from j2c_server.schedulers.job_secrets import (
+    job_secrets,
+    remove_secrets_file,
+    write_secrets_file,
+)
 from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
 from j2c_server.schedulers.slurm.array import (
     TASK_ENV,
@@ -59,6 +64,7 @@ from j2c_server.schedulers.slurm.job import (
     check_spec,
     comment_fields,
     job_description,
+    secrets_path,
 )
 from j2c_server.schedulers.slurm.rest import SlurmFailure, SlurmRest
 from j2c_server.schedulers.slurm.settings import SlurmSettings
@@ -238,6 +244,9 @@ class SlurmScheduler(SchedulerBase):
             if existing is not None:
                 return str(existing["job_id"]), existing
             await asyncio.to_thread(_make_job_folder, run_dir)
+            _, secret = job_secrets(spec, self._slurm.env)
+            if secret:  # by reference: slurmctld keeps the job's environment and shows it
+                await asyncio.to_thread(write_secrets_file, secrets_path(run_dir), secret)
             try:
                 answer = await self._rest.request(
                     "POST", "/job/submit", json_body={"job": job, "script": script}
@@ -320,6 +329,10 @@ class SlurmScheduler(SchedulerBase):
         job = await self._job(_slurm_id(handle))
         if job is None or not job_state(job).status.terminal:
             return JobResults()
+        output = handle.data.get("output")
+        if isinstance(output, str) and "array" not in handle.data:
+            # Ended: its credentials file has served (an array's waits for its last task).
+            await asyncio.to_thread(remove_secrets_file, secrets_path(Path(output).parent))
         return JobResults(exit_code=exit_code(job))
 
     async def close(self) -> None:

@@ -27,11 +27,13 @@ from typing import Any
 
 from j2c_server.core.errors import InvalidInput
 from j2c_server.schedulers.base import JobSpec
+from j2c_server.schedulers.job_secrets import SECRETS_FILE_ENV, job_secrets
 from j2c_server.schedulers.slurm.settings import SlurmSettings
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OUTPUT_NAME = "output.log"
+SECRETS_NAME = "secrets.json"
 COMMENT_PREFIX = "j2c"
 CANCEL_MARK = "cancel=requested"
 _SAFE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -204,9 +206,13 @@ def label_rank(text: str) -> tuple[int | None, str]:
     return int(match.group(1)), text[match.end() :]
 
 
-def job_environment(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
+def job_environment(
+    spec: JobSpec, settings: SlurmSettings, run_dir: Path | None = None
+) -> dict[str, str]:
     """Jobs submitted through slurmrestd inherit nothing: this is their whole environment. In a
-    pyxis container the image's own PATH applies (bash finds ``srun`` without one)."""
+    pyxis container the image's own PATH applies (bash finds ``srun`` without one). Credentials
+    are not in it (slurmctld keeps a job's environment and shows it): they wait in
+    ``<run_dir>/secrets.json`` (0600, :func:`secrets_path`), named by ``$J2C_SECRETS_FILE``."""
     base = {"PATH": DEFAULT_PATH} if settings.container_runtime == "none" else {}
     cache: dict[str, str] = {}
     if settings.cache_dir:
@@ -214,16 +220,23 @@ def job_environment(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
         cache[CACHE_ENV] = f"{settings.cache_dir.rstrip('/')}/{tenant_name()}"
         if settings.cache_max:
             cache[CACHE_MAX_ENV] = settings.cache_max
+    plain, secret = job_secrets(spec, settings.env)
+    if secret and run_dir is not None:
+        cache[SECRETS_FILE_ENV] = str(secrets_path(run_dir))
     return {
         **base,
-        **settings.env,
-        **spec.env,
+        **plain,
         **cache,
         # An array's template (``<sweep>-{variant}``, filled in by j2c-unpack) where it has one.
         "J2C_JOB_ID": spec.env.get("J2C_JOB_ID") or spec.job_id,
         # Python buffers stdout in a file: without this no line shows until the job ends.
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def secrets_path(run_dir: Path) -> Path:
+    """The job's credentials file in its own run folder (0700, the user's)."""
+    return run_dir / SECRETS_NAME
 
 
 def _slurm_name(name: str) -> str:
@@ -252,7 +265,7 @@ def job_description(spec: JobSpec, settings: SlurmSettings, output: Path) -> dic
     job: dict[str, Any] = {
         "name": _slurm_name(spec.name),
         "comment": job_comment(spec),
-        "environment": job_environment(spec, settings),
+        "environment": job_environment(spec, settings, output.parent),
         "current_working_directory": str(output.parent),
         "standard_output": str(output),
         # A requeued job would run again from scratch behind the user's back.
