@@ -267,34 +267,45 @@ function AdvancedFields(props: IFormProps): JSX.Element {
       <Field form={form} field="scheduler" label={form.labels.scheduler}>
         {control => <HTMLSelect {...control} options={schedulers} />}
       </Field>
-      <div className="j2c-Field j2c-Field-check">
-        <input
-          id={fieldId('noWait')}
-          type="checkbox"
-          checked={form.values.noWait}
-          onChange={event => form.setNoWait(event.target.checked)}
-        />
-        <label htmlFor={fieldId('noWait')}>
-          {trans.__("Don't wait: send without opening the log")}
-        </label>
-      </div>
-      <div className="j2c-Field j2c-Field-check">
-        <input
-          id={fieldId('allowMissingImports')}
-          type="checkbox"
-          checked={form.values.allowMissingImports}
-          onChange={event => form.setAllowMissingImports(event.target.checked)}
-        />
-        <label
-          htmlFor={fieldId('allowMissingImports')}
-          title={trans.__(
-            'An import that neither the venv, the lab nor the image provides stops the send before upload; tick to send anyway (the job may fail with ModuleNotFoundError).'
-          )}
-        >
-          {form.labels.allowMissingImports}
-        </label>
-      </div>
+      <CheckField
+        id="noWait"
+        checked={form.values.noWait}
+        onChange={checked => form.setNoWait(checked)}
+        label={trans.__("Don't wait: send without opening the log")}
+      />
+      <CheckField
+        id="allowMissingImports"
+        checked={form.values.allowMissingImports}
+        onChange={checked => form.setAllowMissingImports(checked)}
+        label={form.labels.allowMissingImports}
+        title={trans.__(
+          'An import that neither the venv, the lab nor the image provides stops the send before upload; tick to send anyway (the job may fail with ModuleNotFoundError).'
+        )}
+      />
     </details>
+  );
+}
+
+/** A checkbox of the form with its label (the settings that are on or off). */
+function CheckField(props: {
+  id: string;
+  checked: boolean;
+  onChange: (checked: boolean) => void;
+  label: string;
+  title?: string;
+}): JSX.Element {
+  return (
+    <div className="j2c-Field j2c-Field-check">
+      <input
+        id={fieldId(props.id)}
+        type="checkbox"
+        checked={props.checked}
+        onChange={event => props.onChange(event.target.checked)}
+      />
+      <label htmlFor={fieldId(props.id)} title={props.title}>
+        {props.label}
+      </label>
+    </div>
   );
 }
 
