@@ -92,13 +92,19 @@ class JobDriver:
     async def run(self) -> None:
         """Take the lease and run the pipeline; return at once if another process drives the
         job. The caller keeps this coroutine's task in ``self.task``."""
+        acquiring = asyncio.ensure_future(
+            self.registry.leases.acquire(self.job_id, self.owner, LEASE_TTL_S)
+        )
         try:
-            acquired = await self.registry.leases.acquire(self.job_id, self.owner, LEASE_TTL_S)
+            acquired = await asyncio.shield(acquiring)
         except asyncio.CancelledError:
             # Stopped while the acquire ran in its thread (a CLI that leaves at once: `submit
-            # --no-wait`): it may have taken the lease. Given back now, the detached watcher
-            # takes over at once instead of after the lease's time.
-            await asyncio.shield(self.registry.leases.release(self.job_id, self.owner))
+            # --no-wait`). The acquire is let finish first (a release that ran before its
+            # commit would leave the lease taken), then what it took is given back, so the
+            # detached watcher takes over at once instead of after the lease's time.
+            with contextlib.suppress(Exception):
+                if await acquiring:
+                    await self.registry.leases.release(self.job_id, self.owner)
             raise
         if not acquired:
             return
