@@ -28,8 +28,10 @@ from j2c_server.schedulers.base import LogLine
 
 _TIMESTAMP_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 _STREAMS: dict[int, Literal["stdout", "stderr"]] = {1: "stdout", 2: "stderr"}
-# A follow stream that stays silent this long is re-opened from its cursor.
-FOLLOW_IDLE_S = 300.0
+# A follow stream that stays silent this long is re-opened from its cursor, after the container's
+# state is read again: podman may keep a follow stream open after its container exited (seen
+# when the container exits as the follow starts), and the job's watch must not wait on it.
+FOLLOW_IDLE_S = 10.0
 INSPECT_TRIES = 4  # an inspect racing the container's exit (see inspect)
 
 

@@ -25,8 +25,11 @@ async def follow_container_logs(
     gpus: GpuWaiter,
     poll_interval_s: float,
     cursor: str | None = None,
+    *,
+    idle_s: float = FOLLOW_IDLE_S,
 ) -> AsyncIterator[LogLine]:
-    """The log lines of container ``name`` after ``cursor``, to the container's end."""
+    """The log lines of container ``name`` after ``cursor``, to the container's end; a follow
+    silent for ``idle_s`` is re-opened once the container's state was read again."""
     position = LogCursor.parse(cursor)
     while True:
         info = await api().inspect(name)
@@ -42,7 +45,7 @@ async def follow_container_logs(
         finished = state in FINISHED
         reader = LogReader(position)
         received = False
-        async for line in _read_log(api(), name, reader, follow=not finished):
+        async for line in _read_log(api(), name, reader, follow=not finished, idle_s=idle_s):
             received = True
             yield line
         position = reader.cursor
@@ -55,7 +58,7 @@ async def follow_container_logs(
 
 
 async def _read_log(
-    api: EngineClient, name: str, reader: LogReader, *, follow: bool
+    api: EngineClient, name: str, reader: LogReader, *, follow: bool, idle_s: float
 ) -> AsyncIterator[LogLine]:
     params = {
         "stdout": "1",
@@ -64,7 +67,7 @@ async def _read_log(
         "follow": "1" if follow else "0",
         "since": reader.cursor.since(),
     }
-    timeout = httpx.Timeout(30.0, connect=10.0, read=FOLLOW_IDLE_S if follow else 60.0)
+    timeout = httpx.Timeout(30.0, connect=10.0, read=idle_s if follow else 60.0)
     try:
         async with api.stream(
             f"/containers/{name}/logs", params=params, timeout=timeout
