@@ -142,7 +142,8 @@ class Job:
     def __repr__(self) -> str:
         record = self.record()
         code = f", exit_code={record.exit_code}" if record.exit_code is not None else ""
-        return f"<j2c Job {record.id} {record.status.value}{code}>"
+        attempt = f", {words}" if (words := record.attempt_words()) else ""
+        return f"<j2c Job {record.id} {record.status.value}{attempt}{code}>"
 
 
 # --------------------------------------------------------------------------- live output
@@ -179,6 +180,8 @@ class CellView:
         from IPython.display import display
 
         status = self.board.status.value if self.board.status else "pending"
+        if self.board.attempt:
+            status = f"{status}, {self.board.attempt}"
         message = f" ({self.board.message})" if self.board.message else ""
         text = "\n".join([f"j2c job {self.job_id}: {status}{message}", *self.board.lines()])
         data = {"text/plain": text}

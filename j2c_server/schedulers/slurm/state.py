@@ -5,6 +5,13 @@ partition's queue counted (:func:`jobs_ahead`). The exit code in the
 record is a raw wait status: a job killed by signal N reads as exit code 128+N, as a shell shows
 it. A job j2c was asked to cancel (its comment carries the cancel mark) reads as cancelled
 however it ended, unless it completed successfully first.
+
+**Interrupted** (a new attempt may resume the job, docs/pipeline.md): Slurm's own verdict.
+``PREEMPTED`` (a higher-priority job took its resources in a partition with ``PreemptMode``
+CANCEL, or REQUEUE for jobs j2c submits, which are not requeueable: j2c resumes them itself,
+with their checkpoint), ``NODE_FAIL`` (its node stopped responding or was set down) and
+``BOOT_FAIL`` (its node never booted) are not the job's doing; ``FAILED``, ``TIMEOUT``,
+``OUT_OF_MEMORY`` and ``CANCELLED`` are.
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ _FAILED = {
     "SPECIAL_EXIT": "ended in Slurm's special-exit state",
 }
 _CANCELLED = {"CANCELLED", "REVOKED"}
+_INTERRUPTED = {
+    "PREEMPTED": "preempted (Slurm state PREEMPTED)",
+    "NODE_FAIL": "its node failed (Slurm state NODE_FAIL)",
+    "BOOT_FAIL": "its node did not boot (Slurm state BOOT_FAIL)",
+}
 
 _REASONS = {
     "None": "waiting to be scheduled",
@@ -119,10 +131,13 @@ def job_state(job: dict[str, Any]) -> SchedulerState:
         if state == "TIMEOUT" and isinstance(job.get("time_limit"), int):
             what = timed_out(job["time_limit"])  # the one wording of every backend
         detail = f"; {job['state_description']}" if job.get("state_description") else ""
+        nodes = job.get("nodes") or job.get("batch_host")
         return SchedulerState(
             status=JobStatus.failed,
             message=f"Slurm job {job_id} {what}{_ending(code)}{detail}",
             exit_code=code,
+            interrupted=_INTERRUPTED.get(state),
+            node=str(nodes) if nodes else None,
         )
     return SchedulerState(status=JobStatus.running, message=f"Slurm state {state}")
 
