@@ -4,6 +4,7 @@ step, and resumes from ``$J2C_RESUMED_FROM`` when j2c restored one."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -49,3 +50,20 @@ def starts(lines: list[str]) -> list[tuple[int, int, str]]:
 def last_step(lines: list[str]) -> int | None:
     steps = [int(m[1]) for line in lines if (m := _STEP.match(line.strip()))]
     return steps[-1] if steps else None
+
+
+def resume_bytes(lines: list[str]) -> str:
+    """What the resumed (last) attempt moved, from its ``j2c: summary:`` line: the checkpoint
+    restored and the layers downloaded (reused ones come from the node's cache)."""
+    summaries = [
+        json.loads(line.removeprefix("j2c: summary: "))
+        for line in lines
+        if line.startswith("j2c: summary: ")
+    ]
+    last = summaries[-1]
+    moved = last["bytes_downloaded"] + last["bytes_restored"]
+    return (
+        f"{moved} B moved ({last['bytes_restored']} B of checkpoint, "
+        f"{last['bytes_downloaded']} B of layers, {last['bytes_reused']} B reused from the node "
+        "cache)"
+    )

@@ -11,7 +11,12 @@ however it ended, unless it completed successfully first.
 CANCEL, or REQUEUE for jobs j2c submits, which are not requeueable: j2c resumes them itself,
 with their checkpoint), ``NODE_FAIL`` (its node stopped responding or was set down) and
 ``BOOT_FAIL`` (its node never booted) are not the job's doing; ``FAILED``, ``TIMEOUT``,
-``OUT_OF_MEMORY`` and ``CANCELLED`` are.
+``OUT_OF_MEMORY`` and ``CANCELLED`` are. A job Slurm requeued (``restart_cnt`` above 0 while it
+is queued or running again: its node failed, it was preempted in REQUEUE mode, or ``scontrol
+requeue``) reads as lost and interrupted: Slurm would run it again from its start, j2c resumes
+it from its checkpoint instead (the requeued job is cancelled). slurmrestd v0.0.38 ignores the
+``requeue: false`` j2c submits with, so every job is requeueable where ``JobRequeue=1`` (the
+default).
 """
 
 from __future__ import annotations
@@ -110,6 +115,15 @@ def job_state(job: dict[str, Any]) -> SchedulerState:
     state = str(job.get("job_state") or "UNKNOWN")
     reason = str(job.get("state_reason") or "None")
     job_id = job.get("job_id")
+    restarts = job.get("restart_cnt")
+    if isinstance(restarts, int) and restarts > 0 and (state in _QUEUED or state in _RUNNING):
+        return SchedulerState(
+            status=JobStatus.lost,
+            message=f"Slurm requeued job {job_id} to run it again from its start "
+            f"(restart {restarts}; {state}, {reason})",
+            interrupted="requeued by Slurm (its node failed, or it was preempted or requeued)",
+            node=str(job.get("batch_host") or job.get("nodes") or "") or None,
+        )
     if state in _QUEUED:
         return SchedulerState(status=JobStatus.queued, message=_pending_message(reason, job))
     if state in _RUNNING:
