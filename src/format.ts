@@ -68,3 +68,15 @@ export function jobSeconds(record: JobRecord): number {
     (isTerminal(record.status) ? record.updated_at : Date.now() / 1000);
   return Math.max(0, end - start);
 }
+
+/** "attempt 2 of 4" once a job runs again after a preemption or a lost node; null before. */
+export function attemptWords(
+  record: JobRecord | null | undefined
+): string | null {
+  const attempt = record?.attempt ?? 1;
+  if (attempt <= 1) {
+    return null;
+  }
+  const allowed = record?.attempts_allowed;
+  return allowed ? `attempt ${attempt} of ${allowed}` : `attempt ${attempt}`;
+}
