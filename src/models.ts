@@ -433,6 +433,8 @@ export interface ServerConfig {
   default_image: string | null;
   images: ImageChoice[];
   compression_level: number;
+  /** New attempts after a preemption or a lost node (resume.max_attempts). */
+  max_attempts?: number;
   root_dir_name?: string | null;
 }
 

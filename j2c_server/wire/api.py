@@ -545,6 +545,9 @@ class ServerConfig(Strict):
     default_image: str | None
     images: list[ImageChoice]
     compression_level: int
+    max_attempts: int = Field(
+        3, description="New attempts after a preemption or a lost node (resume.max_attempts)."
+    )
     root_dir_name: str | None = None
 
 

@@ -211,6 +211,19 @@ function AdvancedFields(props: IFormProps): JSX.Element {
       >
         {textarea('data/raw/\n*.ckpt')}
       </Field>
+      <Field
+        form={form}
+        field="maxAttempts"
+        label={trans.__('Resumes')}
+        hint={trans.__(
+          'New attempts from the last checkpoint after a preemption or a lost node; 0: none'
+        )}
+      >
+        {input(
+          trans.__('%1 (server default)', form.config?.max_attempts ?? 3),
+          'number'
+        )}
+      </Field>
       <Field form={form} field="scheduler" label={trans.__('Scheduler')}>
         {control => <HTMLSelect {...control} options={schedulers} />}
       </Field>

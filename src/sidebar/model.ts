@@ -329,6 +329,7 @@ export class ComputeForm {
         openQuote: t.__('A quote is not closed.'),
         maxParallel: t.__('Enter a whole number (1 or more), or leave empty.'),
         retries: t.__('Enter a whole number (0 or more), or leave empty.'),
+        maxAttempts: t.__('Enter a whole number (0 or more), or leave empty.'),
         sweepName: t.__('Name this parameter, or remove the row.'),
         sweepValues: t.__('Give this parameter at least one value.'),
         sweepEmptyValue: t.__(

@@ -38,6 +38,8 @@ export interface IFormValues {
   maxParallel: string;
   /** Re-runs of a variant that exits non-zero; '': none. */
   retries: string;
+  /** New attempts after a preemption or a lost node; '': the server's resume.max_attempts. */
+  maxAttempts: string;
 }
 
 /** The form's text fields (each one control bound by `set`). */
@@ -67,7 +69,8 @@ export const EMPTY_VALUES: IFormValues = {
   noWait: false,
   sweepParams: [],
   maxParallel: '',
-  retries: ''
+  retries: '',
+  maxAttempts: ''
 };
 
 /** The server's `field` (a JobRequest path such as `resources.memory` or `env.FOO`). */
@@ -91,7 +94,8 @@ const SERVER_FIELDS: [string, ErrorKey][] = [
   ['force_base', 'baseConflicts'],
   ['sweep.max_parallel', 'maxParallel'],
   ['sweep.retries', 'retries'],
-  ['sweep', 'sweep']
+  ['sweep', 'sweep'],
+  ['max_attempts', 'maxAttempts']
 ];
 
 /** Where a server error shows (its field's key), or null when it names none we show. */
@@ -316,6 +320,7 @@ export interface IMessages {
   openQuote: string;
   maxParallel: string;
   retries: string;
+  maxAttempts: string;
   sweepName: string;
   sweepValues: string;
   sweepEmptyValue: string;
@@ -353,6 +358,10 @@ export function buildRequest(
     (level !== null && (!Number.isInteger(level) || level < 1 || level > 22))
   ) {
     errors.compression = messages.compressionRange;
+  }
+  const maxAttempts = wholeNumberOrNull(values.maxAttempts, 0);
+  if (maxAttempts === undefined) {
+    errors.maxAttempts = messages.maxAttempts;
   }
   const args = splitArgs(values.args);
   if (args === null) {
@@ -401,6 +410,9 @@ export function buildRequest(
   };
   if (swept?.sweep) {
     request.sweep = swept.sweep;
+  }
+  if (maxAttempts !== null && maxAttempts !== undefined) {
+    request.max_attempts = maxAttempts;
   }
   return { request, errors };
 }
