@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from j2c_server.cli.commands import describe
 from j2c_server.config import J2CSettings, load_settings
 from j2c_server.jobs.service import JobService
 from j2c_server.storage import open_store
@@ -123,6 +124,12 @@ async def test_a_killed_runner_resumes_from_its_last_checkpoint_as_one_job(
     assert resumed.status == JobStatus.succeeded and resumed.started_at is not None
     boundary = [line for line in lines if line.startswith("j2c: attempt 1 of 4 ended")]
     assert len(boundary) == 1 and f"attempt 2 resumes from {restored}" in boundary[0]
+    # j2c status: the attempt it is on, then each attempt's end and restore point.
+    status = describe(final).splitlines()
+    assert "attempt    2 of 4" in status
+    first_line, second_line = (line for line in status if line.startswith(("  1  ", "  2  ")))
+    assert "ended: its runner j2c-unpack was killed (SIGKILL)" in first_line
+    assert f"resumed from {restored}" in second_line and "succeeded" in second_line
     print(f"local: kill to the resumed first step {resumed_after:.2f} s")
 
 
