@@ -115,3 +115,15 @@ def test_plain_renderer_tells_queued_and_running_but_not_the_pipelines_own_statu
     for status in (JobStatus.packing, JobStatus.queued, JobStatus.running):
         renderer.handle(event(EventKind.status, status=status, text=None))
     assert err.getvalue().splitlines() == ["j2c: job j1 queued", "j2c: job j1 running"]
+
+
+def test_board_says_which_attempt_runs_once_a_boundary_line_came() -> None:
+    """The live view of `j2c submit` and the magic: 'attempt 2 of 4' after a preemption."""
+    board = StageBoard()
+    board.apply(event(EventKind.log, stream="stdout", text="step 3"))
+    assert board.attempt is None  # a job that ran once says nothing of attempts
+    boundary = {"attempt": {"ended": 1, "next": 2, "of": 4, "reason": "preempted"}}
+    board.apply(
+        event(EventKind.log, stream="stderr", text="j2c: attempt 1 of 4 ended", data=boundary)
+    )
+    assert board.attempt == "attempt 2 of 4"
