@@ -539,6 +539,9 @@ def start_legs(
 
 async def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="j2c-soak-") as tmp:
+        # Others may pass through (not list): slurmrestd runs as user slurm and reads its
+        # config below, and container jobs run as uid 1000.
+        os.chmod(tmp, 0o711)
         root = Path(tmp) / "root"
         root.mkdir()
         data = Path(tmp) / "data"

@@ -44,7 +44,8 @@ PRINTED = re.compile(r"^(?P<tag>send-\d+) line (?P<i>\d+)$")
 # What a failure caused by the full disk says somewhere: the OS's ENOSPC, SQLite's SQLITE_FULL,
 # j2c's DiskFull (server: 507 "disk_full"; j2c-unpack: exit 74).
 DISK_FULL = re.compile(
-    r"no space left|disk (?:of [^)]*\) )?is full|disk_full|database or disk is full|errno 28|"
+    r"no space left|disk (?:of [^)]*\) )?is full|disk holding .* was full|disk_full|"
+    r"database or disk is full|errno 28|"
     r"enospc|exit code 74\b",
     re.IGNORECASE,
 )
@@ -153,12 +154,21 @@ def _one_job_per_send(
     problems = []
     where = f"send {send.index} ({send.kind})"
     ids = sorted(job["id"] for job in jobs)
-    if len(jobs) != send.wanted_jobs:
+    # A re-send whose first job was killed (its j2c-unpack) and had failed by then runs
+    # again, as any re-send of a failed job does: a second job is right, not a retried POST.
+    first = by_id.get(send.first_id or "", {})
+    rerun = (
+        send.kind == "resend"
+        and send.first_id in send.killed
+        and first.get("status") in ("failed", "lost")
+        and send.resend_id != send.first_id
+    )
+    if len(jobs) != send.wanted_jobs + (1 if rerun else 0):
         problems.append(f"{where}: {len(jobs)} jobs on the server, not {send.wanted_jobs}: {ids}")
     unknown = sorted({i for i in send.answered if i not in by_id})
     if unknown:
         problems.append(f"{where}: answered ids the server does not list: {unknown}")
-    if send.kind == "resend" and send.resend_id != send.first_id:
+    if send.kind == "resend" and send.resend_id != send.first_id and not rerun:
         problems.append(
             f"{where}: the unchanged re-send got {send.resend_id}, not the first job "
             f"{send.first_id}"
@@ -187,9 +197,10 @@ def _ending(send: SendSeen, job: dict[str, Any], events: list[dict[str, Any]]) -
         allowed.add("cancelled")
     crowded_failure = send.crowded and status == "failed" and status not in allowed
     if crowded_failure and not _says_disk_full(job, events):
+        last = [str(e.get("text") or e.get("message") or "") for e in events][-3:]
         problems.append(
-            f"{where} failed while the disk was full, but not for the disk: "
-            f"{str(job.get('message'))[:200]}"
+            f"{where} failed while the disk was full, but not for the disk (on "
+            f"{job.get('scheduler')}): {str(job.get('message'))[:200]}; its last events: {last}"
         )
     elif status not in allowed and not crowded_failure:
         problems.append(f"{where} {status}, not {sorted(allowed)}")

@@ -38,6 +38,7 @@ from inputs import bench_project, bench_venv
 
 from j2c_server.config import load_settings
 from j2c_server.jobs.service import JobService
+from j2c_server.sweeps.hook import job_service
 from j2c_server.wire.api import JobRecord, JobRequest, Stage, StageState
 from j2c_server.wire.sweep import SweepSpec
 
@@ -131,7 +132,8 @@ async def run(args: argparse.Namespace) -> None:
     project = work / "project"
     shutil.copytree(source, project)
     os.environ["J2C_DATA_DIR"] = str(work / "data")
-    service = JobService(load_settings())
+    # The front ends' service, sweeps included (a bare JobService refuses a sweep).
+    service = job_service(load_settings())
     service.start()
     results: dict[tuple[int, str], list[Side]] = {}
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the small j2c platform image (Debian bookworm minbase + python3, python3-venv,
-# python3-numpy + j2c) with podman, and start podman's Docker Engine API service on a socket in
+# Build the j2c platform image (Debian bookworm minbase + python3, python3-venv, python3-numpy,
+# python3-torch + j2c) with podman: the platform's base image as j2c meets it, PyTorch included
+# (Debian's CPU build with gloo; a GPU platform's CUDA build differs in nothing j2c touches), and start podman's Docker Engine API service on a socket in
 # DIR. Prints `export` lines for the tests and the container scheduler (also kept in DIR/env);
 # stop the service with `scripts/platform-image.sh DIR --stop`.
 #
@@ -105,8 +106,8 @@ build_base() {
     rootfs="$work/rootfs"
     uri=$(mirror)
     [[ -n "$uri" ]] || { log "cannot find the Debian mirror in apt's sources"; exit 1; }
-    log "debootstrap bookworm (minbase + python3, python3-venv, python3-numpy)"
-    debootstrap --variant=minbase --include=python3,python3-venv,python3-numpy \
+    log "debootstrap bookworm (minbase + python3, python3-venv, python3-numpy, python3-torch)"
+    debootstrap --variant=minbase --include=python3,python3-venv,python3-numpy,python3-torch \
         bookworm "$rootfs" "$uri" >"$work/debootstrap.log" 2>&1 || {
         tail -n 20 "$work/debootstrap.log" >&2; exit 1; }
     local image_py host_py

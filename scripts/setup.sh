@@ -25,11 +25,12 @@ pip_install() {
 }
 
 stamp=.venv/.j2c-deps
-want=$(cat pyproject.toml package.json yarn.lock | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/constraints.txt package.json yarn.lock | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python and JavaScript dependencies (a few minutes the first time)"
   pip_install -U pip
-  pip_install -e ".[dev,test]"
+  # Pinned to what a known-good setup resolved (scripts/constraints.txt says why).
+  pip_install -c scripts/constraints.txt -e ".[dev,test]"
   echo "$want" > "$stamp"
 fi
 

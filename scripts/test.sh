@@ -15,6 +15,7 @@ step() { echo; echo "== $* ($(( $(date +%s) - started ))s)"; }
 step "setup"
 bash scripts/setup.sh
 bash scripts/ensure-chromium.sh
+bash scripts/ensure-torch.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
 step "ruff"

@@ -80,3 +80,12 @@ export function attemptWords(
   const allowed = record?.attempts_allowed;
   return allowed ? `attempt ${attempt} of ${allowed}` : `attempt ${attempt}`;
 }
+
+/**
+ * The part of a job id that tells jobs apart at a glance: its random tail
+ * ("20261201-141622-877dd3" → "877dd3"); an id of another shape is kept whole.
+ */
+export function shortId(id: string): string {
+  const tail = id.split('-').pop() ?? id;
+  return tail.length >= 4 && tail.length < id.length ? tail : id;
+}

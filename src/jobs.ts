@@ -260,11 +260,6 @@ export class JobsModel implements IDisposable {
     void this.refresh();
   }
 
-  /** Run the same request again as a new job (never attaches to the old one). */
-  rerun(record: JobRecord): Promise<JobRecord> {
-    return this.submit({ ...record.request, new: true });
-  }
-
   dispose(): void {
     this._poll.dispose();
     Signal.clearData(this);

@@ -108,8 +108,14 @@ export interface Event {
   state?: StageState | null;
   /** For status events. */
   status?: JobStatus | null;
-  /** For log events. */
+  /** For log events: the stream the engine says the line was written to; absent where the engine merges the two (docs/pipeline.md). */
   stream?: 'stdout' | 'stderr' | null;
+  /** For log events: whose line it is: 'job' (the job's own output; also when absent) or 'j2c' (j2c-unpack's steps in the job, the server's notes about it). */
+  origin?: LineOrigin;
+  /** For j2c's log lines. */
+  level?: LineLevel | null;
+  /** For j2c's log lines: the step that wrote it (j2c-unpack's 'downloading', 'running', ...; the server's 'tracking'). */
+  phase?: string | null;
   /** A log line (no newline) or a message. */
   text?: string | null;
   /** Progress counters, results. */
@@ -182,6 +188,18 @@ export interface ImageReport {
   seconds?: number;
 }
 
+/** Why a job failed, in one sentence its user acts on: what every front end shows first. */
+export interface JobFailure {
+  /** What went wrong, in the user's words (e.g. 'the notebook runner needs nbclient and ipykernel, and the venv has neither'). */
+  reason: string;
+  /** What to do about it. */
+  action?: string | null;
+  /** The log line it was read from, as the job's log shows it. */
+  line?: string | null;
+  /** That line's event number in the job's stream. */
+  seq?: number | null;
+}
+
 /** A scheduler's own reference to a submitted job; opaque outside its backend. */
 export interface JobHandle {
   scheduler: string;
@@ -228,6 +246,8 @@ export interface JobRecord {
   attempts_allowed?: number | null;
   /** Each attempt: when, where, how it ended, resumed from. */
   attempts?: AttemptRecord[];
+  /** Of a failed job: why, in one sentence, and what to do. */
+  failure?: JobFailure | null;
 }
 
 /**
@@ -318,6 +338,14 @@ export interface LayerPlan {
 }
 
 export type LayerRole = 'code' | 'venv' | 'base';
+
+export type LineLevel = 'info' | 'warning' | 'error';
+
+/**
+ * Whose a log line is. Told at ingest by a per-job tag j2c's writers carry (the watch
+ * stage, core/j2c_lines.py), never by how the line starts.
+ */
+export type LineOrigin = 'job' | 'j2c';
 
 export interface MetricPoint {
   step: number;

@@ -10,7 +10,14 @@ from pydantic import ValidationError
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import InvalidInput
-from j2c_server.core.job_env import MASK, check_request_env, is_credential_name, job_env, mask_env
+from j2c_server.core.job_env import (
+    MASK,
+    check_request_env,
+    credential_value,
+    is_credential_name,
+    job_env,
+    mask_env,
+)
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import JobRequest
 from tests.support.jobs import settle
@@ -78,6 +85,45 @@ def test_an_unlisted_credential_is_refused_naming_it() -> None:
     assert caught.value.hint is not None and "scheduler.pass_env" in caught.value.hint
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "what"),
+    [
+        ("DATABASE_URL", "postgres://trainer:s3cr3t@db.example:5432/runs", "a URL with a password"),
+        ("MANIFEST", "https://b.s3.example/m.json?X-Amz-Signature=abc123", "a signed URL"),
+        ("BLOB", "https://acct.blob.example/c/b?sv=2024&sig=abc%2Bdef", "a signed URL"),
+        ("CONFIG", "region=eu;id=AKIAIOSFODNN7EXAMPL2", "an AWS access key id"),
+        ("GH", "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8", "a GitHub token"),
+        ("LLM", "sk-proj-" + "Ab1" * 10, "an OpenAI or Anthropic key"),
+        ("HF", "hf_" + "a" * 34, "a Hugging Face token"),
+    ],
+)
+def test_a_value_that_looks_like_a_credential_is_refused_naming_it(
+    name: str, value: str, what: str
+) -> None:
+    assert credential_value(value) == what
+    with pytest.raises(InvalidInput) as caught:
+        check_request_env({name: value}, [], {})
+    assert caught.value.field == f"env.{name}"
+    assert what in caught.value.message and value not in caught.value.message
+    assert mask_env({name: value}) == {name: MASK}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "postgres://db.example:5432/runs",
+        "https://trainer@example.com/path?page=2&size=10",
+        "0.1",
+        "sha256:" + "ab" * 32,
+        "skip-the-warmup",
+        "/home/ada/data",
+    ],
+)
+def test_innocent_values(value: str) -> None:
+    assert credential_value(value) is None
+    check_request_env({"SETTING": value}, [], {})
+
+
 def test_a_listed_name_gone_from_the_environment_at_job_spec_time_fails_naming_it() -> None:
     with pytest.raises(InvalidInput) as caught:
         job_env({"HF_TOKEN": ""}, ["HF_TOKEN"], {})
@@ -138,5 +184,5 @@ async def test_a_dry_run_shows_an_allowed_credential_masked(
         )
     finally:
         await service.stop()
-    assert shown["env"]["HF_TOKEN"] == MASK
+    assert shown["env"]["HF_TOKEN"] == MASK  # by reference, shown by name
     assert "never-shown" not in str(shown)

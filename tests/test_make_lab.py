@@ -98,8 +98,29 @@ def test_make_lab_on_a_fresh_clone_runs_the_example_and_serves_lab(
         assert lab.poll() is None, f"scripts/lab.sh exited with {lab.returncode}:\n{text[-3000:]}"
         assert status == 200, f"/lab answered {status}:\n{text[-3000:]}"
         assert "succeeded" in text and "epoch 5/5" in text, text[-3000:]
+        # The URL it prints logs in, as `jupyter lab`'s own does.
+        assert f"http://127.0.0.1:{port}/lab?token={TOKEN}" in text, text[-3000:]
         # The workspace is the clone's .lab/, and its project is the example, not the clone.
-        assert (clone / ".lab" / "digits" / "train.py").is_file()
+        project = clone / ".lab" / "digits"
+        assert (project / "train.py").is_file()
+        # The example notebook sends and runs from that workspace, as its text promises.
+        sent = subprocess.run(
+            [
+                str(Path(sys.prefix) / "bin" / "j2c"),
+                "submit",
+                "explore.ipynb",
+                "--venv-path",
+                ".venv",
+            ],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=LIMIT_S,
+        )
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert "class counts:" in sent.stdout, sent.stdout
+        assert "notebook runner" not in sent.stderr, sent.stderr  # nothing lacking
     finally:
         if lab.poll() is None:
             os.kill(lab.pid, signal.SIGTERM)  # lab.sh execs jupyter lab: this PID is the server

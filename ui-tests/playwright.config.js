@@ -1,6 +1,7 @@
 /**
  * Galata's Playwright configuration, run against Debian's Chromium: Playwright cannot
- * download its own browsers here, so the executable is found at run time.
+ * download its own browsers here, so the executable is found at run time. The Lab listens on
+ * port 8888, or on `UI_TESTS_PORT` (not a `J2C_` name: those are j2c settings), so that two checkouts can run their UI tests at once.
  */
 const { execSync } = require('child_process');
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
@@ -21,6 +22,8 @@ function chromiumPath() {
   throw new Error('No Chromium found: install Debian\'s "chromium" package');
 }
 
+const PORT = Number(process.env.UI_TESTS_PORT || 8888);
+
 module.exports = {
   ...baseConfig,
   testDir: './tests',
@@ -30,6 +33,7 @@ module.exports = {
   reporter: [['list'], ['html', { open: 'never' }]],
   use: {
     ...baseConfig.use,
+    baseURL: `http://localhost:${PORT}`,
     video: 'off',
     trace: 'off',
     launchOptions: {
@@ -48,8 +52,8 @@ module.exports = {
     }
   },
   webServer: {
-    command: 'jlpm start',
-    url: 'http://localhost:8888/lab',
+    command: `jlpm start --port ${PORT}`,
+    url: `http://localhost:${PORT}/lab`,
     timeout: 120 * 1000,
     reuseExistingServer: !process.env.CI
   }

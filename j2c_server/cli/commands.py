@@ -15,16 +15,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from j2c_server.cli.output import json_text
-from j2c_server.cli.render import TerminalRenderer, stage_line
+from j2c_server.cli.render import stage_line
 from j2c_server.cli.session import resolve_job
+from j2c_server.cli.summary import failure_lines
+from j2c_server.cli.terminal import TerminalRenderer
 from j2c_server.jobs.results import describe_results
 from j2c_server.wire.api import Event, EventKind, JobRecord
 
 if TYPE_CHECKING:
     from j2c_server.jobs.service import JobService
 
-# The events ``logs`` prints as text: the job's output, its status changes and its errors.
-LOG_KINDS = frozenset({EventKind.log, EventKind.status, EventKind.error})
+# The events ``logs`` prints as text: the job's output, its status changes, its errors and
+# where its outputs went.
+LOG_KINDS = frozenset({EventKind.log, EventKind.status, EventKind.error, EventKind.result})
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ def describe(record: JobRecord) -> str:
     if record.exit_code is not None:
         lines.append(f"exit code  {record.exit_code}")
     lines.extend(attempt_lines(record))
+    if record.failure is not None:
+        lines.append(f"failure    {record.failure.reason}")
+        if record.failure.action:
+            lines.append(f"           what to do: {record.failure.action}")
     for name, stage in record.stages.items():
         lines.append("  " + stage_line(name, stage.state.value, stage.seconds, stage.reason))
     lines.extend(describe_results(record.results))
@@ -111,13 +118,34 @@ async def logs(service: JobService, ref: str, *, after: int) -> tuple[JobRecord,
 
 class LogPrinter:
     """``logs``' renderer: each event as a JSON line, or the job's output, status and errors
-    as the terminal's plain lines. ``last_seq`` is where a re-attach continues."""
+    as the terminal's plain lines (``verbose``: j2c's whole diary). A failed job's reason comes
+    first when the job had ended already (:meth:`top`). ``last_seq`` is where a re-attach
+    continues."""
 
-    def __init__(self, job_id: str, *, as_json: bool, streams: Streams, after: int = 0) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        as_json: bool,
+        streams: Streams,
+        after: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.job_id = job_id
         self.as_json = as_json
         self.streams = streams
         self.last_seq = after
-        self._text = TerminalRenderer(job_id, tty=False, out=streams.out, err=streams.err)
+        self._text = TerminalRenderer(
+            job_id, tty=False, out=streams.out, err=streams.err, verbose=verbose
+        )
+
+    def top(self, record: JobRecord) -> None:
+        """A failed job's reason, what to do and its line, before its log."""
+        if self.as_json or record.failure is None or not record.status.terminal:
+            return
+        for line in failure_lines(record.id, record.failure, record.exit_code):
+            self.streams.say(line)
+        self._text.failure_told = True
 
     def handle(self, event: Event) -> None:
         self.last_seq = event.seq

@@ -16,7 +16,7 @@ import click
 
 from j2c_server.cli import commands
 from j2c_server.cli.commands import LogPrinter, Streams, detached_message
-from j2c_server.cli.options import config_option, json_option, load_cli_config
+from j2c_server.cli.options import config_option, json_option, load_cli_config, verbose_option
 from j2c_server.cli.session import detach_signals, follow_until, open_service, resolve_job
 from j2c_server.cli.submit import DETACHED_EXIT
 
@@ -50,21 +50,31 @@ def status(job: str, as_json: bool, config_file: Path | None) -> None:
 @click.argument("job")
 @click.option("-f", "--follow", is_flag=True, help="Keep following until the job ends.")
 @click.option("--after", type=click.IntRange(0), default=0, help="Start after event number N.")
+@verbose_option
 @json_option
 @config_option
-def logs(job: str, follow: bool, after: int, as_json: bool, config_file: Path | None) -> None:
-    """Print a job's output (all of it, or from --after N); -f follows it live."""
+def logs(
+    job: str, follow: bool, after: int, verbose: bool, as_json: bool, config_file: Path | None
+) -> None:
+    """Print a job's output (all of it, or from --after N); -f follows it live; -v with j2c's
+    whole diary."""
     streams = Streams.std()
     if not follow:
         record, events = _run(config_file, lambda service: commands.logs(service, job, after=after))
-        LogPrinter(record.id, as_json=as_json, streams=streams, after=after).handle_all(events)
+        printer = LogPrinter(
+            record.id, as_json=as_json, streams=streams, after=after, verbose=verbose
+        )
+        printer.top(record)
+        printer.handle_all(events)
         return
 
     async def run() -> int:
         with detach_signals() as detach:
             async with open_service(load_cli_config(config_file).settings) as service:
                 record = await resolve_job(service, job)
-                printer = LogPrinter(record.id, as_json=as_json, streams=streams, after=after)
+                printer = LogPrinter(
+                    record.id, as_json=as_json, streams=streams, after=after, verbose=verbose
+                )
                 if await follow_until(service, record.id, printer.handle, detach, after=after):
                     return 0
                 streams.say(detached_message(record.id, printer.last_seq))

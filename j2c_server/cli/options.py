@@ -165,6 +165,12 @@ config_option = click.option(
     help="YAML config file (default: $J2C_CONFIG, else j2c.yaml in the Jupyter config dir).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="j2c's whole diary: every stage and every line of j2c's in the job.",
+)
 
 
 def submit_options(func: F) -> F:
@@ -266,6 +272,7 @@ def submit_options(func: F) -> F:
         click.option("--new", is_flag=True, help="Run again even if an identical job exists."),
         click.option("--no-wait", is_flag=True, help="Print the job id and return at once."),
         click.option("--dry-run", is_flag=True, help="Print the job spec; submit nothing."),
+        verbose_option,
         json_option,
     ]
     for decorator in reversed(decorators):

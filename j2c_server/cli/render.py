@@ -1,31 +1,29 @@
-"""Turning a job's event stream into text: a stage board, status lines and the job's output.
+"""Turning a job's event stream into text: a stage board, status lines and the job's lines.
 
 :class:`StageBoard` is the model (what each stage is doing, from the events); the terminal
-renderer draws it as progress bars redrawn in place on a TTY and as plain lines otherwise, and
-the notebook magic draws the same board into a display handle.
+renderer (terminal.py) draws it as progress redrawn in place on a TTY and as plain lines
+otherwise, and the notebook magic draws it into a display handle.
 """
 
 from __future__ import annotations
 
-import shutil
-import time
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any
 
 from j2c_server.core.units import byte_size
 from j2c_server.image.text import report_lines
 from j2c_server.pack.models import ExcludedGroup, ExcludeRule, PackPlan
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus, Stage, StageState
+from j2c_server.wire.event_frames import diary_text
 
 BAR_WIDTH = 24
-# j2c-unpack's own lines in a job's log start so (see ``unpack/log.py``); they are j2c's status
-# lines, not the job's output.
-UNPACK_LINE_PREFIX = "j2c: "
 # Statuses the stage lines already tell about; plain output skips their status lines.
 PIPELINE_STATUSES = frozenset(
     {JobStatus.pending, JobStatus.packing, JobStatus.uploading, JobStatus.submitted}
 )
 REDRAW_INTERVAL_S = 0.1
+# Warnings of the plan said with the scan's notes: a job that would fail where it runs.
+SAID_WARNINGS = frozenset({"notebook_runner"})
 _SIGNAL_EXIT_BASE = 128
 # What the scan's notes show: paths per exclusion rule, and the largest files over the soft limit
 # (the UI's preflight shows the same).
@@ -54,6 +52,7 @@ class StageView:
     rate: float | None = None
     started_at: float | None = None
     seconds: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)  # its last stage event's
 
     def line(self) -> str:
         label = f"{self.stage.value:<9}"
@@ -61,6 +60,10 @@ class StageView:
             return f"{label} {self._progress()}".rstrip()
         state = self.state.value if self.state is not None else "waiting"
         return stage_line(self.stage.value, state, self.seconds, self.text)
+
+    def progress(self) -> str:
+        """While it runs: its bar and amounts (or "running…"), after its name."""
+        return f"{self.stage.value} {self._progress()}".rstrip()
 
     def _progress(self) -> str:
         if self.done is None:
@@ -130,6 +133,7 @@ class StageBoard:
     @staticmethod
     def _state(view: StageView, event: Event) -> None:
         view.state = event.state or view.state
+        view.data = event.data
         if event.state == StageState.started:
             view.started_at = event.time
             return
@@ -153,10 +157,11 @@ def _group_line(group: ExcludedGroup) -> str:
 
 
 def plan_notes(plan: PackPlan) -> list[str]:
-    """What the scan left out, by rule with its first paths (secrets first, then the largest
-    groups), the largest files when the layers are over the soft limit, and what the target
-    image lacks (``image/text.py``)."""
+    """What the target image lacks (``image/text.py``) and what the entry point's runner lacks
+    (image/runner.py), what the scan left out, by rule with its first paths (secrets first,
+    then the largest groups), and the largest files when the layers are over the soft limit."""
     lines: list[str] = report_lines(plan.image_report)
+    lines += [warning.message for warning in plan.warnings if warning.code in SAID_WARNINGS]
     if plan.excluded:
         total = sum(group.count for group in plan.excluded)
         lines.append(f"left out {total} path{'s' if total != 1 else ''} (ship one with --include):")
@@ -196,8 +201,13 @@ def scan_notes(event: Event) -> list[str]:
 
 
 def is_stderr_line(event: Event) -> bool:
-    """Whether a log line belongs on stderr: the job wrote it there, or j2c-unpack wrote it."""
-    return event.stream == "stderr" or (event.text or "").startswith(UNPACK_LINE_PREFIX)
+    """Whether a log line belongs on stderr: the job wrote it there, or it is j2c's."""
+    return event.stream == "stderr" or event.is_j2c_line
+
+
+def log_text(event: Event) -> str:
+    """A log line as the diary shows it (j2c's with its phase), after its rank."""
+    return rank_prefix(event) + diary_text(event.model_dump())
 
 
 def rank_prefix(event: Event) -> str:
@@ -220,91 +230,3 @@ def status_line(job_id: str, event: Event) -> str:
     detail = f" (exit code {exit_code})" if exit_code is not None else ""
     message = f": {event.text}" if event.text else ""
     return f"j2c: job {job_id} {status}{detail}{message}"
-
-
-class TerminalRenderer:
-    """Job output to ``out``/``err`` as the job wrote it; j2c's own lines to ``err``.
-
-    On a TTY the stage board is redrawn in place until the job's output starts, then it stays
-    put and status changes follow as lines.
-    """
-
-    def __init__(
-        self, job_id: str, *, tty: bool, out: TextIO, err: TextIO, logs_to_err: bool = False
-    ) -> None:
-        self.job_id = job_id
-        self.tty = tty
-        self.out = out
-        self.err = err
-        self.logs_to_err = logs_to_err
-        self.board = StageBoard()
-        self._drawn = 0
-        self._live = tty
-        self._last_draw = 0.0
-
-    def handle(self, event: Event) -> None:
-        self.board.apply(event)
-        if event.kind == EventKind.log:
-            self._freeze()
-            stream = self.err if self.logs_to_err or is_stderr_line(event) else self.out
-            stream.write(f"{rank_prefix(event)}{event.text or ''}\n")
-            stream.flush()
-        elif event.kind == EventKind.error:
-            self._freeze()
-            self._say(f"j2c: error: {event.text}")
-        elif event.kind == EventKind.status:
-            if event.terminal:
-                self._freeze()
-                self._say(status_line(self.job_id, event))
-            elif self._live:
-                self._draw(force=True)
-            elif event.status not in PIPELINE_STATUSES:
-                self._say(status_line(self.job_id, event))
-        elif event.kind == EventKind.stage:
-            notes = [f"j2c: {line}" for line in scan_notes(event)]
-            if self._live:
-                self._draw(force=True, above=notes)
-            elif event.state not in (None, StageState.started) and event.stage is not None:
-                self._say(f"j2c: {self.board.stages[event.stage].line()}")
-                for line in notes:
-                    self._say(line)
-        elif event.kind == EventKind.progress and self._live:
-            self._draw(force=False)
-        elif event.kind == EventKind.result and event.data.get("output_uri"):
-            self._say(f"j2c: outputs: {event.data['output_uri']}")
-
-    def close(self) -> None:
-        self._freeze()
-
-    def _say(self, line: str) -> None:
-        self.err.write(line + "\n")
-        self.err.flush()
-
-    def _freeze(self) -> None:
-        if self._live:
-            self._draw(force=True)
-            self._live = False
-
-    def _draw(self, *, force: bool, above: list[str] | None = None) -> None:
-        """Redraw the board in place; ``above`` are lines that stay put above it."""
-        now = time.monotonic()
-        if not force and now - self._last_draw < REDRAW_INTERVAL_S:
-            return
-        self._last_draw = now
-        if above:
-            # Overwrite the old board with the lines, then draw the board anew below them.
-            text = f"\x1b[{self._drawn}F" if self._drawn else ""
-            self.err.write(text + "".join(f"\x1b[2K{line}\n" for line in above))
-            self._drawn = 0
-        lines = self.board.lines()
-        if self.board.status is not None:
-            lines.append(f"status    {self.board.status.value}")
-        # A wrapped line would throw off the cursor movement below: cut to the terminal's width.
-        width = shutil.get_terminal_size().columns - 3
-        lines = [line[:width] for line in lines]
-        # Move up over what was drawn last time, then rewrite each line in full.
-        text = f"\x1b[{self._drawn}F" if self._drawn else ""
-        text += "".join(f"\x1b[2K  {line}\n" for line in lines)
-        self.err.write(text)
-        self.err.flush()
-        self._drawn = len(lines)

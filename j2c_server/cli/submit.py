@@ -1,10 +1,11 @@
 """``j2c submit`` (alias ``j2c pack``): send the project to a scheduler and follow the job.
 
-Waiting is the default: stage progress, then the job's output, then the job's exit code as the
-command's. Ctrl-C (or SIGTERM/SIGHUP) detaches without cancelling: a detached watcher keeps
-following the job. Submitting the same request again attaches to the same job. ``--notify``
-hands the watcher this terminal (``/dev/tty``, opened at start): it prints one line there when
-the job ends, if the terminal is still open.
+Waiting is the default: a few lines of j2c's (the job sent, its status, how it ended; a failed
+job's reason and what to do) around the job's output, then the job's exit code as the
+command's; ``-v`` shows j2c's whole diary. Ctrl-C (or SIGTERM/SIGHUP) detaches without
+cancelling: a detached watcher keeps following the job. Submitting the same request again
+attaches to the same job. ``--notify`` hands the watcher this terminal (``/dev/tty``, opened at
+start): it prints one line there when the job ends, if the terminal is still open.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from j2c_server.cli.options import (
     submit_options,
 )
 from j2c_server.cli.output import print_json, say
-from j2c_server.cli.render import TerminalRenderer, exit_code_of
+from j2c_server.cli.render import exit_code_of
 from j2c_server.cli.session import detach_signals, follow_until, open_service
+from j2c_server.cli.terminal import TerminalRenderer
 from j2c_server.config import J2CSettings
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.end_notice import open_terminal
@@ -79,6 +81,7 @@ def _make_command(name: str, help_text: str) -> click.Command:
                     wait=not params["no_wait"],
                     as_json=params["as_json"],
                     notify_fd=notify_fd,
+                    verbose=params["verbose"],
                 )
             )
         finally:
@@ -116,11 +119,18 @@ async def _submit(
     wait: bool,
     as_json: bool,
     notify_fd: int | None = None,
+    verbose: bool = False,
 ) -> int:
     with detach_signals() as detach:
         async with open_service(settings) as service:
             return await _submit_with(
-                service, request, detach, wait=wait, as_json=as_json, notify_fd=notify_fd
+                service,
+                request,
+                detach,
+                wait=wait,
+                as_json=as_json,
+                notify_fd=notify_fd,
+                verbose=verbose,
             )
 
 
@@ -132,11 +142,13 @@ async def _submit_with(
     wait: bool,
     as_json: bool,
     notify_fd: int | None = None,
+    verbose: bool = False,
 ) -> int:
     record = await service.submit(request)
-    if record.decision is not None:
-        say(f"j2c: {record.decision.message}")
+    decision = f": {record.decision.message}" if record.decision is not None else ""
     if not wait or detach.is_set():
+        if decision:
+            say(f"j2c: job {record.id}{decision}")
         service.run_detached_watcher(record.id, notify_fd=notify_fd)
         if notify_fd is not None:
             say(f"j2c: this terminal gets a line when job {record.id} ends")
@@ -146,9 +158,14 @@ async def _submit_with(
             click.echo(record.id)
             say(f"j2c: follow it with `j2c logs -f {record.id}`")
         return 0 if not wait else DETACHED_EXIT
-    say(f"j2c: job {record.id} ({record.status.value})")
+    say(f"j2c: job {record.id} ({record.name}){decision or ' ' + record.status.value}")
     renderer = TerminalRenderer(
-        record.id, tty=sys.stderr.isatty(), out=sys.stdout, err=sys.stderr, logs_to_err=as_json
+        record.id,
+        tty=sys.stderr.isatty(),
+        out=sys.stdout,
+        err=sys.stderr,
+        logs_to_err=as_json,
+        verbose=verbose,
     )
     finished = await follow_until(service, record.id, renderer.handle, detach, notify_fd=notify_fd)
     renderer.close()

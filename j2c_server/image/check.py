@@ -5,7 +5,7 @@ resolves: for ``scheduler: container`` the engine's image ID; probed once where 
 can run the image, ``SchedulerBase.probe_inventory``) and compares the job's needs with it, in
 a worker thread (it reads metadata and parses the project's sources). It never fails a send: a
 check that cannot be made says why in the report. :class:`InventoryLearner` takes the
-``j2c: inventory:`` line a job's ``j2c-unpack`` prints and keeps it for the job's target, so
+``inventory`` line a job's ``j2c-unpack`` prints and keeps it for the job's target, so
 the next preflight knows it.
 """
 
@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -28,7 +29,6 @@ from j2c_server.image.job_needs import lab_side
 from j2c_server.image.store import InventoryStore, Stored
 from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.base import InventoryTarget as Target
-from j2c_server.unpack.inventory import PREFIX
 from j2c_server.wire.api import JobHandle
 from j2c_server.wire.image import ImageInventory, ImageReport
 
@@ -99,13 +99,14 @@ def compare_with(
     skip: list[Path],
     choice: ShipChoice | None = None,
     entry: str | None = None,
+    runner: Sequence[str] = (),
 ) -> ImageReport:
     """The report of one project against one stored inventory (synchronous: a worker thread);
     ``entry`` (the request's ``call_path``) says where the job imports from and what its code
-    reaches."""
+    reaches, ``runner`` the modules the entry point's runner imports (image/runner.py)."""
     started = time.monotonic()
     inventory = stored.inventory
-    side = lab_side(venv_path, code_path, skip, entry)
+    side = lab_side(venv_path, code_path, skip, entry, runner)
     found = compare(side.venv, side.base, side.imports, inventory, lab_glibc())
     shipping = select(
         found.missing,
@@ -147,10 +148,11 @@ async def image_report(
     code_path: Path,
     choice: ShipChoice | None = None,
     entry: str | None = None,
+    runner: Sequence[str] = (),
 ) -> ImageReport | None:
     """The job's differences with its target; None when it runs on the lab's own Python.
     ``choice``: what ships of the lab's base (image/base_layer.py); ``entry``: the request's
-    entry point."""
+    entry point; ``runner``: the modules the entry point's runner imports (image/runner.py)."""
     target = target_for(settings, scheduler, image)
     if target is None:
         return None
@@ -164,7 +166,7 @@ async def image_report(
             return _not_known(target, key)
         skip = [settings.data_path()]
         return await asyncio.to_thread(
-            compare_with, stored, target, venv_path, code_path, skip, choice, entry
+            compare_with, stored, target, venv_path, code_path, skip, choice, entry, runner
         )
     except (J2CError, OSError, ValueError) as exc:
         # The check informs a send; it never stops one.
@@ -173,9 +175,10 @@ async def image_report(
 
 
 class InventoryLearner:
-    """Keeps the first ``j2c: inventory:`` line of one job for the job's target key. The job
-    is one this user's server follows (its own registry), so its word is trusted; the line must
-    still be a valid inventory."""
+    """Keeps the first ``inventory`` line of j2c-unpack in one job for the job's target key.
+    The line is j2c's (tagged: the watch stage classified it, a job's own print cannot pass
+    for it) in a job this user's server follows (its own registry), so its word is trusted;
+    it must still be a valid inventory."""
 
     def __init__(
         self, settings: J2CSettings, scheduler: str, image: str | None, handle: JobHandle
@@ -185,27 +188,24 @@ class InventoryLearner:
         self.handle = handle
         self.learned = False
 
-    @staticmethod
-    def wants(text: str) -> bool:
-        return text.startswith(PREFIX)
-
     async def __call__(self, text: str) -> str:
-        """Keep the line's inventory; returns the short line the job's log shows instead."""
+        """Keep the line's inventory (``text``: its JSON); returns the short message the job's
+        log shows instead."""
         if self.learned or self.target is None or len(text) > MAX_LINE:
-            return f"{PREFIX}(not kept: {'one per job' if self.learned else 'no target'})"
+            return f"(not kept: {'one per job' if self.learned else 'no target'})"
         self.learned = True  # one per job: a job's later lines are its own output
         try:
-            data = json.loads(text[len(PREFIX) :])
+            data = json.loads(text)
             inventory = ImageInventory.model_validate(data)
             backend = scheduler_class(self.target.scheduler)
             key = await backend.job_inventory_key(self.settings, self.target, self.handle)
             if key is None:
-                return f"{PREFIX}(not kept: the job is gone)"
+                return "(not kept: the job is gone)"
             store = InventoryStore(self.settings.data_path())
             await asyncio.to_thread(store.put, key, inventory, "job")
         except (ValueError, ValidationError, J2CError, OSError) as exc:
             _log.warning("j2c: a job's inventory line was not kept: %s", exc)
-            return f"{PREFIX}(not kept: {str(exc)[:200]})"
+            return f"(not kept: {str(exc)[:200]})"
         python = inventory.python.version
         dists = count(len(inventory.distributions), "distribution")
-        return f"{PREFIX}Python {python}, {dists}: kept for {self.target.label}"
+        return f"Python {python}, {dists}: kept for {self.target.label}"

@@ -13,6 +13,7 @@ compares the list with the interpreter it runs on (unpack/needs.py), standard li
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from j2c_server.pack.venv import normalize_dist_name, open_venv
 from j2c_server.unpack.inventory import site_dirs
 from j2c_server.wire.manifest import JobNeeds, NeededDist, NeededRequirement, NeededWheel
 
+RUNNER = "the notebook runner"  # who imports the runner's modules (image/runner.py)
+
 
 @dataclass(frozen=True)
 class LabSide:
@@ -44,10 +47,16 @@ class LabSide:
 
 
 def lab_side(
-    venv_path: Path | None, code_path: Path, skip: list[Path], entry: str | None = None
+    venv_path: Path | None,
+    code_path: Path,
+    skip: list[Path],
+    entry: str | None = None,
+    runner: Sequence[str] = (),
 ) -> LabSide:
     """The lab's half of the comparison (synchronous: metadata and sources are read);
-    ``entry`` is the request's entry point (``call_path``), whose folder the job imports from."""
+    ``entry`` is the request's entry point (``call_path``), whose folder the job imports from;
+    ``runner``: the modules the entry point's runner imports (a notebook's, image/runner.py),
+    needed as the project's own imports are."""
     venv = open_venv(venv_path) if venv_path is not None else None
     if venv is None:
         venv_dists, base_folders, python = {}, [Path(p) for p in site_dirs()], None
@@ -64,6 +73,8 @@ def lab_side(
     imports = project_imports(
         code_path, [*skip, *([venv.root] if venv else [])], roots=roots, entry=entry_file
     )
+    for module in runner:
+        imports.by_module.setdefault(module, []).insert(0, RUNNER)
     has_venv = venv is not None and venv.info.include_system_site_packages
     venv_folders = [site] if site is not None else []
     return LabSide(venv_dists, base, base_folders, venv_folders, imports, python, has_venv)
@@ -110,7 +121,11 @@ def job_needs(side: LabSide) -> JobNeeds | None:
 
 
 def needs_of(
-    venv_path: Path | None, code_path: Path, skip: list[Path], entry: str | None = None
+    venv_path: Path | None,
+    code_path: Path,
+    skip: list[Path],
+    entry: str | None = None,
+    runner: Sequence[str] = (),
 ) -> JobNeeds | None:
     """:func:`job_needs` of the lab as it is now."""
-    return job_needs(lab_side(venv_path, code_path, skip, entry))
+    return job_needs(lab_side(venv_path, code_path, skip, entry, runner))

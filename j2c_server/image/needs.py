@@ -5,7 +5,9 @@
   import names each provides;
 - the top-level imports of the project's ``.py`` files and notebook code cells (``ast``), minus
   the standard library and the project's own modules. An import inside ``try`` that handles
-  ``ImportError`` is optional and not counted, nor one under ``if TYPE_CHECKING``.
+  ``ImportError`` is optional and not counted, nor one under ``if TYPE_CHECKING``; of them, those
+  that surely run when the entry point runs (``reachable``: module by module from the entry,
+  imports inside functions of imported modules left out).
 
 Everything read is memoised by path and mtime in this process, so the server's second preflight
 of a project re-reads only what changed.
@@ -64,7 +66,7 @@ class LabDist:
 
 
 _dist_memo: dict[tuple[str, int], LabDist | None] = {}
-_imports_memo: dict[tuple[str, int, int], frozenset[str]] = {}
+_imports_memo: dict[tuple[str, int, int], tuple[Imported, ...]] = {}
 
 
 def _wheel_tags(folder: Path) -> tuple[str, ...]:
@@ -165,24 +167,45 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Imported:
+    """One imported module: ``a.b`` (``level`` 0) or relative (``from ..a import b``: level 2,
+    module ``a``), the names a ``from`` import takes (a submodule may be among them), and
+    whether it runs when its file is imported (``eager``: not inside a function body)."""
+
+    module: str
+    level: int = 0
+    names: tuple[str, ...] = ()
+    eager: bool = True
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def imports_of(tree: ast.AST) -> list[Imported]:
+    """Every import of a module, but not optional or type-checking ones."""
+    found: list[Imported] = []
+    todo: list[tuple[ast.AST, bool]] = [(tree, True)]
+    while todo:
+        node, eager = todo.pop()
+        if isinstance(node, ast.Import):
+            found.extend(Imported(alias.name, eager=eager) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names = tuple(alias.name for alias in node.names)
+            found.append(Imported(node.module or "", node.level, names, eager))
+        elif isinstance(node, ast.Try) and _optional(node):
+            todo.extend((n, eager) for n in [*node.handlers, *node.orelse, *node.finalbody])
+        elif isinstance(node, ast.If) and _type_checking(node):
+            todo.extend((n, eager) for n in node.orelse)
+        else:
+            inner = eager and not isinstance(node, _FUNCTIONS)
+            todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return found
+
+
 def imported_names(tree: ast.AST) -> set[str]:
     """The first part of every absolute import, but not optional or type-checking ones."""
-    names: set[str] = set()
-    todo: list[ast.AST] = [tree]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Try) and _optional(node):
-            todo.extend([*node.handlers, *node.orelse, *node.finalbody])
-        elif isinstance(node, ast.If) and _type_checking(node):
-            todo.extend(node.orelse)
-        else:
-            todo.extend(ast.iter_child_nodes(node))
-    return names
+    return {i.module.split(".")[0] for i in imports_of(tree) if i.level == 0 and i.module}
 
 
 def _notebook_source(text: str) -> list[str]:
@@ -199,11 +222,11 @@ def _notebook_source(text: str) -> list[str]:
     return sources
 
 
-def _file_imports(path: Path, st: os.stat_result) -> frozenset[str]:
+def _file_imports(path: Path, st: os.stat_result) -> tuple[Imported, ...]:
     memo = (str(path), st.st_mtime_ns, st.st_size)
     if memo in _imports_memo:
         return _imports_memo[memo]
-    names: set[str] = set()
+    found: list[Imported] = []
     try:
         text = path.read_text(errors="replace")
         sources = _notebook_source(text) if path.suffix == ".ipynb" else [text]
@@ -211,10 +234,10 @@ def _file_imports(path: Path, st: os.stat_result) -> frozenset[str]:
         sources = []
     for source in sources:
         try:
-            names |= imported_names(ast.parse(source))
+            found.extend(imports_of(ast.parse(source)))
         except (SyntaxError, ValueError):
             continue  # not this check's business: the job says so when it runs
-    _imports_memo[memo] = frozenset(names)
+    _imports_memo[memo] = tuple(dict.fromkeys(found))
     return _imports_memo[memo]
 
 
@@ -222,8 +245,9 @@ def _file_imports(path: Path, st: os.stat_result) -> frozenset[str]:
 class ProjectImports:
     by_module: dict[str, list[str]] = field(default_factory=dict)  # module → files importing it
     local: set[str] = field(default_factory=set)  # the project's own module names
-    # Of by_module, what the entry point's own code reaches (its file and the project's modules
-    # it imports, transitively); None without a Python entry file.
+    # Of by_module, what surely runs when the entry point runs: the entry file's imports and
+    # those the project's modules it imports make when imported, transitively (not those inside
+    # their functions); None without a Python entry file.
     reachable: dict[str, list[str]] | None = None
 
 
@@ -300,7 +324,7 @@ def project_imports(
             local_paths.setdefault(name, path)
     found.local = set(local_paths)
     skipped = {os.path.realpath(p) for p in skip}
-    per_file: dict[str, frozenset[str]] = {}
+    per_file: dict[str, tuple[Imported, ...]] = {}
     seen = walked = 0
     for folder, dirs, files in os.walk(code_root):
         walked += len(dirs) + len(files)
@@ -329,8 +353,11 @@ def project_imports(
                 continue
             rel = path.relative_to(code_root).as_posix()
             per_file[rel] = _file_imports(path, st)
-            for module in per_file[rel]:
-                found.by_module.setdefault(module, []).append(rel)
+            for item in per_file[rel]:
+                if item.level == 0 and item.module:
+                    module = item.module.split(".")[0]
+                    if rel not in found.by_module.get(module, []):
+                        found.by_module.setdefault(module, []).append(rel)
     not_external = {*found.local, *sys.stdlib_module_names, "__future__"}
     for module in not_external:
         found.by_module.pop(module, None)
@@ -342,34 +369,68 @@ def project_imports(
 def _reachable(
     code_root: Path,
     entry: Path,
-    per_file: dict[str, frozenset[str]],
+    per_file: dict[str, tuple[Imported, ...]],
     local_paths: dict[str, Path],
     not_external: set[str],
 ) -> dict[str, list[str]]:
-    """The external imports of the entry file and of the project modules it imports,
-    transitively (a local package counts with all its files: which of them run is not known
-    here)."""
+    """The external imports that run when the entry runs: the entry file's (all of them: its
+    functions are what runs), and, of the project's modules it imports, transitively, those
+    made when the module is imported (an import inside a function runs only if it is called:
+    ``from_pretrained`` importing ``transformers`` must not count). A module reaches the
+    ``__init__.py`` of its packages and the submodules it names, not its package's other files."""
 
-    def files_of(path: Path) -> list[str]:
-        if path.is_file():
-            return [path.relative_to(code_root).as_posix()]
-        prefix = path.relative_to(code_root).as_posix() + "/"
-        return [rel for rel in per_file if rel.startswith(prefix)]
+    def rel(path: Path) -> str | None:
+        try:
+            return path.relative_to(code_root).as_posix()
+        except ValueError:
+            return None
 
-    try:
-        start = entry.relative_to(code_root).as_posix()
-    except ValueError:
+    def walk(start: Path, parts: list[str], names: tuple[str, ...]) -> list[Path]:
+        """The files importing ``parts`` from ``start`` (a module or package) runs."""
+        files: list[Path] = []
+        path = start
+        for part in ["", *parts]:
+            if part:
+                if (path / part).is_dir():
+                    path = path / part
+                elif (path / f"{part}.py").is_file():
+                    path = path / f"{part}.py"
+                else:
+                    return files
+            if path.is_file():
+                return [*files, path]
+            files.append(path / "__init__.py")
+        for name in names:  # ``from pkg import sub``: sub may be a module of pkg
+            if (path / name).is_dir() or (path / f"{name}.py").is_file():
+                files.extend(walk(path, [name], ()))
+        return files
+
+    start = rel(entry)
+    if start is None:
         return {}
     todo, done = [start], set()
     external: dict[str, list[str]] = {}
     while todo:
-        rel = todo.pop()
-        if rel in done or rel not in per_file:
+        here = todo.pop()
+        if here in done or here not in per_file:
             continue
-        done.add(rel)
-        for module in sorted(per_file[rel]):
-            if module in local_paths:
-                todo.extend(files_of(local_paths[module]))
-            elif module not in not_external:
-                external.setdefault(module, []).append(rel)
+        done.add(here)
+        for item in per_file[here]:
+            if not item.eager and here != start:
+                continue
+            parts = [part for part in item.module.split(".") if part]
+            if item.level > 0:  # relative: from the file's own package
+                folder = (code_root / here).parent
+                for _ in range(item.level - 1):
+                    folder = folder.parent
+                files = walk(folder, parts, item.names)
+            elif parts and parts[0] in local_paths:
+                files = walk(local_paths[parts[0]], parts[1:], item.names)
+            else:
+                if parts and parts[0] not in not_external:
+                    external.setdefault(parts[0], [])
+                    if here not in external[parts[0]]:
+                        external[parts[0]].append(here)
+                continue
+            todo.extend(r for r in map(rel, files) if r is not None)
     return external

@@ -155,15 +155,17 @@ async def collect_outputs(
     *,
     uploaded: bool,
     last_lines: list[str],
-    index_line: str | None = None,
+    digest_lines: list[str] | None = None,
     rank_lines: dict[int, str | None] | None = None,
 ) -> JobResults:
     """``results`` (the scheduler's) with the outputs the store's index lists. ``uploaded``:
     whether the job was told to upload its outputs (not with presigned URLs); ``last_lines``:
-    the job's last log lines, where ``j2c-unpack`` says why an upload failed; ``index_line``:
-    the job's last log line with the index's sha256 (anywhere in its log); ``rank_lines``: of a
-    multi-node job, each rank k > 0's last line with its own index's sha256."""
-    digest = logged_digest([*([index_line] if index_line else []), *last_lines])
+    the job's last log lines, where ``j2c-unpack`` says why an upload failed; ``digest_lines``:
+    where the index's sha256 is read: the pipeline's is j2c's last line with it (anywhere in
+    the log, never a line of the job's own output); None: ``last_lines`` (a caller with only
+    the log's text); ``rank_lines``: of a multi-node job, each rank k > 0's last line with its
+    own index's sha256."""
+    digest = logged_digest(last_lines if digest_lines is None else digest_lines)
     index, problem = await read_index(store, record.id, digest) if uploaded else (None, None)
     artifacts = list(results.artifacts)
     output_uri = results.output_uri
@@ -192,7 +194,7 @@ async def collect_outputs(
     ranks_note = None
     if uploaded and rank_lines:
         ranks_note = await _merge_ranks(
-            store, record.id, index, rank_lines, last_lines, artifacts, failed, left_out
+            store, record.id, index, rank_lines, artifacts, failed, left_out
         )
     notes = [
         _note(artifacts, failed, index, problem, uploaded=uploaded, last_lines=last_lines),
@@ -218,7 +220,6 @@ async def _merge_ranks(
     job_id: str,
     index: OutputsIndex | None,
     rank_lines: dict[int, str | None],
-    last_lines: list[str],
     artifacts: list[Artifact],
     failed: list[OutputFailure],
     left_out: list[OutputFailure],
@@ -231,7 +232,7 @@ async def _merge_ranks(
     rank0 = {item.name: item.sha256 for item in index.files}
     said = [f"rank 0: {len(rank0)} files"]
     for rank, line in sorted(rank_lines.items()):
-        digest = logged_digest([*([line] if line else []), *last_lines], rank)
+        digest = logged_digest([line] if line else [], rank)
         found, problem = await read_index(store, job_id, digest, rank)
         folder = rank_folder(rank)
         if found is None:

@@ -22,7 +22,7 @@ to the tracking server's REST API itself (httpx; the server has no ``mlflow`` de
   status, latest metrics and artifact URI go into the results.
 
 A tracking server that is down or refuses never stops a job: it runs without the variables, and
-a warning line (``j2c: warning: MLflow ...``) says why in its log.
+a warning line of j2c's (phase ``tracking``: ``MLflow: ...``) says why in its log.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 
 from j2c_server.config import J2CSettings, MlflowSettings
+from j2c_server.core.job_env import split_env
 from j2c_server.core.process_output import output_within
 from j2c_server.jobs.journal import Journal
 from j2c_server.registry.job_registry import Registry
@@ -48,6 +49,8 @@ from j2c_server.wire.api import (
     JobRecord,
     JobResults,
     JobStatus,
+    LineLevel,
+    LineOrigin,
     TrackingRun,
 )
 from j2c_server.wire.manifest import LayerRole, Manifest
@@ -231,13 +234,18 @@ async def _tags(record: JobRecord, manifest: Manifest, spec: JobSpec) -> dict[st
     return tags
 
 
+TRACKING_PHASE = "tracking"  # the phase of j2c's lines about the job's MLflow run
+
+
 async def _warn(journal: Journal, text: str, seconds: float) -> None:
     await journal.write(
         [
             {
                 "kind": EventKind.log,
-                "stream": "stderr",
-                "text": f"j2c: warning: MLflow: {text}; the job runs without tracking",
+                "origin": LineOrigin.j2c,
+                "level": LineLevel.warning,
+                "phase": TRACKING_PHASE,
+                "text": f"MLflow: {text}; the job runs without tracking",
                 "data": {"warning": "tracking", "seconds": round(seconds, 3)},
             }
         ]
@@ -295,8 +303,10 @@ async def start_run(
             [
                 {
                     "kind": EventKind.log,
-                    "stream": "stderr",
-                    "text": f"j2c: MLflow run {tracking.run_id}: {tracking.url}",
+                    "origin": LineOrigin.j2c,
+                    "level": LineLevel.info,
+                    "phase": TRACKING_PHASE,
+                    "text": f"MLflow run {tracking.run_id}: {tracking.url}",
                     "data": {
                         "tracking": tracking.model_dump(mode="json"),
                         "seconds": round(time.monotonic() - started, 3),
@@ -306,14 +316,15 @@ async def start_run(
             change=apply,
         )
     passed = {name: os.environ[name] for name in settings.mlflow.pass_env if os.environ.get(name)}
+    plain, secret = split_env(passed)  # a value that looks like a credential: by reference
     env = {
         **spec.env,
-        **passed,
+        **plain,
         "MLFLOW_TRACKING_URI": _public_uri(uri),
         "MLFLOW_EXPERIMENT_ID": tracking.experiment_id,
         "MLFLOW_RUN_ID": tracking.run_id,
     }
-    return spec.model_copy(update={"env": env})
+    return spec.model_copy(update={"env": env, "secret_env": {**spec.secret_env, **secret}})
 
 
 async def tag_attempt(settings: J2CSettings, record: JobRecord, attempt: AttemptRecord) -> None:

@@ -37,6 +37,7 @@ from j2c_server.image.text import report_lines
 from j2c_server.jobs.send.proposal import choose_venv, project_root
 from j2c_server.magic.runtime import (
     BackgroundService,
+    CellView,
     Job,
     announce_end,
     background_service,
@@ -209,23 +210,23 @@ def _submit(argv: list[str], shell: Any, cell: str | None) -> Job | dict[str, An
     request = build_request(defaults, config.job, flags)
     note = default_venv_note(defaults, config.job, flags)
     if note:
-        print(f"j2c: {note}", file=sys.stderr)
+        print(f"j2c: {note}")  # j2c's own lines never go to stderr for a job that is fine
     runner = background_service(config.settings)
     if params["dry_run"]:
         for line in report_lines(runner.call(runner.service.image_report(request))):
-            print(f"j2c: {line}", file=sys.stderr)
+            print(f"j2c: {line}")
         spec: dict[str, Any] = runner.call(runner.service.dry_run(request))
         return spec
     record = runner.call(runner.service.submit(request))
-    if record.decision is not None:  # beside j2c's other lines, apart from the job's output
-        print(f"j2c: {record.decision.message}", file=sys.stderr)
+    if record.decision is not None:
+        print(f"j2c: job {record.id} ({record.name}): {record.decision.message}")
     runner.jobs.add(record.id)
     job = Job(runner, record.id)
     if params["no_wait"]:
         print(f"j2c: job {record.id} submitted; follow it with `%j2c logs -f {record.id}`")
         announce_end(runner, record)
         return job
-    watch(runner, record.id)
+    watch(runner, record.id, verbose=params["verbose"], name=record.name)
     return job
 
 
@@ -246,14 +247,19 @@ def _logs(args: list[str]) -> None:
     if ctx is None:
         return
     runner, ref, after = _service_for(ctx), ctx.params["job"], ctx.params["after"]
+    verbose = ctx.params["verbose"]
     if ctx.params["follow"]:
-        watch(runner, runner.call(resolve_job(runner.service, ref)).id, after=after)
+        record = runner.call(resolve_job(runner.service, ref))
+        watch(runner, record.id, after=after, verbose=verbose, name=record.name)
         return
     record, events = runner.call(commands.logs(runner.service, ref, after=after))
-    printer = LogPrinter(
-        record.id, as_json=ctx.params["as_json"], streams=Streams.std(), after=after
-    )
-    printer.handle_all(events)
+    if ctx.params["as_json"]:
+        LogPrinter(record.id, as_json=True, streams=Streams.std(), after=after).handle_all(events)
+        return
+    view = CellView(record.id, record.name, verbose=verbose)  # as a followed job shows
+    for event in events:
+        view.handle(event)
+    view.update(force=True)
 
 
 def _cancel(args: list[str]) -> None:

@@ -21,12 +21,22 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from j2c_server.cli.commands import detached_message
-from j2c_server.cli.render import StageBoard, exit_code_of, is_stderr_line, rank_prefix, scan_notes
+from j2c_server.cli.render import StageBoard, exit_code_of, log_text, scan_notes
 from j2c_server.cli.session import log
+from j2c_server.cli.summary import end_lines, progress_text, sent_line, shown_by_default
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import J2CError
 from j2c_server.jobs.end_notice import end_line
-from j2c_server.wire.api import Event, EventKind, JobRecord, JobResults, JobStatus
+from j2c_server.wire.api import (
+    Event,
+    EventKind,
+    JobRecord,
+    JobResults,
+    JobStatus,
+    LineLevel,
+    Stage,
+    StageState,
+)
 
 if TYPE_CHECKING:
     from j2c_server.jobs.service import JobService
@@ -119,14 +129,19 @@ class Job:
     def status(self) -> JobStatus:
         return self.record().status
 
-    def logs(self, after: int = 0) -> str:
-        """Everything the job printed so far (stdout and stderr, in order)."""
+    def logs(self, after: int = 0, *, verbose: bool = False) -> str:
+        """Everything the job printed so far (stdout and stderr, in order); ``verbose``: with
+        j2c's diary of it (``j2c: <phase>: ...`` lines)."""
         events = self._runner.call(self._runner.service.events(self.id, after))
-        return "\n".join(e.text or "" for e in events if e.kind == EventKind.log)
+        return "\n".join(
+            log_text(e)
+            for e in events
+            if e.kind == EventKind.log and (verbose or not e.is_j2c_line)
+        )
 
-    def wait(self, *, quiet: bool = False) -> JobRecord:
+    def wait(self, *, quiet: bool = False, verbose: bool = False) -> JobRecord:
         """Follow the job in this cell's output until it ends; an interrupt detaches."""
-        watch(self._runner, self.id, quiet=quiet)
+        watch(self._runner, self.id, quiet=quiet, verbose=verbose)
         return self.record()
 
     def cancel(self) -> JobRecord:
@@ -150,27 +165,72 @@ class Job:
 
 
 class CellView:
-    """The stage board in one display handle updated in place; the job's output as prints."""
+    """A job in a cell's output: one display updated in place at the top (the job's progress;
+    once it ended, how: a failed job's reason, what to do and its line first), then the job's
+    lines as prints, its output on stdout (its stderr's on stderr where the engine tells them
+    apart). j2c's own: its warnings and hints on stdout, its errors on stderr, the rest of its
+    diary only with ``verbose`` (on stdout, with the stage board in the display). Nothing of
+    j2c's goes to stderr for a job that is fine."""
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, name: str | None = None, *, verbose: bool = False) -> None:
         self.job_id = job_id
+        self.name = name
+        self.verbose = verbose
         self.board = StageBoard()
+        self.phase: str | None = None  # j2c's latest phase in the job (downloading, ...)
+        self.sent: str | None = None
+        self.ending: list[str] = []
+        self.output_uri: str | None = None
         self._handle: Any = None
         self._last_update = 0.0
 
     def handle(self, event: Event) -> None:
         self.board.apply(event)
         if event.kind == EventKind.log:
-            stream = sys.stderr if is_stderr_line(event) else sys.stdout
-            print(f"{rank_prefix(event)}{event.text or ''}", file=stream, flush=True)
+            self._line(event)
         elif event.kind == EventKind.error:
             print(f"j2c: error: {event.text}", file=sys.stderr, flush=True)
-        elif event.kind in (EventKind.stage, EventKind.status):
+        elif event.kind == EventKind.stage:
             for line in scan_notes(event):
-                print(f"j2c: {line}", file=sys.stderr, flush=True)
+                print(f"j2c: {line}", flush=True)
+            if event.stage == Stage.submit and event.state in (
+                StageState.finished,
+                StageState.reused,
+            ):
+                self.sent = sent_line(self.job_id, self.board)
+            self.update(force=True)
+        elif event.kind == EventKind.status:
+            if event.terminal:
+                self.ending = end_lines(self.job_id, event, output_uri=self.output_uri)
             self.update(force=True)
         elif event.kind == EventKind.progress:
             self.update(force=False)
+        elif event.kind == EventKind.result and event.data.get("output_uri"):
+            self.output_uri = str(event.data["output_uri"])
+
+    def _line(self, event: Event) -> None:
+        if not event.is_j2c_line:
+            stream = sys.stderr if event.stream == "stderr" else sys.stdout
+            print(log_text(event), file=stream, flush=True)
+        elif event.level == LineLevel.error:
+            print(log_text(event), file=sys.stderr, flush=True)
+        elif self.verbose or shown_by_default(event):
+            print(log_text(event), flush=True)
+        else:
+            self.phase = event.phase
+            self.update(force=False)
+
+    def lines(self) -> list[str]:
+        """What the display shows now."""
+        name = f" ({self.name})" if self.name else ""
+        board = self.board.lines() if self.verbose else []
+        sent = [self.sent] if self.sent else []
+        if self.ending:
+            if self.board.status == JobStatus.failed:
+                return [*self.ending, *sent, *board]  # why it failed, first
+            return [*sent, *self.ending, *board]
+        now = f"j2c: job {self.job_id}{name} {progress_text(self.board, self.phase)}"
+        return [*sent, now, *board]
 
     def update(self, *, force: bool) -> None:
         now = time.monotonic()
@@ -179,12 +239,7 @@ class CellView:
         self._last_update = now
         from IPython.display import display
 
-        status = self.board.status.value if self.board.status else "pending"
-        if self.board.attempt:
-            status = f"{status}, {self.board.attempt}"
-        message = f" ({self.board.message})" if self.board.message else ""
-        text = "\n".join([f"j2c job {self.job_id}: {status}{message}", *self.board.lines()])
-        data = {"text/plain": text}
+        data = {"text/plain": "\n".join(self.lines())}
         if self._handle is None:
             self._handle = display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]
         else:
@@ -218,7 +273,15 @@ def announce_end(runner: BackgroundService, record: JobRecord) -> None:
     runner.spawn(tell())
 
 
-def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool = False) -> bool:
+def watch(
+    runner: BackgroundService,
+    job_id: str,
+    *,
+    after: int = 0,
+    quiet: bool = False,
+    verbose: bool = False,
+    name: str | None = None,
+) -> bool:
     """Render the job's events until it ends (True) or the user interrupts (False)."""
     events: queue.Queue[Event | None] = queue.Queue()
 
@@ -231,7 +294,7 @@ def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool
 
     runner.jobs.add(job_id)
     pumping = runner.spawn(pump())
-    view = CellView(job_id)
+    view = CellView(job_id, name, verbose=verbose)
     try:
         while True:
             try:
@@ -250,7 +313,7 @@ def watch(runner: BackgroundService, job_id: str, *, after: int = 0, quiet: bool
         message = detached_message(
             job_id, max(after, view.board.last_seq), prog="%j2c", handle="job.wait()"
         )
-        print(message, file=sys.stderr)
+        print(message)  # the job is fine: it goes on
         return False
     finally:
         view.update(force=True)

@@ -1,17 +1,27 @@
 """What the packer needs to know about a virtual environment and its base interpreter.
 
 Reads ``pyvenv.cfg``, lists installed distributions (from ``*.dist-info`` / ``*.egg-info``
-folder names, without reading metadata), asks the base interpreter named by ``home`` for its
-``sys.path`` (one short subprocess), and finds editable installs and ``.pth`` path entries.
+folder names, without reading metadata), and finds editable installs and ``.pth`` path entries.
+
+All of it is read as data: a project's venv is the project's to write (a cloned or shared
+project brings its own), and ``POST /preflight`` is a read. So the interpreter its ``pyvenv.cfg``
+names (``executable``, ``home``) is run only when it is the lab's own Python, the very file
+this process runs on or was made from (:func:`_lab_python`), named in its own folder (a link to it
+elsewhere makes another prefix, whose ``pyvenv.cfg`` and ``.pth`` files would run too); one short
+subprocess asks it for its version and ``sys.path``. Any other base is described from the files
+at ``home``: its version from the ``pythonX.Y`` there, its packages from the folders such an
+installation keeps them in (:func:`_described`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -85,9 +95,71 @@ def open_venv(venv_path: Path) -> Venv:
         == "true",
         prompt=config.get("prompt") or None,
     )
+    return Venv(
+        root=root,
+        info=info,
+        site_packages=site_packages,
+        base=base_interpreter(config, version),
+        config=config,
+    )
+
+
+def base_interpreter(config: dict[str, str], version: str) -> BaseInterpreter | None:
+    """The venv's base Python as its ``pyvenv.cfg`` names it: asked, when it is the lab's own;
+    else described from its files, never run. None when it is not there at all."""
     executable = _base_executable(config, version)
-    base = probe_interpreter(executable) if executable else None
-    return Venv(root=root, info=info, site_packages=site_packages, base=base, config=config)
+    if executable is None:
+        return None
+    real = os.path.realpath(executable)
+    # A link elsewhere to the lab's binary is another prefix (a venv of its own): described.
+    if os.path.realpath(os.path.dirname(executable)) == os.path.dirname(real) and _lab_python(real):
+        return probe_interpreter(real)
+    return _described(config, executable, version)
+
+
+def _lab_python(path: str) -> bool:
+    """``path`` is the very file this process runs on (or its venv was made from)."""
+    ours = {sys.executable, getattr(sys, "_base_executable", sys.executable)}
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    for candidate in ours:
+        with contextlib.suppress(OSError):
+            known = os.stat(os.path.realpath(candidate))
+            if (known.st_dev, known.st_ino) == (found.st_dev, found.st_ino):
+                return True
+    return False
+
+
+def _described(config: dict[str, str], executable: str, version: str) -> BaseInterpreter:
+    """A base Python known from its files alone: its ``major.minor`` from the ``pythonX.Y`` at
+    ``home`` (the venv's own when that one is there), its ``sys.path`` folders where an
+    installation keeps its packages (``lib/pythonX.Y/site-packages``, Debian's
+    ``dist-packages``), as far as they exist."""
+    home = Path(config.get("home") or os.path.dirname(executable))
+    found = []
+    with contextlib.suppress(OSError):
+        found = sorted(
+            f"{m[1]}.{m[2]}"
+            for name in os.listdir(home)
+            if (m := re.fullmatch(r"python(\d+)\.(\d+)", name))
+        )
+    base_version = version if version in found or not found else found[0]
+    prefix = home.parent
+    lib = f"python{base_version}"
+    candidates = [
+        prefix / "lib" / lib,
+        prefix / "lib" / lib / "lib-dynload",
+        prefix / "local" / "lib" / lib / "dist-packages",
+        prefix / "lib" / lib / "site-packages",
+        prefix / "lib" / lib / "dist-packages",
+        prefix / "lib" / "python3" / "dist-packages",
+    ]
+    if prefix == Path("/usr"):
+        candidates.insert(2, Path("/usr/local/lib") / lib / "dist-packages")
+    paths = tuple(dict.fromkeys(str(p) for p in candidates if p.is_dir()))
+    return BaseInterpreter(executable, base_version, paths)
 
 
 def _site_packages(root: Path) -> Path | None:
@@ -125,11 +197,16 @@ def _probe_cached(executable: str, mtime_ns: int) -> BaseInterpreter | None:
         data = json.loads(proc.stdout)
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
-    return BaseInterpreter(executable, str(data["version"]), tuple(data["paths"]))
+    version = data.get("version") if isinstance(data, dict) else None
+    paths = data.get("paths") if isinstance(data, dict) else None
+    if not isinstance(version, str) or not isinstance(paths, list):
+        return None  # not the probe's answer: not a Python that can run here
+    return BaseInterpreter(executable, version, tuple(str(p) for p in paths))
 
 
 def probe_interpreter(executable: str) -> BaseInterpreter | None:
-    """The base interpreter's version and ``sys.path``, or None when it cannot run here."""
+    """The version and ``sys.path`` of ``executable`` (the lab's own Python: never one a
+    project names, see :func:`base_interpreter`), or None when it cannot run here."""
     try:
         mtime_ns = os.stat(executable).st_mtime_ns
     except OSError:

@@ -50,6 +50,7 @@ from j2c_server.core.file_modes import FILE_MODE, private_dir
 from j2c_server.registry.db import connect, write
 from j2c_server.registry.event_rows import split_row
 from j2c_server.wire.api import TERMINAL_STATUSES, Event
+from j2c_server.wire.event_frames import diary_text
 
 if TYPE_CHECKING:
     from j2c_server.registry.event_log import EventLog
@@ -184,14 +185,15 @@ def read_events(
 
 
 def last_log_lines(data_dir: Path, job_id: str, count: int, archived_seq: int) -> list[str]:
-    """The last ``count`` log lines of the archive, oldest first (one pass, bounded memory)."""
+    """The last ``count`` log lines of the archive as the diary shows them, oldest first (one
+    pass, bounded memory)."""
     kept: collections.deque[str] = collections.deque(maxlen=max(count, 0))
     if count <= 0 or archived_seq <= 0:
         return []
     for line in _lines(archive_path(data_dir, job_id), 0):
         event = json.loads(line)
         if event.get("kind") == "log":
-            kept.append(str(event.get("text")))
+            kept.append(diary_text(event))
     return list(kept)
 
 

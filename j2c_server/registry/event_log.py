@@ -24,8 +24,8 @@ from j2c_server.registry.db import write
 from j2c_server.registry.event_rows import EventDraft, insert_events, make_events, split_row
 from j2c_server.registry.jobs_table import record_from_row
 from j2c_server.registry.leases import LeaseLost
-from j2c_server.wire.api import Event, JobRecord, JobStatus
-from j2c_server.wire.event_frames import WireEvent, json_string
+from j2c_server.wire.api import Event, JobRecord, JobStatus, LineOrigin
+from j2c_server.wire.event_frames import WireEvent, diary_text, json_string
 
 RecordChange = Callable[[JobRecord], None]
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # as LIKE compares
@@ -60,13 +60,19 @@ def _check_append(job_id: str, job: JobRow | None, owner: str | None) -> int:
     return int(last_seq)
 
 
-def _log_texts_backwards(rows: Iterable[tuple[int, int, str]]) -> Iterator[str]:
-    """The texts of the log events of ``rows`` (newest first), newest first."""
+def _log_texts_backwards(
+    rows: Iterable[tuple[int, int, str]], *, j2c_only: bool = False
+) -> Iterator[str]:
+    """The log lines of ``rows`` (newest first) as the diary shows them, newest first;
+    ``j2c_only``: j2c's lines only (never the job's output, whatever it printed)."""
     for seq, span, event in rows:
         for _, text in reversed(split_row(seq, span, event)):
             parsed = json.loads(text)
-            if parsed.get("kind") == "log":
-                yield str(parsed.get("text", ""))
+            if parsed.get("kind") != "log":
+                continue
+            if j2c_only and parsed.get("origin") != LineOrigin.j2c.value:
+                continue
+            yield diary_text(parsed)
 
 
 class EventLog:
@@ -227,7 +233,7 @@ class EventLog:
         return {str(row[0]): int(row[1]) for row in rows}
 
     async def last_log_lines(self, job_id: str, count: int) -> list[str]:
-        """The job's last ``count`` log lines, oldest first."""
+        """The job's last ``count`` log lines as the diary shows them, oldest first."""
         return await self._db.call(self._last_log_lines, job_id, count)
 
     def _last_log_lines(self, job_id: str, count: int) -> list[str]:
@@ -252,11 +258,14 @@ class EventLog:
             conn.execute("COMMIT")
         return head + rows[::-1]
 
-    async def last_log_line_with(self, job_id: str, text: str) -> str | None:
-        """The job's last log line that contains ``text`` (whole log, not yet compacted)."""
-        return await self._db.call(self._last_log_line_with, job_id, text)
+    async def last_log_line_with(
+        self, job_id: str, text: str, *, j2c_only: bool = False
+    ) -> str | None:
+        """The job's last log line that contains ``text`` (whole log, not yet compacted), as
+        the diary shows it; ``j2c_only``: among j2c's lines only."""
+        return await self._db.call(self._last_log_line_with, job_id, text, j2c_only)
 
-    def _last_log_line_with(self, job_id: str, text: str) -> str | None:
+    def _last_log_line_with(self, job_id: str, text: str, j2c_only: bool = False) -> str | None:
         # Rows whose JSON holds the text as JSON writes it (LIKE: ASCII letters in either
         # case), newest first; then their log lines that hold it.
         needle = json_string(text)[1:-1]
@@ -267,7 +276,7 @@ class EventLog:
             (job_id, f"%{escaped}%"),
         )
         wanted = text.translate(_ASCII_LOWER)
-        for line in _log_texts_backwards(rows):
+        for line in _log_texts_backwards(rows, j2c_only=j2c_only):
             if wanted in line.translate(_ASCII_LOWER):
                 return line
         return None

@@ -29,7 +29,12 @@ UNPACK_CONSOLE_SCRIPT = "j2c-unpack"
 
 
 class JobSpec(BaseModel):
-    """What the pipeline's configure stage hands to a scheduler. Never holds credentials."""
+    """What the pipeline's configure stage hands to a scheduler. ``command`` and ``env`` never
+    hold a credential: they are written into the scheduler's own spec, which it stores and shows
+    (a Kubernetes Job, a Ray job, a container, a Slurm job). ``secret_env`` holds what the job's
+    environment needs that is one (an operator's ``pass_env`` value, the outputs upload policy,
+    a presigned manifest URL): never dumped, never shown, handed to the job by reference
+    (``schedulers/job_secrets.py``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -39,6 +44,7 @@ class JobSpec(BaseModel):
     image: str | None = None
     command: list[str] = Field(..., description="argv: j2c-unpack <manifest> -- <args>")
     env: dict[str, str] = Field(default_factory=dict)
+    secret_env: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     resources: Resources = Field(default_factory=Resources)
     user: str | None = None
     attempt: int = Field(
@@ -71,7 +77,9 @@ class LogLine:
 
     text: str  # one line, without its newline
     cursor: str  # the resume point just after this line
-    stream: Literal["stdout", "stderr"] = "stdout"
+    # Where the engine says the line was written: only a container engine keeps the two apart
+    # (its log frames); a log file (local, Slurm), the Kubernetes and Ray logs merge them: None.
+    stream: Literal["stdout", "stderr"] | None = None
     rank: int | None = None  # the node rank that wrote it (multi-node jobs)
 
 
@@ -193,6 +201,12 @@ class SchedulerBase:
         one the engine does not have), known before anything is scanned; None when it can, or
         when it cannot be known here (the submit then says)."""
         return None
+
+    @classmethod
+    async def preflight_notes(cls, settings: J2CSettings) -> list[tuple[str, str]]:
+        """``(setting, what)`` for what sending a job here exposes that its user should know
+        before sending (who else can read it there): warnings, not refusals; by default none."""
+        return []
 
     @classmethod
     def check_resources(cls, resources: Resources) -> None:

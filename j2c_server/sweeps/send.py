@@ -25,7 +25,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, TypeGuard
 
 from j2c_server.core.errors import Conflict, InvalidInput
-from j2c_server.jobs.send.inputs import job_spec, presigned_manifest
+from j2c_server.core.j2c_lines import TAG_ENV
+from j2c_server.jobs.send.inputs import job_spec, line_tag_of, presigned_manifest
 from j2c_server.jobs.send.presigned_outputs import outputs_policy
 from j2c_server.jobs.send.rule import job_key
 from j2c_server.schedulers.base import ArrayScheduler, Scheduler
@@ -269,6 +270,8 @@ async def _submit_array(
             "command": [*spec.command[:cut], *pick, *spec.command[cut:]],
             "key": f"j2c-{parent.id}",
             "job_id": parent.id,
+            # Every variant's watch knows its lines by the sweep's tag, as its own job would.
+            "env": {**spec.env, TAG_ENV: line_tag_of(parent)},
         }
     )
     try:

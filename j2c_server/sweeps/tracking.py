@@ -31,6 +31,7 @@ from j2c_server.core.errors import NotFound
 from j2c_server.jobs.children import Family
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.tracking import (
+    TRACKING_PHASE,
     MlflowClient,
     TrackingFailure,
     _public_uri,
@@ -41,7 +42,15 @@ from j2c_server.jobs.tracking import (
     run_url,
     tracking_uri,
 )
-from j2c_server.wire.api import EventKind, JobRecord, JobResults, JobStatus, TrackingRun
+from j2c_server.wire.api import (
+    EventKind,
+    JobRecord,
+    JobResults,
+    JobStatus,
+    LineLevel,
+    LineOrigin,
+    TrackingRun,
+)
 from j2c_server.wire.manifest import Manifest, Variant
 
 # MLflow's own limits (REST API docs): a param value of at most 6000 characters, at most 100
@@ -109,7 +118,9 @@ async def _record(journal: Journal, tracking: TrackingRun, text: str, seconds: f
         [
             {
                 "kind": EventKind.log,
-                "stream": "stderr",
+                "origin": LineOrigin.j2c,
+                "level": LineLevel.info,
+                "phase": TRACKING_PHASE,
                 "text": text,
                 "data": {"tracking": tracking.model_dump(mode="json"), "seconds": seconds},
             }
@@ -194,13 +205,13 @@ async def start_sweep_runs(
     await _record(
         parent_journal,
         parent_run,
-        f"j2c: MLflow parent run {parent_run.run_id} ({len(runs)} child runs): {parent_run.url}",
+        f"MLflow parent run {parent_run.run_id} ({len(runs)} child runs): {parent_run.url}",
         seconds,
     )
     public = _public_uri(uri)
     envs: list[dict[str, str]] = []
     for variant, run in zip(variants, runs, strict=True):
-        await _record(variant.journal, run, f"j2c: MLflow run {run.run_id}: {run.url}", seconds)
+        await _record(variant.journal, run, f"MLflow run {run.run_id}: {run.url}", seconds)
         envs.append(
             {
                 "MLFLOW_TRACKING_URI": public,

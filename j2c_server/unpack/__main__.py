@@ -1,13 +1,17 @@
 """``j2c-unpack MANIFEST_URI [options] [-- ARGS...]``: a job's first process in its container.
 
-The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on stderr:
+The runbook, one phase after the other; each logs its lines on stderr, tagged as j2c's (log.py;
+before them, the credentials the scheduler handed over in ``$J2C_SECRETS_FILE`` join the
+environment, job_secrets.py):
 
 1. manifest      fetch the manifest, refuse it unless its bytes hash to --manifest-digest
                  (or, without one, to its content-addressed name), and validate it;
                  with the node cache, a manifest validated there before is not validated again
                  (cache/plans.py: no pydantic import on a warm start)
-2. python        the venv's Python major.minor must be this interpreter's; before it, this
-                 interpreter's inventory, one ``j2c: inventory: {json}`` line (inventory.py;
+2. python        the venv's base: its own (the lab's, recorded) when this node has it at
+                 that version, else this node's (interpreter.py, said in one line); the
+                 venv's Python major.minor must be that base's; before it, this
+                 interpreter's inventory, one ``inventory: {json}`` line (inventory.py;
                  with the node cache only the first time for this interpreter), and, for a
                  target the lab did not know, what the job needs of it (needs.py: every gap
                  listed at once, exit 72)
@@ -17,7 +21,7 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
 5. extracting    safely, code first (every part of it, format_version 3, into the code
                  folder); then the code layer's big files (bigfiles.py), each its own
                  verified blob, placed at its path
-6. relocating    point the venv at this interpreter, rewrite moved paths, prove it runs;
+6. relocating    point the venv at that base, rewrite moved paths, prove it runs;
                  the venv's packages that shadow this interpreter's own are named in the log
 7. running       a resumed attempt's checkpoint restored first (``--restore``: restore.py);
                  then the entry point with the venv's interpreter; signals forwarded (with
@@ -29,7 +33,7 @@ The runbook, one phase after the other; each logs ``j2c: <stage>: ...`` lines on
                  written.py; snapshot right before phase 7, synced during it and on SIGTERM),
                  its checkpoint folders as they change (``--checkpoint-dir``: checkpoints.py)
 
-Last of all, one ``j2c: summary: {json}`` line (summary.py): phase durations, bytes downloaded
+Last of all, one ``summary: {json}`` line (summary.py): phase durations, bytes downloaded
 and reused, the exit code, for a cluster's log pipeline.
 
 With ``--cache-dir`` (cache.py), phases 4-6 go through the node's layer cache: entries found or
@@ -55,7 +59,7 @@ from j2c_server.core.units import byte_size
 from j2c_server.unpack import summary
 from j2c_server.unpack.command_line import parse_command_line
 from j2c_server.unpack.errors import LocalIOError, UnpackError
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, error, say, take_tag, warn
 
 if TYPE_CHECKING:
     from j2c_server.core.manifest_plan import ManifestPlan
@@ -77,6 +81,7 @@ def _terminate(_signum: int, _frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    take_tag()  # before anything is said, and out of the environment the job inherits
     options, user_args = parse_command_line(sys.argv[1:] if argv is None else argv)
     # The default action would end the process on the spot, leaving original-path copies.
     previous = signal.signal(signal.SIGTERM, _terminate)
@@ -84,23 +89,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = unpack_and_run(options, user_args)
     except UnpackError as exc:
-        say("failed", str(exc))
+        error("failed", exc.message)
+        if exc.hint:
+            say("hint", exc.hint)  # what to do, right after the error it is about
         code = int(exc.exit_code)
     except KeyboardInterrupt:
-        say("failed", "interrupted before the entry point started")
+        error("failed", "interrupted before the entry point started")
         code = 128 + 2
     except _Terminated:
-        say("failed", "stopped by SIGTERM outside the entry point's run")
+        error("failed", "stopped by SIGTERM outside the entry point's run")
         code = 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
-        summary.emit(code)  # the last line, whatever happened
+        summary.emit(code, say)  # the last line, whatever happened
         summary.write_end_file(code)  # proof that j2c-unpack ended by itself (summary.py)
     return code
 
 
 def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
     from j2c_server.unpack.cache.node import open_cache
+    from j2c_server.unpack.job_secrets import load_secrets, resolve_manifest
+
+    # The credentials the scheduler handed over by reference (never in the job's spec), and a
+    # manifest given as env:NAME (a presigned URL), before anything reads either.
+    load_secrets()
+    options.manifest = resolve_manifest(options.manifest)
 
     # The node's cache first: it may hold this manifest's plan (no validation, no pydantic).
     cache = open_cache(options.cache_dir, options.cache_max)
@@ -114,7 +127,7 @@ def unpack_and_run(options: argparse.Namespace, user_args: list[str]) -> int:
 def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Cache | None) -> int:
     from j2c_server.unpack.fetch import read_manifest
     from j2c_server.unpack.homes import place_layers, release, trust_requested
-    from j2c_server.unpack.interpreter import check_python, this_interpreter
+    from j2c_server.unpack.interpreter import check_python, this_interpreter, venv_interpreter
     from j2c_server.unpack.inventory import report as report_inventory
     from j2c_server.unpack.workdir import workdir_in_use
 
@@ -139,10 +152,16 @@ def _unpack_and_run(options: argparse.Namespace, user_args: list[str], cache: Ca
         from j2c_server.unpack.bigfiles import check_files
 
         check_files(manifest.files)  # refused before anything is downloaded
-    interpreter = this_interpreter()
+    interpreter, why = venv_interpreter(manifest)
+    if why is not None:
+        say("venv", why)
     # What this Python holds, for the lab's next preflight (once per interpreter with a cache),
     # said before a mismatch can stop the job.
-    said = report_inventory(cache.root if cache else None, cache.owners if cache else None)
+    # Of the Python the job will run on: the venv's own base where it was bound to that.
+    other = interpreter.executable if interpreter != this_interpreter() else None
+    said = report_inventory(
+        cache.root if cache else None, cache.owners if cache else None, python=other
+    )
     if manifest.needs is not None:  # a target the lab did not know: every gap, at once
         from j2c_server.unpack.needs import check_needs
 
@@ -181,9 +200,11 @@ def _run_placed(
     extra_env: dict[str, str] = {}
     if cache is not None:
         try:
-            prepared = cache.prepare(options.manifest, manifest.layers, placement, interpreter)
+            prepared = cache.prepare(
+                options.manifest, manifest.layers, placement, interpreter, workdir / "blobs"
+            )
         except Bypass as exc:
-            say("cache", f"not used for this job: {exc}")
+            warn("cache", f"not used for this job: {exc}")
     if prepared is None:
         python = _prepare_uncached(options.manifest, manifest, placement, interpreter, workdir)
     else:
@@ -333,7 +354,7 @@ def _launched(
 ) -> list[str]:
     """The entry argv as the launcher runs it."""
     from j2c_server.unpack.errors import EntryNotRunnable
-    from j2c_server.unpack.ranks import torchrun_command
+    from j2c_server.unpack.ranks import torchrun_command, torchrun_needs_tee
 
     if options.launcher == "none":
         return argv
@@ -342,7 +363,11 @@ def _launched(
             "--launcher torchrun runs a script or a module, not a notebook", field="launcher"
         )
     job_id = os.environ.get("J2C_JOB_ID", "")
-    return torchrun_command(argv[0], argv, rank, max(1, options.nproc_per_node), job_id)
+    tee = torchrun_needs_tee(argv[0])
+    if tee is not None:
+        say("running", tee)
+    nproc = max(1, options.nproc_per_node)
+    return torchrun_command(argv[0], argv, rank, nproc, job_id, tee=tee is not None)
 
 
 def _extract_all(fetched: list[Fetched], placement: Placement) -> None:
@@ -407,7 +432,7 @@ def _upload_outputs(outputs: OutputsSync, code: int) -> int:
     try:
         outputs.upload()
     except UnpackError as exc:
-        say("uploading outputs", str(exc))
+        error("uploading outputs", str(exc))
         return int(exc.exit_code) if code == 0 else code
     return code
 

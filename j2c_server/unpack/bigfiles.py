@@ -16,8 +16,8 @@ are ``UnsafeEntry`` (exit code 68), naming the path.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,7 @@ from j2c_server.unpack.errors import (
     ManifestInvalid,
     UnsafeEntry,
 )
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, warn
 
 if TYPE_CHECKING:
     from j2c_server.unpack.cache.node import Cache
@@ -73,20 +73,22 @@ def place_files(
 ) -> int:
     """Download every big file (verified), then place it in ``code_home``; the bytes placed.
     With the node's ``cache``, the blobs come from it (downloaded into it once) and are copied,
-    never moved nor linked: the job's copy is its own."""
+    never moved nor linked: the job's copy is its own, and hashed as it is made (a cached blob
+    is checked every time it is used, not only when it was downloaded)."""
     if not files:
         return 0
     rels = check_files(files)
     unique = list({blob.digest: blob for blob in files}.values())
     sources: dict[str, Path] | None = None
+    fresh: set[str] = set()
     if cache is not None:
         from j2c_server.unpack.cache.blobs import file_blobs
         from j2c_server.unpack.cache.node import Bypass
 
         try:
-            sources = file_blobs(cache, manifest_uri, unique)
+            sources, fresh = file_blobs(cache, manifest_uri, unique)
         except Bypass as exc:
-            say("cache", f"not used for the big files: {exc}")
+            warn("cache", f"not used for the big files: {exc}")
     movable = sources is None
     if sources is None:
         sources = download_files(manifest_uri, unique, blob_dir)
@@ -94,13 +96,29 @@ def place_files(
     last_use = {blob.digest: index for index, blob in enumerate(files)}
     for index, (blob, rel) in enumerate(zip(files, rels, strict=True)):
         move = movable and last_use[blob.digest] == index
-        _place(code_home, rel, sources[blob.digest], blob.mode, move=move)
+        # A blob from the cache that this job did not just download is hashed as it is copied.
+        check = None if movable or blob.digest in fresh else blob.digest
+        try:
+            _place(code_home, rel, sources[blob.digest], blob.mode, move=move, check=check)
+        except _Mismatch as exc:
+            from j2c_server.unpack.cache.blobs import refetch_file
+
+            assert cache is not None
+            sources[blob.digest] = refetch_file(cache, manifest_uri, blob, str(exc))
+            fresh.add(blob.digest)
+            _place(code_home, rel, sources[blob.digest], blob.mode, move=False, check=None)
     placing.done(f"{len(files)} big files into {code_home}")
     return sum(blob.size for blob in files)
 
 
-def _place(root: Path, rel: str, source: Path, mode: int, *, move: bool) -> None:
-    """``source`` at ``root/rel`` with ``mode``, never through a symlink nor over an entry."""
+class _Mismatch(Exception):
+    """A cached blob's copy did not hash to its digest (the copy was removed)."""
+
+
+def _place(root: Path, rel: str, source: Path, mode: int, *, move: bool, check: str | None) -> None:
+    """``source`` at ``root/rel`` with ``mode``, never through a symlink nor over an entry;
+    with ``check`` (a digest), the copy is hashed and removed (``_Mismatch``) unless it is
+    that digest."""
     parts = rel.split("/")
     try:
         fd = os.open(root, _DIR_FLAGS)
@@ -145,7 +163,7 @@ def _place(root: Path, rel: str, source: Path, mode: int, *, move: bool) -> None
                 except OSError as exc:
                     if exc.errno != errno.EXDEV:
                         raise
-            _copy_into(source, name, fd, mode)
+            _copy_into(source, name, fd, mode, check)
         except OSError as exc:
             raise LocalIOError(
                 f"cannot place the big file {rel} in {root}: {exc.strerror or exc}"
@@ -154,9 +172,16 @@ def _place(root: Path, rel: str, source: Path, mode: int, *, move: bool) -> None
         os.close(fd)
 
 
-def _copy_into(source: Path, name: str, dir_fd: int, mode: int) -> None:
+def _copy_into(source: Path, name: str, dir_fd: int, mode: int, check: str | None) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     out = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    digest = hashlib.sha256()
     with os.fdopen(out, "wb") as handle, open(source, "rb") as src:
-        shutil.copyfileobj(src, handle, _CHUNK)
+        while chunk := src.read(_CHUNK):
+            if check is not None:
+                digest.update(chunk)
+            handle.write(chunk)
         os.fchmod(handle.fileno(), mode)
+    if check is not None and "sha256:" + digest.hexdigest() != check:
+        os.unlink(name, dir_fd=dir_fd)
+        raise _Mismatch(f"it does not hash to {check}")

@@ -43,7 +43,11 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         epilog=_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("manifest", metavar="MANIFEST_URI", help="file://, s3:// or https://")
+    parser.add_argument(
+        "manifest",
+        metavar="MANIFEST_URI",
+        help="file://, s3:// or https://; env:NAME: the value of $NAME (a presigned URL)",
+    )
     parser.add_argument(
         "--manifest-digest",
         metavar="sha256:HEX",

@@ -159,12 +159,17 @@ def _download_verified(
     the manifest's (else LayerCorrupt naming ``what``); the size."""
     part = dest.with_name(dest.name + ".part")
     try:
-        got, size = download(uri, part, stop)
+        got, size = download(uri, part, stop, limit=blob.size)
         if got != blob.digest.removeprefix("sha256:") or size != blob.size:
             kind = "layers" if isinstance(blob, LayerPlan) else "files"
+            found = (
+                f"more than {blob.size} bytes (read no further than {size})"
+                if size > blob.size
+                else f"sha256:{got} ({size} bytes)"
+            )
             raise LayerCorrupt(
                 f"the {what} from {shown(uri)} does not match the manifest: expected "
-                f"{blob.digest} ({blob.size} bytes), got sha256:{got} ({size} bytes)",
+                f"{blob.digest} ({blob.size} bytes), got {found}",
                 field=f"{kind}.digest",
                 hint="the stored blob is corrupt or was replaced; submit the job again to "
                 "re-upload it",

@@ -28,7 +28,7 @@ from j2c_server.core.manifest_plan import LayerPlan, ManifestPlan
 from j2c_server.core.units import byte_size, count
 from j2c_server.unpack.cache.plans import dump_without_urls, without_urls
 from j2c_server.unpack.errors import LayerCorrupt, LayerMissing, ManifestInvalid, StoreUnavailable
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, warn
 
 if TYPE_CHECKING:
     from j2c_server.unpack.cache.plans import PlanCache
@@ -102,7 +102,7 @@ def _check_digest(uri: str, sha256: str, pinned: str | None) -> None:
             hint="the stored manifest is corrupt or was replaced; submit the job again",
         )
     if pinned is None and match is None:
-        say(
+        warn(
             "manifest",
             f"not pinned: {shown(uri)} is not content-addressed and no --manifest-digest was "
             f"given; running the bytes found (sha256:{sha256}) unchecked",
@@ -202,8 +202,15 @@ class Stopped(Exception):
     """Another download failed: this one stopped early on purpose."""
 
 
-def download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
-    """Write the object at ``uri`` to ``dest``; return its sha256 (hex) and size."""
+def download(
+    uri: str, dest: Path, stop: threading.Event, limit: int | None = None
+) -> tuple[str, int]:
+    """Write the object at ``uri`` to ``dest``; return its sha256 (hex) and size.
+
+    With ``limit`` (the size the manifest pins) an HTTP(S) or file object is read no further than
+    the first chunk past it: a replaced object, whoever could write the store, is then refused by
+    its size without being read whole (the size returned is then over ``limit``, the digest that
+    of what was read). An ``s3://`` object comes whole (the store's client)."""
     if urlsplit(uri).scheme == "s3":
         _download_s3(uri, dest)
         return file_sha256(dest), dest.stat().st_size
@@ -218,6 +225,8 @@ def download(uri: str, dest: Path, stop: threading.Event) -> tuple[str, int]:
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
+                if limit is not None and size > limit:
+                    break
         return digest.hexdigest(), size
 
     return _with_retries(attempt, uri)
@@ -295,7 +304,7 @@ def _with_retries(op: Callable[[], T], uri: str) -> T:
     """``op()``, retried with backoff while an HTTP store is unavailable (it may be restarting)."""
 
     def on_retry(exc: BaseException, _attempt: int, delay: float) -> None:
-        say("downloading", f"{getattr(exc, 'message', exc)}; retrying in {delay:.0f} s")
+        warn("downloading", f"{getattr(exc, 'message', exc)}; retrying in {delay:.0f} s")
 
     attempts = HTTP_ATTEMPTS if urlsplit(uri).scheme in ("http", "https") else 1
     return retry_sync(

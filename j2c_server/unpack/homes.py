@@ -38,7 +38,7 @@ from typing import Literal
 from j2c_server.core.manifest_plan import LayerPlan, LayerRole, ManifestPlan
 from j2c_server.unpack.base_packages import check_base_layers, with_base_home
 from j2c_server.unpack.errors import LocalIOError, ManifestInvalid
-from j2c_server.unpack.log import say
+from j2c_server.unpack.log import say, warn
 
 Mode = Literal["original", "relocate"]
 TRUST_ENV = "J2C_UNPACK_TRUST_PATHS"
@@ -312,7 +312,7 @@ def _release_recorded(workdir: Path) -> None:
     except FileNotFoundError:
         return
     except (OSError, ValueError, TypeError) as exc:
-        say("placing", f"ignoring an unreadable {RECORD}: {exc}")
+        warn("placing", f"ignoring an unreadable {RECORD}: {exc}")
         return
     say("placing", "removing the original-path copies a previous run of this workdir left")
     _release(owned)
@@ -327,7 +327,7 @@ def _release(owned: tuple[Owned, ...]) -> None:
         except FileNotFoundError:
             continue
         if (st.st_dev, st.st_ino) != (item.dev, item.ino) or not stat.S_ISDIR(st.st_mode):
-            say("cleaning up", f"{path} is no longer the folder this job made: left alone")
+            warn("cleaning up", f"{path} is no longer the folder this job made: left alone")
             continue
         try:
             if item.created:
@@ -336,7 +336,7 @@ def _release(owned: tuple[Owned, ...]) -> None:
                 for child in path.iterdir():
                     _remove_tree(child)
         except (OSError, RecursionError) as exc:
-            say("cleaning up", f"could not remove everything in {path}: {exc}")
+            warn("cleaning up", f"could not remove everything in {path}: {exc}")
 
 
 def _remove_tree(path: Path) -> None:

@@ -7,9 +7,10 @@ top-level import names, ``Requires-Dist``), plus torch's and CUDA's versions rea
 
 Two ways it runs:
 
-- in a job, ``j2c-unpack`` calls :func:`report`: one ``j2c: inventory: {json}`` line, which the
-  server that follows the job stores for the job's target. With the node cache it is computed once
-  per interpreter and kept in ``<cache>/inventory/``; later jobs find it there and say nothing;
+- in a job, ``j2c-unpack`` calls :func:`report`: one ``inventory: {json}`` line of j2c's,
+  which the server that follows the job stores for the job's target. With the node cache it is
+  computed once per interpreter and kept in ``<cache>/inventory/``; later jobs find it there
+  and say nothing;
 - the lab's probe sends this file's source as ``python3 -I -c <source>`` into a short-lived
   container of the image: run as a script, it prints the inventory as JSON. So the module imports
   nothing outside the standard library at its top (``report`` imports j2c-unpack's helpers
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     from importlib import metadata
 
 FORMAT = 2  # 2: reads_manifest_format (re-said once on nodes that said format 1)
-PREFIX = "j2c: inventory: "
+PHASE = "inventory"  # its line: ``inventory: {json}``, as j2c's (log.py)
+PREFIX = f"j2c: {PHASE}: "  # the line without a tag (j2c-unpack run by hand)
 _NAME_RE = re.compile(r"[-_.]+")
 _MODULE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[^/]*)?\.(py|pyc|so|pyd)$")
 _NOT_CODE = (".dist-info", ".data", ".egg-info")
@@ -203,12 +205,43 @@ class Said:
         return self.data
 
 
-def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Said:
-    """Say the inventory in the job's log, unless this node's cache says it was said for this
-    interpreter before (then nothing is computed)."""
-    from j2c_server.unpack.cache.files import unsafe, write_json
-    from j2c_server.unpack.log import say
+def collect_from(python: Path) -> dict[str, Any] | None:
+    """The inventory of another interpreter: this file's source run by it as a script (the lab's
+    probe does the same in a container), or None when it cannot be run."""
+    import subprocess
 
+    try:
+        done = subprocess.run(
+            [str(python), "-I", "-c", Path(__file__).read_text()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        data = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def report(
+    cache_root: Path | None, owners: frozenset[int] | None = None, python: Path | None = None
+) -> Said:
+    """Say the inventory in the job's log, unless this node's cache says it was said for this
+    interpreter before (then nothing is computed). ``python``: the job runs on another base
+    interpreter than this one (the venv's own, j2c-unpack's is another install): that one is
+    inventoried, by running it, every time (its fingerprint would cost the same run)."""
+    from j2c_server.unpack.cache.files import unsafe, write_json
+    from j2c_server.unpack.log import say, warn
+
+    if python is not None:
+        started = time.monotonic()
+        foreign = collect_from(python)
+        if foreign is not None:
+            foreign["seconds"] = round(time.monotonic() - started, 3)
+            say(PHASE, json.dumps(foreign, separators=(",", ":")))
+            return Said(foreign, None, None)
+        warn("inventory", f"{python} could not say what it holds: this Python's said instead")
     kept: Path | None = None
     key: str | None = None
     if cache_root is not None:
@@ -225,12 +258,12 @@ def report(cache_root: Path | None, owners: frozenset[int] | None = None) -> Sai
     started = time.monotonic()
     data = collect()
     data["seconds"] = round(time.monotonic() - started, 3)
-    say("inventory", json.dumps(data, separators=(",", ":")))  # the line PREFIX begins
+    say(PHASE, json.dumps(data, separators=(",", ":")))
     if kept is not None:
         try:
             write_json(kept, data)
         except OSError as exc:
-            say("inventory", f"not kept in the node cache: {exc.strerror or exc}")
+            warn("inventory", f"not kept in the node cache: {exc.strerror or exc}")
             kept = None
     return Said(data, kept, key)
 

@@ -30,10 +30,11 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from j2c_server.core.j2c_lines import Level
 from j2c_server.core.units import count
 from j2c_server.unpack.errors import NeedsNotMet
 from j2c_server.unpack.inventory import Said, normalize
-from j2c_server.unpack.log import say
+from j2c_server.unpack.log import say, warn
 from j2c_server.unpack.wheels import Runtime, wheel_problem
 
 NEEDS_ENV = "J2C_UNPACK_NEEDS"
@@ -121,7 +122,7 @@ def _lines(gaps: Gaps) -> list[str]:
 def _mode() -> str:
     mode = os.environ.get(NEEDS_ENV, "").strip().lower() or "stop"
     if mode not in MODES:
-        say("needs", f"{NEEDS_ENV}={mode!r} is not one of {', '.join(MODES)}: stop")
+        warn("needs", f"{NEEDS_ENV}={mode!r} is not one of {', '.join(MODES)}: stop")
         return "stop"
     return mode
 
@@ -146,15 +147,17 @@ def check_needs(needs: Any, said: Said) -> None:
             return  # this list passed on this interpreter before: nothing read
     gaps = find_gaps(needs, said.inventory())
     lines = _lines(gaps)
+    # Gaps that stop the job are errors; versions that differ, or gaps run with anyway, warnings.
+    level: Level = "error" if gaps.stopping and mode != "warn" else "warning"
     total = len(needs.dists)
     if not lines:
         say("needs", f"all {count(total, 'distribution')} the job needs from this Python are here")
     elif not gaps.stopping:
-        say("needs", "the job runs; some versions differ from the lab's:")
+        warn("needs", "the job runs; some versions differ from the lab's:")
     else:
-        say("needs", "this Python lacks what the job needs (every gap, at once):")
+        say("needs", "this Python lacks what the job needs (every gap, at once):", level)
     for line in lines:
-        say("needs", line)
+        say("needs", line, level)
     if not gaps.stopping:
         if memo is not None:
             with contextlib.suppress(OSError):  # else checked again next time
@@ -163,7 +166,7 @@ def check_needs(needs: Any, said: Said) -> None:
     if gaps.python:
         return  # interpreter.py stops it next, with its own exit code (69)
     if mode == "warn":
-        say("needs", f"{NEEDS_ENV}=warn: running anyway")
+        warn("needs", f"{NEEDS_ENV}=warn: running anyway")
         return
     problems = len(gaps.missing) + len(gaps.broken) + len(gaps.wheels)
     raise NeedsNotMet(

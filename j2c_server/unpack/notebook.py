@@ -11,14 +11,20 @@ nbclient (with its Jupyter dependencies) from the venv, nothing of j2c.
 - Cell outputs are written to stdout/stderr as the kernel sends them (not at the end).
 - The executed notebook is saved to SAVE_AS, also when a cell fails or the job is stopped.
 - SIGTERM/SIGINT interrupt the running cell (KeyboardInterrupt in the user's code, as in
-  JupyterLab) and stop before the next one; the exit code is then 128+N. A failing cell gives 1;
-  nbclient missing from the venv gives 71 (j2c-unpack's code for "entry not runnable").
+  JupyterLab) and stop before the next one; the exit code is then 128+N. A failing cell gives 1
+  (its exception named in an error line); nbclient or ipykernel missing from the venv gives 71
+  (j2c-unpack's code for "entry not runnable"), with a hint line that says what to install.
+- Its own lines are j2c's, tagged as j2c-unpack's are (``$J2C_LINE_TAG``, taken out of the
+  environment before the kernel starts).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import os
+import re
 import signal
 import sys
 import tempfile
@@ -27,6 +33,12 @@ from typing import Any
 
 NBCLIENT_MISSING = 71
 KERNEL_NAME = "j2c-venv"
+# What the runner imports from the venv (or the image under it): the lab's preflight checks
+# for the same two (image/job_needs.py).
+RUNNER_NEEDS = ("nbclient", "ipykernel")
+TAG_ENV = "J2C_LINE_TAG"
+_TAG_RE = re.compile(r"[0-9a-f]{12}")
+_tag: list[str | None] = [None]
 
 
 class Stopped(Exception):
@@ -34,7 +46,17 @@ class Stopped(Exception):
 
 
 def main(argv: list[str]) -> int:
+    _take_tag()  # before the kernel starts: it inherits this process's environment
     notebook, save_as, args = Path(argv[0]), Path(argv[1]), argv[2:]
+    missing = [name for name in RUNNER_NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        _say(
+            f"cannot run {notebook.name}: the notebook runner needs nbclient and ipykernel; "
+            f"the venv (and the Python under it) lacks {' and '.join(missing)}",
+            "error",
+        )
+        _hint("install nbclient and ipykernel into the venv (or the image) and send again")
+        return NBCLIENT_MISSING
     try:
         import nbformat
         from jupyter_client.kernelspec import KernelSpecManager
@@ -44,10 +66,8 @@ def main(argv: list[str]) -> int:
         from nbclient.exceptions import CellExecutionError, DeadKernelError
         from nbformat import NotebookNode
     except ImportError as exc:
-        _say(
-            f"cannot execute {notebook.name}: nbclient is not importable by {sys.executable} "
-            f"({exc}); install nbclient and ipykernel into the venv"
-        )
+        _say(f"cannot run {notebook.name}: nbclient does not import ({exc})", "error")
+        _hint("install nbclient and ipykernel into the venv (or the image) and send again")
         return NBCLIENT_MISSING
 
     class StreamingClient(NotebookClient):
@@ -112,7 +132,7 @@ def main(argv: list[str]) -> int:
         except (CellExecutionError, DeadKernelError, Stopped) as exc:
             stopped = client.stopped_by
             if stopped is None:
-                _say(f"{notebook.name} failed: {type(exc).__name__}")
+                _say(_failure(notebook.name, exc), "error")
             code = 1 if stopped is None else 128 + stopped
         finally:
             save_as.parent.mkdir(parents=True, exist_ok=True)
@@ -146,8 +166,31 @@ def _echo(msg: dict[str, Any]) -> None:
         print("\n".join(content.get("traceback", [])), file=sys.stderr, flush=True)
 
 
-def _say(message: str) -> None:
-    print(f"j2c: notebook: {message}", file=sys.stderr, flush=True)
+def _failure(name: str, exc: Exception) -> str:
+    """What stopped the notebook, as its user says it: the cell's exception and message."""
+    ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if ename:
+        return f"{name} failed: a cell raised {ename}" + (f": {evalue}" if evalue else "")
+    return f"{name} failed: {type(exc).__name__}"
+
+
+def _hint(message: str) -> None:
+    """What to do about the error said just before."""
+    _say(message, "info", "hint")
+
+
+def _take_tag() -> None:
+    """j2c's line tag (j2c_server/core/j2c_lines.py, which this runner cannot import), out of
+    the environment the kernel inherits."""
+    tag = os.environ.pop(TAG_ENV, None)
+    _tag[0] = tag if tag is not None and _TAG_RE.fullmatch(tag) else None
+
+
+def _say(message: str, level: str = "info", phase: str = "notebook") -> None:
+    """One of j2c's lines, as core/j2c_lines.py's ``format_line`` writes it."""
+    tag = _tag[0]
+    head = f"j2c: {phase}" if tag is None else f"j2c[{tag}] {level} {phase}"
+    print(f"{head}: {message}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

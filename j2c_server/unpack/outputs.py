@@ -71,7 +71,7 @@ from j2c_server.unpack.checkpoints import (
 )
 from j2c_server.unpack.errors import OutputsNotUploaded
 from j2c_server.unpack.fetch import shown
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, say, warn
 from j2c_server.unpack.written import (
     Snapshot,
     Written,
@@ -313,7 +313,7 @@ class OutputsSync:
                         last_checkpoints = now
                         self._say_checkpoints(self.sync(final=False, only_checkpoints=True))
             except Exception as exc:  # the job must go on; the next sync retries
-                say("outputs", f"sync while running failed, retried next time: {exc}")
+                warn("outputs", f"sync while running failed, retried next time: {exc}")
 
     def _checkpoints_changed(self) -> bool:
         """Whether the checkpoint folders differ from what the last round uploaded (one
@@ -350,7 +350,7 @@ class OutputsSync:
                 f"{exc.filename}: {exc.strerror or exc}"
             ) from None
         for item in done.left_out[:10]:
-            say("outputs", f"left out: {item['name']} {item['reason']}")
+            warn("outputs", f"left out: {item['name']} {item['reason']}")
         if done.failed:
             first = done.failed[0]
             raise OutputsNotUploaded(
@@ -541,7 +541,7 @@ async def _delete(store: ObjectStore | PostPolicyStore, name: str) -> None:
     try:
         await store.delete(name)
     except (J2CError, OSError) as exc:
-        say("outputs", f"{name} stays in the store, not listed: {_failure(exc)}")
+        warn("outputs", f"{name} stays in the store, not listed: {_failure(exc)}")
 
 
 def _outputs_store(output_uri: str) -> ObjectStore | PostPolicyStore:

@@ -13,6 +13,7 @@ Standard library only, like the rest of j2c-unpack.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -76,24 +77,63 @@ def node_rank(nodes: int, environ: Mapping[str, str]) -> NodeRank:
 
 
 def torchrun_command(
-    python: str, entry: list[str], rank: NodeRank, nproc_per_node: int, job_id: str
+    python: str,
+    entry: list[str],
+    rank: NodeRank,
+    nproc_per_node: int,
+    job_id: str,
+    *,
+    tee: bool = False,
 ) -> list[str]:
     """``python -m torch.distributed.run ... <entry>`` for an entry argv ``[python, script,
     ...]`` or ``[python, -m, module, ...]`` (the venv's interpreter runs torchrun, so torch comes
-    from the venv). Static rendezvous: the node rank is fixed, rank 0's node is the endpoint."""
+    from the venv). Static rendezvous: the node rank is fixed, rank 0's node is the endpoint.
+    Options as torchrun spelled them before 2.0 (``--nproc_per_node``): every torch takes
+    those, 1.13 no other. ``tee``: see :func:`torchrun_needs_tee`."""
     target = entry[1:]
     return [
         python,
         "-m",
         TORCHRUN_MODULE,
         f"--nnodes={rank.nodes}",
-        f"--nproc-per-node={nproc_per_node}",
-        f"--node-rank={rank.rank}",
-        f"--rdzv-endpoint={rank.master_addr}:{rank.master_port}",
-        f"--rdzv-id={job_id or 'j2c'}",
+        f"--nproc_per_node={nproc_per_node}",
+        f"--node_rank={rank.rank}",
+        f"--rdzv_endpoint={rank.master_addr}:{rank.master_port}",
+        f"--rdzv_id={job_id or 'j2c'}",
+        *(["--redirects", "1", "--tee", "1"] if tee else []),
         *(["--module"] if target[:1] == ["-m"] else []),
         *(target[1:] if target[:1] == ["-m"] else target),
     ]
+
+
+def torchrun_needs_tee(python: str) -> str | None:
+    """Why torchrun must be given ``--redirects 1 --tee 1``, or None. torch 1.x on Python 3.11
+    (Debian bookworm's ``python3-torch``) cannot parse its own default ``--redirects 0``: 3.11
+    no longer iterates a Flag's zero member, its ``Std.from_str('0')`` is None and every launch
+    dies with "'NoneType' object has no attribute 'get'". Redirecting stdout to its log and
+    teeing it back works (each line then carries torchrun's ``[defaultN]:`` prefix). Asked of
+    the venv's interpreter (one short run, only for ``--launcher torchrun``)."""
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "try: v = m.version('torch')\nexcept m.PackageNotFoundError: v = ''\n"
+        "print(v, '%d.%d' % sys.version_info[:2])"
+    )
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = done.stdout.split()
+    if len(found) != 2 or not found[0].startswith("1."):
+        return None
+    version, python_minor = found
+    if tuple(int(part) for part in python_minor.split(".")) < (3, 11):
+        return None
+    return (
+        f"torch {version} on Python {python_minor}: its torchrun cannot parse its own default "
+        "output options there, so its stdout is teed (lines prefixed [defaultN]:)"
+    )
 
 
 def _port(raw: str | None) -> int:

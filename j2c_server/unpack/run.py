@@ -2,8 +2,9 @@
 
 - The venv's interpreter runs directly (``<venv>/bin/python``), never through a shebang or
   ``activate``: ``VIRTUAL_ENV``, ``PATH`` (the venv's ``bin`` first), ``PYTHONNOUSERSITE=1``,
-  ``PYTHONUNBUFFERED=1`` and ``J2C_OUTPUT_DIR`` are set and ``PYTHONHOME`` is unset, on top of
-  the job's environment and the manifest's ``env``.
+  ``PYTHONUNBUFFERED=1`` and ``J2C_OUTPUT_DIR`` are set and ``PYTHONHOME`` and j2c's line tag
+  (``J2C_LINE_TAG``: only the notebook runner gets it) are unset, on top of the job's
+  environment and the manifest's ``env``.
 - The working directory is the manifest's ``workdir`` inside the code layer.
 - ``script``: ``python <code>/<target> ARGS``; ``module``: ``python -m <target> ARGS``;
   ``notebook``: ``python -I notebook.py <notebook> <output dir>/<name> ARGS`` (see notebook.py).
@@ -33,10 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from j2c_server.core.j2c_lines import TAG_ENV
 from j2c_server.core.manifest_plan import ManifestPlan
 from j2c_server.unpack import summary
 from j2c_server.unpack.errors import EntryNotRunnable, ManifestInvalid
-from j2c_server.unpack.log import say
+from j2c_server.unpack.log import say, tag, warn
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 NOTEBOOK_RUNNER = Path(__file__).with_name("notebook.py")
@@ -88,6 +90,11 @@ def job_environment(manifest: ManifestPlan, venv: Path | None, output_dir: Path)
     env["PYTHONNOUSERSITE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env["J2C_OUTPUT_DIR"] = str(output_dir)
+    # j2c's line tag: never the job's own code's (log.py), but the notebook runner is j2c's
+    # and tags its lines too (it takes the tag out of the environment its kernel gets).
+    env.pop(TAG_ENV, None)
+    if manifest.entry.kind == "notebook" and (given := tag()) is not None:
+        env[TAG_ENV] = given
     return env
 
 
@@ -159,7 +166,7 @@ def run_attempts(
             say("running", f"{what} exited {code} after a signal: not re-run")
             return code
         attempt += 1
-        say("running", f"{what} exited {code}; re-running (retry {attempt} of {retries})")
+        warn("running", f"{what} exited {code}; re-running (retry {attempt} of {retries})")
 
 
 def _inside(code: Path, relative: str, field: str) -> Path:

@@ -14,7 +14,7 @@ import site
 import sys
 from pathlib import Path
 
-from j2c_server.unpack.log import say
+from j2c_server.unpack.log import warn
 
 # The same rules as pack/venv.py's (unpack/ does not import pack/): a dist's folder name, PEP 503
 # names, and the packages every venv has its own copy of.
@@ -91,13 +91,13 @@ def report_shadowed(venv: Path) -> None:
     """One log line per shadowed package (the job still runs: shadowing may be on purpose)."""
     base_dirs = base_site_dirs()
     for name, ours, theirs in shadowed(venv, base_dirs):
-        say(
+        warn(
             "python",
             f"the venv's {name} {ours} shadows the image's {name} {theirs}: the job imports "
             "the venv's copy",
         )
     for name, ours, theirs in shadowed_shipped(venv, base_dirs):
-        say(
+        warn(
             "python",
             f"the shipped {name} {ours} (from the lab's base) shadows the image's {name} "
             f"{theirs}: the job imports the shipped copy",

@@ -1,13 +1,13 @@
 """j2c-unpack's last line: one JSON object on stderr that a cluster's log pipeline can parse.
 
-``j2c: summary: {"j2c_unpack": "summary", "exit_code": N, "seconds": T, "phases": {name:
-seconds}, "bytes_downloaded": B, "bytes_reused": R}``: the ``j2c: <stage>:`` prefix of every
-line j2c-unpack writes (front ends tell its lines from the job's by it), then the JSON. Phases
-are the stages that finished (their seconds added up when one runs more than once); bytes
-downloaded are layer bytes fetched from the store, bytes reused those a node cache or an
-earlier try of the same job already held, bytes restored those of a resumed attempt's
-checkpoints (restore.py); signals the ones sent to j2c-unpack from outside (a cancel, a
-preemption, an engine stopping the container).
+``summary: {"j2c_unpack": "summary", "exit_code": N, "seconds": T, "phases": {name:
+seconds}, "bytes_downloaded": B, "bytes_reused": R}``, as every j2c line, after the job's tag,
+level (info) and this phase's name (``j2c[<tag>] info summary: {...}``; without a tag
+``j2c: summary: {...}``). Phases are the stages that finished (their seconds added up when one
+runs more than once); bytes downloaded are layer bytes fetched from the store, bytes reused
+those a node cache or an earlier try of the same job already held, bytes restored those of a
+resumed attempt's checkpoints (restore.py); signals the ones sent to j2c-unpack from outside (a
+cancel, a preemption, an engine stopping the container).
 
 With ``J2C_UNPACK_END_FILE`` set (the container backend sets it to a file in the job's host
 folder), the same JSON is also written there, atomically, as the very last thing: a container
@@ -17,14 +17,15 @@ whose j2c-unpack left no such file was killed from outside, not ended by its job
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
-PREFIX: Final = "j2c: summary: "
+PHASE: Final = "summary"
 _lock = threading.Lock()  # downloads report from several threads
 _started = time.monotonic()
 _phases: dict[str, float] = {}
@@ -66,13 +67,11 @@ def summary(exit_code: int) -> dict[str, object]:
         }
 
 
-def emit(exit_code: int) -> None:
-    """Write the summary line; a closed stderr is no reason to change the exit code."""
-    try:
-        sys.stderr.write(PREFIX + json.dumps(summary(exit_code), separators=(",", ":")) + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+def emit(exit_code: int, say: Callable[[str, str], None]) -> None:
+    """Say the summary line (``say``: the log's); a closed stderr is no reason to change the
+    exit code."""
+    with contextlib.suppress(OSError, ValueError):
+        say(PHASE, json.dumps(summary(exit_code), separators=(",", ":")))
 
 
 def write_end_file(exit_code: int) -> None:

@@ -408,6 +408,21 @@ class AttemptRecord(Strict):
     restore_digest: str | None = Field(None, description="That plan's sha256:<hex>.")
 
 
+class JobFailure(Strict):
+    """Why a job failed, in one sentence its user acts on: what every front end shows first."""
+
+    reason: str = Field(
+        ...,
+        description="What went wrong, in the user's words (e.g. 'the notebook runner needs "
+        "nbclient and ipykernel, and the venv has neither').",
+    )
+    action: str | None = Field(None, description="What to do about it.")
+    line: str | None = Field(
+        None, description="The log line it was read from, as the job's log shows it."
+    )
+    seq: int | None = Field(None, description="That line's event number in the job's stream.")
+
+
 class JobRecord(Strict):
     """One job as the registry and every front end see it."""
 
@@ -466,6 +481,10 @@ class JobRecord(Strict):
         allowed = f" of {self.attempts_allowed}" if self.attempts_allowed else ""
         return f"attempt {self.attempt}{allowed}"
 
+    failure: JobFailure | None = Field(
+        None, description="Of a failed job: why, in one sentence, and what to do."
+    )
+
     def is_parent(self) -> bool:
         """A sweep's parent: its children run the variants; it packs and uploads once."""
         return self.sweep is not None and self.sweep.parent is None
@@ -484,6 +503,20 @@ class EventKind(str, Enum):
     error = "error"
 
 
+class LineOrigin(str, Enum):
+    """Whose a log line is. Told at ingest by a per-job tag j2c's writers carry (the watch
+    stage, core/j2c_lines.py), never by how the line starts."""
+
+    job = "job"
+    j2c = "j2c"
+
+
+class LineLevel(str, Enum):
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
 class Event(Strict):
     """One entry of a job's ordered event stream; ``seq`` is per job, starting at 1."""
 
@@ -494,13 +527,33 @@ class Event(Strict):
     stage: Stage | None = None
     state: StageState | None = Field(None, description="For stage events.")
     status: JobStatus | None = Field(None, description="For status events.")
-    stream: Literal["stdout", "stderr"] | None = Field(None, description="For log events.")
+    stream: Literal["stdout", "stderr"] | None = Field(
+        None,
+        description="For log events: the stream the engine says the line was written to; "
+        "absent where the engine merges the two (docs/pipeline.md).",
+    )
+    origin: LineOrigin = Field(
+        LineOrigin.job,
+        description="For log events: whose line it is: 'job' (the job's own output; also "
+        "when absent) or 'j2c' (j2c-unpack's steps in the job, the server's notes about it).",
+    )
+    level: LineLevel | None = Field(None, description="For j2c's log lines.")
+    phase: str | None = Field(
+        None,
+        description="For j2c's log lines: the step that wrote it (j2c-unpack's 'downloading', "
+        "'running', ...; the server's 'tracking').",
+    )
     text: str | None = Field(None, description="A log line (no newline) or a message.")
     data: dict[str, Any] = Field(default_factory=dict, description="Progress counters, results.")
 
     @property
     def terminal(self) -> bool:
         return self.kind == EventKind.status and self.status is not None and self.status.terminal
+
+    @property
+    def is_j2c_line(self) -> bool:
+        """A log line of j2c's own (not the job's output)."""
+        return self.kind == EventKind.log and self.origin == LineOrigin.j2c
 
 
 class ImageChoice(Strict):

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from j2c_server.wire.api import TERMINAL_STATUSES, Event, EventKind
+from j2c_server.core.j2c_lines import format_line
+from j2c_server.wire.api import TERMINAL_STATUSES, Event, EventKind, LineOrigin
 
 _TERMINAL_VALUES = frozenset(status.value for status in TERMINAL_STATUSES)
 _LOG_KEYS = frozenset({"kind", "stream", "text", "data"})
@@ -69,6 +70,17 @@ def text_frame(payload: bytes) -> bytes:
 def wire_json(event: Event) -> str:
     """The event's JSON as stored and sent."""
     return event.model_dump_json(exclude_defaults=True)
+
+
+def diary_text(event: Mapping[str, Any]) -> str:
+    """A log event's line as the job's diary shows it (``j2c logs --verbose``, "Download log",
+    the notes read from the last lines): the job's text as written; j2c's as j2c-unpack writes
+    it without a tag, ``j2c: <phase>: <text>``. ``event``: the event's JSON, parsed (or a
+    model's dump)."""
+    text = str(event.get("text") or "")
+    if event.get("origin") != LineOrigin.j2c.value:
+        return text
+    return format_line(None, "info", str(event.get("phase") or "j2c"), text)
 
 
 def log_line_json(job_id: str, seq: int, time: float, draft: Mapping[str, Any]) -> str | None:

@@ -1,8 +1,9 @@
 /**
  * `LogAnnouncer`: the log panel's polite live region (`role="log"`, WCAG 4.1.3, ARIA23). It
- * says the job's status changes, each error and the job's end once, and new output capped at
- * `maxLines` lines per `windowMs`, then "N more lines", so a flood of output never floods a
- * screen reader. Visually hidden; the terminal above shows the same lines.
+ * says the job's status changes, a failure's reason once, the job's end once, and the job's own
+ * lines capped at `maxLines` lines per `windowMs`, then "N more lines", so a flood of output
+ * never floods a screen reader. j2c's own lines are said only when the job fails (the panel
+ * decides). Visually hidden; the output and the header show the same.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
@@ -52,12 +53,20 @@ export class LogAnnouncer extends Widget {
     }
   }
 
-  /** An error, said once however often it is reported. */
-  error(text: string): void {
-    if (text && !this._errors.has(text)) {
-      this._errors.add(text);
-      this._say(this._trans.__('Error: %1', spokenText(text)), 'error');
+  /** Why the job failed, what to do and the line it came from, said once. */
+  failure(reason: string, action: string, line: string): void {
+    if (this._failed) {
+      return;
     }
+    this._failed = true;
+    const parts = [this._trans.__('Failed: %1', reason)];
+    if (action) {
+      parts.push(action);
+    }
+    if (line) {
+      parts.push(this._trans.__('From: %1', spokenText(line)));
+    }
+    this._say(parts.join(' '), 'failure');
   }
 
   /** How the job ended (status, exit code, duration), said once. */
@@ -126,9 +135,9 @@ export class LogAnnouncer extends Widget {
   private readonly _trans: TranslationBundle;
   private readonly _maxLines: number;
   private readonly _windowMs: number;
-  private readonly _errors = new Set<string>();
   private _lastStatus = '';
   private _ended = false;
+  private _failed = false;
   private _windowStart = 0;
   private _inWindow = 0;
   private _skipped = 0;

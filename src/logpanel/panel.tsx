@@ -1,21 +1,27 @@
 /**
- * `LogPanel`: one job's log panel — its header (status, stage timeline, results) above its
- * output — fed by a `JobEventStream` that resumes after the last event it showed.
+ * `LogPanel`: one job's log panel — its header (why it failed, status, stage timeline with
+ * j2c's diary folded under each step, results) above the job's own output — fed by a
+ * `JobEventStream` that resumes after the last event it showed. The output holds the job's
+ * lines only (its stderr marked), plus j2c's errors; j2c's other lines go to the diary.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import { ISignal, Signal } from '@lumino/signaling';
-import { Panel } from '@lumino/widgets';
+import { Panel, Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { formatDuration, isTerminal, jobSeconds } from '../format';
+import { formatDuration, isTerminal, jobSeconds, shortId } from '../format';
 import { JobsModel, jobsApi } from '../jobs';
 import { Event, JobRecord } from '../models';
+import { summarize } from '../sidebar/jobrows';
 import { JobEventStream } from '../stream';
 import { LogAnnouncer } from './announcer';
 import { CopyAllModel } from './copyall';
+import { JobDiary } from './diary';
+import { IFailure, failureOf } from './failure';
+import { ILineKind, j2cText, lineKind } from './lines';
 import { JobProgress } from './progress';
-import { LogView } from './terminal';
+import { LogView, STDERR_MARK } from './terminal';
 import { LogHeader } from './timeline';
 
 /** Events fetched per request when downloading the whole log. */
@@ -23,6 +29,19 @@ const DOWNLOAD_PAGE = 5000;
 
 const DIM = (text: string): string => `\x1b[2m${text}\x1b[22m`;
 const RED = (text: string): string => `\x1b[31m${text}\x1b[39m`;
+
+/**
+ * A stderr line as the view shows it: a red bar before it (a shape, not only a colour) and its
+ * text red, also after each `\r` of a progress bar (which returns to the line's start).
+ */
+function stderrLine(text: string): string {
+  const mark = RED(`${STDERR_MARK} `);
+  return `${mark}${RED(text.replace(/\r/g, `\r${mark}`))}`;
+}
+
+/** One of j2c's own errors, in the output where it happened: marked ✕ and named. */
+const J2C_ERROR = (text: string): string =>
+  `\x1b[1;31m✕ j2c: ${text}\x1b[22;39m`;
 
 /** One line as the view shows it, with the rank that wrote it (null: j2c's own, or one node). */
 interface IShownLine {
@@ -36,8 +55,31 @@ export function eventRank(event: Event): number | null {
   return typeof rank === 'number' ? rank : null;
 }
 
-/** Statuses after which the job's first output line means it is running. */
-const STARTING: ReadonlySet<string> = new Set(['submitted', 'queued']);
+/** One event as a line of the downloaded log; null for what is no line (progress ticks). */
+function downloadedLine(event: Event): string | null {
+  switch (event.kind) {
+    case 'log': {
+      const text = event.text ?? '';
+      const kind = lineKind(event);
+      if (kind.owner === 'j2c') {
+        const level = kind.level === 'info' ? '' : `${kind.level}: `;
+        return `[j2c] ${level}${j2cText(event, kind)}`;
+      }
+      const rank = eventRank(event);
+      return rank === null ? text : `[${rank}] ${text}`;
+    }
+    case 'stage':
+      return `[j2c] ${event.stage} ${event.state}${event.text ? `: ${event.text}` : ''}`;
+    case 'status':
+      return `[j2c] ${event.status}${event.text ? `: ${event.text}` : ''}`;
+    case 'error':
+      return `[j2c] error: ${event.text ?? ''}`;
+    case 'result':
+      return `[j2c] result: ${event.text ?? ''}`;
+    default:
+      return null;
+  }
+}
 
 class HeaderWidget extends ReactWidget {
   constructor(private readonly _panel: LogPanel) {
@@ -58,7 +100,10 @@ class HeaderWidget extends ReactWidget {
         onRetryNow={() => panel.stream.reconnect()}
         trans={panel.trans}
         onOpenNotebook={name => void panel.openNotebook(name)}
+        onShowOutputs={() => void panel.showOutputs()}
         copyAll={panel.copyAll}
+        diary={panel.diary}
+        failure={panel.failure}
       />
     );
   }
@@ -71,6 +116,7 @@ export class LogPanel extends Panel {
     this.trans = options.trans;
     this._jobs = options.jobs;
     this._openNotebook = options.openNotebook;
+    this._showOutputs = options.showOutputs;
     this.id = `j2c-logpanel-${options.jobId}`;
     this.addClass('j2c-LogPanel');
     this.title.label = options.jobId;
@@ -78,6 +124,7 @@ export class LogPanel extends Panel {
     this._header = new HeaderWidget(this);
     this.copyAll = new CopyAllModel({ jobId: options.jobId });
     this.copyAll.changed.connect(() => this._header.update());
+    this.diary.changed.connect(() => this._header.update());
     this.view = new LogView({
       scrollback: options.scrollback,
       follow: options.follow,
@@ -86,8 +133,13 @@ export class LogPanel extends Panel {
     });
     this.announcer = new LogAnnouncer({ trans: this.trans });
     this._keep = options.scrollback;
+    this._empty.addClass('j2c-LogEmpty');
+    this._empty.node.textContent = this.trans.__(
+      "No output yet: the job's own lines show here."
+    );
     this.addWidget(this._header);
     this.addWidget(this.announcer);
+    this.addWidget(this._empty);
     this.addWidget(this.view);
     this.stream = new JobEventStream({
       jobId: options.jobId,
@@ -106,6 +158,8 @@ export class LogPanel extends Panel {
   readonly announcer: LogAnnouncer;
   readonly stream: JobEventStream;
   readonly progress = new JobProgress();
+  /** j2c's own lines and events, one group per timeline step. */
+  readonly diary = new JobDiary();
   /** The results' "Copy all" action: its state, which the header renders. */
   readonly copyAll: CopyAllModel;
 
@@ -118,42 +172,55 @@ export class LogPanel extends Panel {
     return this._ended;
   }
 
+  /** Why the job failed (its reason, what to do, the line), once it did; else null. */
+  get failure(): IFailure | null {
+    return failureOf(
+      this._record,
+      this.progress,
+      this._lastError || this._lastLine,
+      this.trans
+    );
+  }
+
   /**
-   * Show one event: a log line in the view, anything else in the header; status changes
-   * also as a dim `[j2c]` line between the output lines, where they happened.
-   *
-   * The scheduler's "running" is polled, so it is often recorded (and numbered) a moment after
-   * the job's first lines: written as it comes, it would land inside the output, live and on
-   * every replay. The first output line is itself the proof that the job runs, so the view
-   * writes "running" just before it, and a status line that says again what the last one said
-   * after the output began is left out (the header still shows its text).
+   * Show one event. The job's own lines go to the output (stderr marked) and to the live
+   * region; j2c's lines and events go to the diary under the timeline step they belong to (its
+   * errors also to the output, where they happened); the rest is the header's.
    */
   ingest(event: Event): void {
     if (event.kind === 'log') {
-      if (!this._outputSinceStatus && STARTING.has(this._shownStatus ?? '')) {
-        this._statusLine('running', '');
+      const kind = lineKind(event);
+      if (kind.owner === 'j2c') {
+        this._j2cLine(event, kind);
+        return;
       }
-      this._outputSinceStatus = true;
       const rank = eventRank(event);
       if (rank !== null && !this._ranks.includes(rank)) {
         this._ranks = [...this._ranks, rank].sort((a, b) => a - b);
         this._ranksChanged.emit(this._ranks);
       }
       const text = event.text ?? '';
-      this._show(rank === null ? text : `${DIM(`[${rank}]`)} ${text}`, rank);
+      const ranked = rank === null ? text : `${DIM(`[${rank}]`)} ${text}`;
+      if (kind.owner === 'stderr') {
+        this._show(stderrLine(ranked), rank);
+        if (text.trim()) {
+          this._lastError = text.trim();
+        }
+      } else {
+        this._show(ranked, rank);
+        if (!event.stream && text.trim()) {
+          this._lastLine = text.trim(); // streams merged: an error may be any line
+        }
+      }
+      this._outputShown();
       if (this._visible(rank)) {
         this.announcer.line(rank === null ? text : `[${rank}] ${text}`);
       }
       return;
     }
     this.progress.apply(event);
+    this.diary.apply(event);
     if (event.kind === 'status') {
-      const repeated =
-        event.status === this._shownStatus &&
-        (this._outputSinceStatus || (event.text ?? '') === this._shownText);
-      if (!repeated) {
-        this._statusLine(event.status ?? '', event.text ?? '');
-      }
       if (!isTerminal(event.status)) {
         this.announcer.status(event.status ?? '', event.text ?? '');
       }
@@ -165,8 +232,7 @@ export class LogPanel extends Panel {
       event.kind === 'error' ||
       (event.kind === 'stage' && event.state === 'failed')
     ) {
-      this._show(RED(`[j2c] ${event.text ?? ''}`));
-      this.announcer.error(event.text ?? '');
+      this._show(J2C_ERROR(event.text ?? ''));
     }
     this._header.update();
   }
@@ -221,15 +287,19 @@ export class LogPanel extends Panel {
     await this._jobs.cancel(this.jobId);
   }
 
-  /** Every log line of the job (not only those the view keeps), as a text file. */
+  /**
+   * The whole log as a text file (every line, not only those the view keeps): the job's lines
+   * as it wrote them, and j2c's diary among them, each of j2c's lines marked `[j2c]`.
+   */
   async download(): Promise<void> {
     const lines: string[] = [];
     let after = 0;
     for (;;) {
       const events = await jobsApi.events(this.jobId, after, DOWNLOAD_PAGE);
       for (const event of events) {
-        if (event.kind === 'log') {
-          lines.push(event.text ?? '');
+        const line = downloadedLine(event);
+        if (line !== null) {
+          lines.push(line);
         }
       }
       if (events.length < DOWNLOAD_PAGE) {
@@ -246,6 +316,11 @@ export class LogPanel extends Panel {
     link.click();
     link.remove();
     URL.revokeObjectURL(url);
+  }
+
+  /** The job's outputs, copied next to its project, shown in the file browser. */
+  showOutputs(): Promise<void> {
+    return this._showOutputs(this.jobId);
   }
 
   /** Copy the executed notebook (artifact `name`) into the project and open it. */
@@ -291,8 +366,45 @@ export class LogPanel extends Panel {
   private async _finish(): Promise<void> {
     await this._loadRecord();
     void this._jobs.refresh();
+    const failure = this.failure;
+    if (failure) {
+      // Now j2c's own words matter: where it went wrong, and its warnings and errors there.
+      if (failure.step) {
+        this.diary.reveal(failure.step);
+      }
+      this.announcer.failure(failure.reason, failure.action, failure.line);
+      for (const line of this._j2cTroubles) {
+        this.announcer.line(line);
+      }
+    }
+    if (this.view.lineCount === 0) {
+      this._empty.node.textContent = this.trans.__('The job wrote no output.');
+    }
     this.announcer.ended(this._endSummary());
     this._ended.emit(this._record);
+    this._header.update();
+  }
+
+  /** One of j2c's lines: into the diary; an error also into the output. */
+  private _j2cLine(event: Event, kind: ILineKind): void {
+    this.diary.line(event, kind);
+    const text = j2cText(event, kind);
+    if (kind.level !== 'info' && text.trim()) {
+      this._j2cTroubles.push(`j2c: ${text}`);
+    }
+    if (kind.level === 'error') {
+      this._show(J2C_ERROR(text));
+      this._lastError = text.trim() || this._lastError;
+    }
+    this._header.update();
+  }
+
+  /** The first line of output hides "no output yet". */
+  private _outputShown(): void {
+    if (!this._hasOutput) {
+      this._hasOutput = true;
+      this._empty.hide();
+    }
   }
 
   /** "Job train.py succeeded, exit code 0, after 42 s": what the live region says at the end. */
@@ -333,18 +445,18 @@ export class LogPanel extends Panel {
     );
   }
 
-  private _statusLine(status: string, text: string): void {
-    this._show(DIM(`[j2c] ${status}${text ? `: ${text}` : ''}`));
-    this._shownStatus = status;
-    this._shownText = text;
-    this._outputSinceStatus = false;
-  }
-
   private _setTitle(): void {
     const name = this._record?.name ?? this.jobId;
     const status = this.progress.status ?? this._record?.status ?? '';
-    this.title.label = this.trans.__('%1 log', name);
-    this.title.caption = this.trans.__('%1 (%2): %3', name, this.jobId, status);
+    // The short id tells runs of the same script apart; the caption adds the arguments.
+    this.title.label = this._record ? `${name} ${shortId(this.jobId)}` : name;
+    const detail = this._record ? summarize(this._record).detail : '';
+    this.title.caption = this.trans.__(
+      '%1 (%2): %3',
+      detail ? `${name} ${detail}` : name,
+      this.jobId,
+      status
+    );
     this.title.className = status ? `j2c-mod-${status}` : '';
   }
 
@@ -353,10 +465,15 @@ export class LogPanel extends Panel {
   private readonly _openNotebook: LogPanel.IOptions['openNotebook'];
   private _record: JobRecord | null = null;
   private _tickTimer = 0;
-  /** The status the last `[j2c]` status line showed, its text, and whether output followed. */
-  private _shownStatus: string | null = null;
-  private _shownText = '';
-  private _outputSinceStatus = false;
+  private readonly _showOutputs: LogPanel.IOptions['showOutputs'];
+  /** The job's last error line (stderr, or j2c's error): where a failure came from. */
+  private _lastError = '';
+  /** The job's last line where the engine does not tell stderr from stdout. */
+  private _lastLine = '';
+  /** j2c's warnings and errors: announced only if the job fails. */
+  private _j2cTroubles: string[] = [];
+  private _hasOutput = false;
+  private readonly _empty = new Widget();
   private readonly _ended = new Signal<this, JobRecord | null>(this);
   private _ranks: readonly number[] = [];
   private _rankFilter: number | null = null;
@@ -376,5 +493,7 @@ export namespace LogPanel {
     screenReader?: boolean;
     /** Copy a job's artifact into its project and open it (the executed notebook). */
     openNotebook: (jobId: string, name: string) => Promise<void>;
+    /** Copy a job's outputs into its project and show them in the file browser. */
+    showOutputs: (jobId: string) => Promise<void>;
   }
 }

@@ -35,6 +35,15 @@ const LIGHT_ANSI: ITheme = {
   brightWhite: '#9e9e9e'
 };
 
+/**
+ * The bar before each stderr line (drawn red by the panel): a shape as well as a colour, so
+ * the mark reads without colour too. Copying leaves it out.
+ */
+export const STDERR_MARK = '▍';
+
+/** What `text()` takes off the start of a line: the stderr mark and its space. */
+const MARK_PREFIX = `${STDERR_MARK} `;
+
 /** While the page is hidden, animation frames stop: flush on a timer instead. */
 const HIDDEN_FLUSH_MS = 250;
 
@@ -181,7 +190,11 @@ export class LogView extends Widget {
     while (lines.length && !lines[lines.length - 1]) {
       lines.pop();
     }
-    return lines.join('\n');
+    return lines
+      .map(line =>
+        line.startsWith(MARK_PREFIX) ? line.slice(MARK_PREFIX.length) : line
+      )
+      .join('\n');
   }
 
   /** Re-read the theme's colours and font (after a theme change). */

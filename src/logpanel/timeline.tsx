@@ -1,4 +1,8 @@
-/** The log panel's header: the job's status, its stage timeline, and its results at the end. */
+/**
+ * The log panel's header: why the job failed (at the top, once it did), the job's status, its
+ * stage timeline with j2c's diary folded under it (one line per step, each unfolding to its
+ * lines), and its results at the end.
+ */
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
@@ -14,6 +18,8 @@ import { Artifact, JobRecord, TrackingRun } from '../models';
 import { StreamState } from '../stream';
 import { CopyAllModel } from './copyall';
 import { CopyAll } from './copyallview';
+import { JobDiary } from './diary';
+import { IFailure } from './failure';
 import { IStep, JobProgress, StepName, StepState } from './progress';
 
 const GLYPHS: { [state in StepState]: string } = {
@@ -111,6 +117,123 @@ function Step(props: { step: IStep; trans: TranslationBundle }): JSX.Element {
   );
 }
 
+/**
+ * At the top of a failed job's panel: the reason in one sentence, what to do, and the line it
+ * came from. Marked by a cross and a word as well as by colour.
+ */
+function FailureBanner(props: {
+  failure: IFailure;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { failure, trans } = props;
+  return (
+    <section
+      className="j2c-Failure"
+      data-j2c="failure"
+      aria-label={trans.__('Why the job failed')}
+    >
+      <p className="j2c-Failure-reason" data-j2c="failure-reason">
+        <span className="j2c-Failure-mark" aria-hidden="true">
+          ✕
+        </span>
+        <strong>{trans.__('Failed:')}</strong> {failure.reason}
+      </p>
+      {failure.action ? (
+        <p className="j2c-Failure-action" data-j2c="failure-action">
+          {failure.action}
+        </p>
+      ) : null}
+      {failure.line ? (
+        <p className="j2c-Failure-line">
+          {trans.__('From:')}{' '}
+          <code data-j2c="failure-line">{failure.line}</code>
+        </p>
+      ) : null}
+    </section>
+  );
+}
+
+/**
+ * j2c's diary: one line per step (its state and its last word), each unfolding to every line
+ * j2c wrote for it. The steps with nothing to say are left out.
+ */
+function Diary(props: {
+  id: string;
+  diary: JobDiary;
+  progress: JobProgress;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { diary, progress, trans } = props;
+  const steps = progress.steps.filter(step => diary.entries(step.name).length);
+  return (
+    <ol
+      id={props.id}
+      className="j2c-Diary"
+      data-j2c="diary"
+      aria-label={trans.__("j2c's lines, by step")}
+    >
+      {steps.map(step => {
+        const entries = diary.entries(step.name);
+        const open = diary.isOpen(step.name);
+        const last = entries[entries.length - 1];
+        const linesId = `${props.id}-${step.name}`;
+        const dropped = diary.dropped(step.name);
+        return (
+          <li
+            key={step.name}
+            className="j2c-Diary-step"
+            data-step={step.name}
+            data-level={diary.worst(step.name)}
+          >
+            <button
+              type="button"
+              className="j2c-Diary-stepButton"
+              aria-expanded={open}
+              aria-controls={linesId}
+              onClick={() => diary.toggleStep(step.name)}
+            >
+              <span className="j2c-Step-glyph" aria-hidden="true">
+                {GLYPHS[step.state]}
+              </span>
+              <span className="j2c-Diary-stepName">
+                {stepLabel(step.name, trans)}
+              </span>
+              <span className="j2c-u-screenReader">{`: ${stateLabel(step.state, trans)}, `}</span>
+              <span className="j2c-Diary-summary">
+                {step.detail || last?.text || ''}
+              </span>
+              <span className="j2c-Diary-count">
+                {trans._n('%1 line', '%1 lines', entries.length + dropped)}
+              </span>
+            </button>
+            {open ? (
+              <ol id={linesId} className="j2c-Diary-lines">
+                {dropped ? (
+                  <li className="j2c-Diary-dropped">
+                    {trans._n(
+                      '%1 earlier line: in the downloaded log',
+                      '%1 earlier lines: in the downloaded log',
+                      dropped
+                    )}
+                  </li>
+                ) : null}
+                {entries.map(entry => (
+                  <li key={entry.seq} data-level={entry.level}>
+                    {entry.level === 'info' ? null : (
+                      <span className="j2c-Diary-level">{`${entry.level}: `}</span>
+                    )}
+                    {entry.text}
+                  </li>
+                ))}
+              </ol>
+            ) : null}
+          </li>
+        );
+      })}
+    </ol>
+  );
+}
+
 /** A web URL (e.g. presigned) opens as is; anything else downloads through the server. */
 function ArtifactLink(props: {
   jobId: string;
@@ -199,9 +322,10 @@ function Results(props: {
   progress: JobProgress;
   trans: TranslationBundle;
   onOpenNotebook: (name: string) => void;
+  onShowOutputs: () => void;
   copyAll: CopyAllModel;
 }): JSX.Element {
-  const { record, progress, trans, onOpenNotebook } = props;
+  const { record, progress, trans, onOpenNotebook, onShowOutputs } = props;
   const results = record.results;
   const exitCode = record.exit_code ?? results?.exit_code ?? progress.exitCode;
   const notebook = notebookName(record);
@@ -217,11 +341,22 @@ function Results(props: {
         <dd data-j2c="exit-code">{exitCode ?? '—'}</dd>
         <dt>{trans.__('Duration')}</dt>
         <dd data-j2c="duration">{formatDuration(jobSeconds(record))}</dd>
-        {results?.output_uri ? (
+        {results?.artifacts?.length ? (
           <>
             <dt>{trans.__('Outputs')}</dt>
-            <dd className="j2c-Result-uri" title={results.output_uri}>
-              {results.output_uri}
+            <dd>
+              <button
+                type="button"
+                className="jp-mod-styled j2c-ShowOutputs"
+                data-j2c="show-outputs"
+                title={trans.__(
+                  "Copy the outputs into the project's j2c-outputs folder and show them in the file browser (stored at %1)",
+                  results.output_uri ?? ''
+                )}
+                onClick={onShowOutputs}
+              >
+                {trans.__('Show in file browser')}
+              </button>
             </dd>
           </>
         ) : null}
@@ -304,8 +439,14 @@ export interface IHeaderProps {
   onRetryNow: () => void;
   trans: TranslationBundle;
   onOpenNotebook: (name: string) => void;
+  /** Copy the outputs next to the project and show them in the file browser. */
+  onShowOutputs: () => void;
   /** The results' "Copy all" action. */
   copyAll: CopyAllModel;
+  /** j2c's own lines, by step. */
+  diary: JobDiary;
+  /** Why the job failed, once it did. */
+  failure: IFailure | null;
 }
 
 export function LogHeader(props: IHeaderProps): JSX.Element {
@@ -319,6 +460,9 @@ export function LogHeader(props: IHeaderProps): JSX.Element {
   );
   return (
     <>
+      {props.failure ? (
+        <FailureBanner failure={props.failure} trans={trans} />
+      ) : null}
       <div className="j2c-LogHeader-top">
         <span className="j2c-LogHeader-name">
           {record?.name ?? props.jobId}
@@ -357,17 +501,40 @@ export function LogHeader(props: IHeaderProps): JSX.Element {
           </button>
         ) : null}
       </div>
-      <ol className="j2c-Timeline" aria-label={trans.__('Stages')}>
-        {progress.steps.map(step => (
-          <Step key={step.name} step={step} trans={trans} />
-        ))}
-      </ol>
+      <div className="j2c-Timeline-row">
+        <ol className="j2c-Timeline" aria-label={trans.__('Stages')}>
+          {progress.steps.map(step => (
+            <Step key={step.name} step={step} trans={trans} />
+          ))}
+        </ol>
+        {props.diary.count ? (
+          <button
+            type="button"
+            className="j2c-Diary-toggle"
+            data-j2c="diary-toggle"
+            aria-expanded={props.diary.open}
+            aria-controls={`j2c-diary-${props.jobId}`}
+            onClick={() => props.diary.toggle()}
+          >
+            {trans._n('j2c: %1 line', 'j2c: %1 lines', props.diary.count)}
+          </button>
+        ) : null}
+      </div>
+      {props.diary.open ? (
+        <Diary
+          id={`j2c-diary-${props.jobId}`}
+          diary={props.diary}
+          progress={progress}
+          trans={trans}
+        />
+      ) : null}
       {progress.ended && record ? (
         <Results
           record={record}
           progress={progress}
           trans={trans}
           onOpenNotebook={props.onOpenNotebook}
+          onShowOutputs={props.onShowOutputs}
           copyAll={props.copyAll}
         />
       ) : null}

@@ -28,6 +28,7 @@ import { Widget } from '@lumino/widgets';
 
 import { computeIcon } from '../icons';
 import { JobRecord } from '../models';
+import { IFormProblem } from '../sidebar/model';
 import { SIDEBAR_ID } from '../sidebar/widget';
 import { sweepOf } from '../sweep/records';
 import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
@@ -58,6 +59,23 @@ function decisionText(
   return decision.attached
     ? trans.__('%1. Use "Run again" in the jobs list for a new run.', text)
     : trans.__('%1.', text);
+}
+
+/** "Not sent: Entry point: 'nope.py' is not a file" (and how many more), for the toast. */
+function problemsText(
+  problems: IFormProblem[],
+  trans: TranslationBundle
+): string {
+  const first = problems[0];
+  const said = first.label ? `${first.label}: ${first.message}` : first.message;
+  return problems.length > 1
+    ? trans._n(
+        'Not sent: %2 (and %1 more problem, listed beside the Send button)',
+        'Not sent: %2 (and %1 more problems, listed beside the Send button)',
+        problems.length - 1,
+        said
+      )
+    : trans.__('Not sent: %1', said);
 }
 
 export const commandsPlugin: JupyterFrontEndPlugin<void> = {
@@ -113,6 +131,12 @@ export const commandsPlugin: JupyterFrontEndPlugin<void> = {
       const record = await form.submit();
       if (!record) {
         app.shell.activateById(SIDEBAR_ID);
+        const problems = form.problems;
+        if (problems.length) {
+          Notification.error(problemsText(problems, trans), {
+            autoClose: 8000
+          });
+        }
         return;
       }
       const decided = decisionText(record, trans);

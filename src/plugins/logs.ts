@@ -19,6 +19,7 @@ import { ReadonlyJSONObject } from '@lumino/coreutils';
 
 import { jobsApi } from '../jobs';
 import { LogPanel } from '../logpanel/panel';
+import { showOutputs } from '../outputs';
 import { createLogWidget } from '../logpanel/widget';
 import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
 
@@ -78,7 +79,8 @@ export const logsPlugin: JupyterFrontEndPlugin<ILogPanels> = {
         scrollback: settings.scrollback,
         follow: settings.followLogs,
         screenReader: j2c.settings.screenReader,
-        openNotebook
+        openNotebook,
+        showOutputs: jobId => showOutputs(app.commands, jobId, trans)
       });
       const widget = createLogWidget(panel, trans);
       void tracker.add(widget);

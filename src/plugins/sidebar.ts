@@ -9,14 +9,16 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { Notification } from '@jupyterlab/apputils';
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { DocumentRegistry } from '@jupyterlab/docregistry';
 import { Kernel } from '@jupyterlab/services';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
+import { shortId } from '../format';
 import { computeIcon } from '../icons';
 import { JobRecord } from '../models';
+import { showOutputs } from '../outputs';
 import { ComputeSidebar } from '../sidebar/widget';
 import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
 import { isRunnable } from './documents';
@@ -61,15 +63,30 @@ export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
         open: (record: JobRecord) => void panels.open(record.id),
         cancel: (record: JobRecord) =>
           j2c.jobs.cancel(record.id).catch(failed(trans.__('Cancel'))),
-        rerun: (record: JobRecord) =>
-          j2c.jobs
-            .rerun(record)
-            .then(
-              next => void panels.open(next.id),
-              failed(trans.__('Run again'))
+        rerun: (record: JobRecord) => {
+          j2c.form.fillFromJob(record);
+          labShell.activateById(sidebar.id);
+          sidebar.showForm();
+        },
+        remove: async (record: JobRecord) => {
+          const answer = await showDialog({
+            title: trans.__('Remove job %1?', record.name),
+            body: trans.__(
+              'The record and log of job %1 (%2) are forgotten; outputs already copied into the project stay.',
+              record.name,
+              shortId(record.id)
             ),
-        remove: (record: JobRecord) =>
-          j2c.jobs.remove(record.id).catch(failed(trans.__('Remove')))
+            buttons: [
+              Dialog.cancelButton(),
+              Dialog.warnButton({ label: trans.__('Remove') })
+            ]
+          });
+          if (answer.button.accept) {
+            await j2c.jobs.remove(record.id).catch(failed(trans.__('Remove')));
+          }
+        },
+        showOutputs: (record: JobRecord) =>
+          void showOutputs(app.commands, record.id, trans)
       }
     });
     sidebar.title.icon = computeIcon;

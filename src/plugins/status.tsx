@@ -1,4 +1,7 @@
-/** The status bar item ("2 jobs running") and a notification when a job ends. */
+/**
+ * The status bar item ("2 jobs running") and a notification when a job ends; a sweep gets one
+ * notification, updated as its variants end (`sweep/notices.ts`), never one per variant.
+ */
 import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
@@ -18,7 +21,9 @@ import { computeIcon } from '../icons';
 import { JobsModel } from '../jobs';
 import { JobStatus } from '../models';
 import { SIDEBAR_ID } from '../sidebar/widget';
-import { IJ2C, ILogPanels } from '../tokens';
+import { SweepNotices } from '../sweep/notices';
+import { sweepOf } from '../sweep/records';
+import { CommandIDs, IJ2C, ILogPanels } from '../tokens';
 
 class RunningJobs extends ReactWidget {
   constructor(
@@ -103,11 +108,32 @@ export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
     const trans = (translator ?? nullTranslator).load('j2c');
     const openResults = (id: string): void =>
       void panels.open(id).then(widget => widget.content.showResults());
+    const sweeps = new SweepNotices({
+      trans,
+      preferredMetric: () => j2c.settings.current.listMetric,
+      openSweep: id => void app.commands.execute(CommandIDs.openSweep, { id })
+    });
     j2c.jobs.ended.connect((_, record) => {
+      const sweep = sweepOf(record);
+      if (sweep?.role === 'child') {
+        // A variant: its sweep's one notification follows it (the browser's waits for the end).
+        if (j2c.settings.current.notifications) {
+          sweeps.variantEnded(sweep.parent, j2c.jobs.find(sweep.parent));
+        }
+        return;
+      }
       if (j2c.settings.current.notifyInBrowser) {
-        notifyInBrowser(record, trans, () => openResults(record.id));
+        notifyInBrowser(record, trans, () =>
+          sweep
+            ? void app.commands.execute(CommandIDs.openSweep, { id: record.id })
+            : openResults(record.id)
+        );
       }
       if (!j2c.settings.current.notifications) {
+        return;
+      }
+      if (sweep?.role === 'parent') {
+        void sweeps.sweepEnded(record);
         return;
       }
       Notification.emit(

@@ -8,6 +8,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { Title, Widget } from '@lumino/widgets';
 
 import { isTerminal } from '../format';
+import { sweepOf } from '../sweep/records';
 import { JobsModel } from '../jobs';
 
 /** The tab's dataset key (`data-j2c-ended`) holding the count. */
@@ -60,8 +61,11 @@ export class EndedBadge {
     if (!this._jobs.loaded) {
       return;
     }
+    // A sweep counts once (its parent), as the list shows it: not once per variant.
     const ended = this._jobs.jobs
-      .filter(record => isTerminal(record.status))
+      .filter(
+        record => isTerminal(record.status) && sweepOf(record)?.role !== 'child'
+      )
       .map(record => record.id);
     if (this._seen === null || this._looking()) {
       // The first visit counts nothing of the past; looking sees everything.

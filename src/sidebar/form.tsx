@@ -9,9 +9,11 @@ import {
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { ComputeForm } from './model';
+import { shortId } from '../format';
+import { unhonouredReason } from './labels';
+import { ComputeForm, IFormProblem } from './model';
 import { PreflightSummary } from './preflight';
-import { FormField, filledParams } from './values';
+import { ErrorKey, FormField, ResourceField, filledParams } from './values';
 
 const fieldId = (field: string): string => `j2c-field-${field}`;
 
@@ -20,6 +22,8 @@ interface IFieldProps {
   field: FormField;
   label: string;
   hint?: string;
+  /** Why the field is off (the scheduler cannot honour it): disabled, this as its tooltip. */
+  offReason?: string | null;
   children: (props: IControlProps) => JSX.Element;
 }
 
@@ -35,16 +39,35 @@ interface IControlProps {
   ) => void;
   'aria-invalid': boolean;
   'aria-describedby'?: string;
+  disabled?: boolean;
+  title?: string;
+  placeholder?: string;
 }
 
-/** A label, a control and, below it, its hint or its error. */
+/**
+ * A label, a control and, below it, its hint or its error. A field the scheduler cannot
+ * honour is disabled and empty, its reason in its tooltip and its accessible description.
+ */
 function Field(props: IFieldProps): JSX.Element {
-  const { form, field, label, hint, children } = props;
+  const { form, field, label, hint, children, offReason } = props;
   const id = fieldId(field);
   const error = form.errors[field];
-  const noteId = error || hint ? `${id}-note` : undefined;
+  const noteId = error || hint || offReason ? `${id}-note` : undefined;
+  const off = offReason
+    ? {
+        disabled: true,
+        title: offReason,
+        value: '',
+        placeholder: '—'
+      }
+    : {};
   return (
-    <div className="j2c-Field" data-field={field}>
+    <div
+      className="j2c-Field"
+      data-field={field}
+      data-off={offReason ? 'true' : undefined}
+      title={offReason ?? undefined}
+    >
       <label htmlFor={id}>{label}</label>
       {children({
         id,
@@ -52,9 +75,14 @@ function Field(props: IFieldProps): JSX.Element {
         value: form.values[field],
         onChange: event => form.set(field, event.target.value),
         'aria-invalid': !!error,
-        'aria-describedby': noteId
+        'aria-describedby': noteId,
+        ...off
       })}
-      {error ? (
+      {offReason && !error ? (
+        <div id={noteId} className="j2c-u-screenReader">
+          {offReason}
+        </div>
+      ) : error ? (
         <div id={noteId} className="j2c-Field-error" role="alert">
           {error}
         </div>
@@ -117,7 +145,7 @@ function ImageField(props: IFormProps): JSX.Element {
     options.push({ value: '', label: trans.__("The scheduler's default") });
   }
   return (
-    <Field form={form} field="image" label={trans.__('Image')}>
+    <Field form={form} field="image" label={form.labels.image}>
       {control => <HTMLSelect {...control} options={options} />}
     </Field>
   );
@@ -125,53 +153,74 @@ function ImageField(props: IFormProps): JSX.Element {
 
 function ResourceFields(props: IFormProps): JSX.Element {
   const { form, trans } = props;
+  const labels = form.labels;
   const presets = form.settings.memoryPresets;
+  const off = form.unhonoured;
+  const reason = (field: ResourceField): string | null =>
+    off.has(field) ? unhonouredReason(field, form.scheduler, trans) : null;
+  const numberInput = (
+    attributes: { min: number; max?: number; step: number },
+    placeholder?: string
+  ) =>
+    function NumberInput(control: IControlProps): JSX.Element {
+      return (
+        <input
+          {...attributes}
+          {...control}
+          type="number"
+          placeholder={control.placeholder ?? placeholder}
+          className="jp-mod-styled j2c-Input"
+        />
+      );
+    };
   return (
     <div className="j2c-Resources">
-      <Field form={form} field="gpus" label={trans.__('GPUs')}>
-        {control => (
-          <input
-            {...control}
-            type="number"
-            min={0}
-            max={64}
-            step={1}
-            className="jp-mod-styled j2c-Input"
-          />
-        )}
+      <Field
+        form={form}
+        field="gpus"
+        label={labels.gpus}
+        offReason={reason('gpus')}
+      >
+        {numberInput({ min: 0, max: 64, step: 1 })}
       </Field>
-      <Field form={form} field="nodes" label={trans.__('Nodes')}>
+      <Field
+        form={form}
+        field="nodes"
+        label={labels.nodes}
+        offReason={reason('nodes')}
+      >
         {control => (
           <input
-            {...control}
-            type="number"
             min={1}
             max={256}
             step={1}
             title={trans.__('GPUs, CPUs and memory are per node')}
-            className="jp-mod-styled j2c-Input"
-          />
-        )}
-      </Field>
-      <Field form={form} field="cpus" label={trans.__('CPUs')}>
-        {control => (
-          <input
             {...control}
             type="number"
-            min={0.5}
-            step={0.5}
-            placeholder={trans.__('auto')}
             className="jp-mod-styled j2c-Input"
           />
         )}
       </Field>
-      <Field form={form} field="memory" label={trans.__('Memory')}>
+      <Field
+        form={form}
+        field="cpus"
+        label={labels.cpus}
+        offReason={reason('cpus')}
+      >
+        {numberInput({ min: 0.5, step: 0.5 }, trans.__('auto'))}
+      </Field>
+      <Field
+        form={form}
+        field="memory"
+        label={labels.memory}
+        offReason={reason('memory')}
+      >
         {control => (
           <>
             <input
-              {...control}
               list="j2c-memory-presets"
-              placeholder={trans.__('auto')}
+              {...control}
+              placeholder={control.placeholder ?? trans.__('auto')}
               className="jp-mod-styled j2c-Input"
               spellCheck={false}
             />
@@ -183,6 +232,14 @@ function ResourceFields(props: IFormProps): JSX.Element {
           </>
         )}
       </Field>
+      <Field
+        form={form}
+        field="timeLimit"
+        label={labels.timeLimit}
+        offReason={reason('timeLimit')}
+      >
+        {numberInput({ min: 1, step: 1 }, trans.__('none'))}
+      </Field>
     </div>
   );
 }
@@ -193,11 +250,7 @@ function AdvancedFields(props: IFormProps): JSX.Element {
   return (
     <details className="j2c-Advanced">
       <summary>{trans.__('Advanced')}</summary>
-      <Field
-        form={form}
-        field="compression"
-        label={trans.__('Compression level')}
-      >
+      <Field form={form} field="compression" label={form.labels.compression}>
         {input(
           trans.__('%1 (server default)', form.config?.compression_level ?? 3),
           'number'
@@ -206,7 +259,7 @@ function AdvancedFields(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="excludes"
-        label={trans.__('Extra excludes')}
+        label={form.labels.excludes}
         hint={trans.__('gitignore patterns, one a line')}
       >
         {textarea('data/raw/\n*.ckpt')}
@@ -214,7 +267,7 @@ function AdvancedFields(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="maxAttempts"
-        label={trans.__('Resumes')}
+        label={form.labels.maxAttempts}
         hint={trans.__(
           'New attempts from the last checkpoint after a preemption or a lost node; 0: none'
         )}
@@ -224,21 +277,48 @@ function AdvancedFields(props: IFormProps): JSX.Element {
           'number'
         )}
       </Field>
-      <Field form={form} field="scheduler" label={trans.__('Scheduler')}>
+      <Field form={form} field="scheduler" label={form.labels.scheduler}>
         {control => <HTMLSelect {...control} options={schedulers} />}
       </Field>
-      <div className="j2c-Field j2c-Field-check">
-        <input
-          id={fieldId('noWait')}
-          type="checkbox"
-          checked={form.values.noWait}
-          onChange={event => form.setNoWait(event.target.checked)}
-        />
-        <label htmlFor={fieldId('noWait')}>
-          {trans.__("Don't wait: send without opening the log")}
-        </label>
-      </div>
+      <CheckField
+        id="noWait"
+        checked={form.values.noWait}
+        onChange={checked => form.setNoWait(checked)}
+        label={trans.__("Don't wait: send without opening the log")}
+      />
+      <CheckField
+        id="allowMissingImports"
+        checked={form.values.allowMissingImports}
+        onChange={checked => form.setAllowMissingImports(checked)}
+        label={form.labels.allowMissingImports}
+        title={trans.__(
+          'An import that neither the venv, the lab nor the image provides stops the send before upload; tick to send anyway (the job may fail with ModuleNotFoundError).'
+        )}
+      />
     </details>
+  );
+}
+
+/** A checkbox of the form with its label (the settings that are on or off). */
+function CheckField(props: {
+  id: string;
+  checked: boolean;
+  onChange: (checked: boolean) => void;
+  label: string;
+  title?: string;
+}): JSX.Element {
+  return (
+    <div className="j2c-Field j2c-Field-check">
+      <input
+        id={fieldId(props.id)}
+        type="checkbox"
+        checked={props.checked}
+        onChange={event => props.onChange(event.target.checked)}
+      />
+      <label htmlFor={fieldId(props.id)} title={props.title}>
+        {props.label}
+      </label>
+    </div>
   );
 }
 
@@ -408,7 +488,7 @@ function SweepSection(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="maxParallel"
-        label={trans.__('Max parallel')}
+        label={form.labels.maxParallel}
         hint={trans.__('Variants running at once; empty: all')}
       >
         {control => (
@@ -425,7 +505,7 @@ function SweepSection(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="retries"
-        label={trans.__('Retries')}
+        label={form.labels.retries}
         hint={trans.__('Re-runs of a variant that exits non-zero; empty: none')}
       >
         {control => (
@@ -474,11 +554,7 @@ function BaseFields(props: IFormProps): JSX.Element | null {
   const conflicts = (report.versions ?? []).length > 0;
   return (
     <div className="j2c-BaseFields">
-      <Field
-        form={form}
-        field="baseShip"
-        label={trans.__('Lab-base packages the image lacks')}
-      >
+      <Field form={form} field="baseShip" label={form.labels.baseShip}>
         {control => (
           <HTMLSelect
             {...control}
@@ -494,7 +570,7 @@ function BaseFields(props: IFormProps): JSX.Element | null {
         <Field
           form={form}
           field="baseConflicts"
-          label={trans.__('Version conflicts')}
+          label={form.labels.baseConflicts}
         >
           {control => (
             <HTMLSelect
@@ -518,6 +594,80 @@ function BaseFields(props: IFormProps): JSX.Element | null {
   );
 }
 
+/** Bring a field into view and into focus (a Sweep row's error: the section's first input). */
+function focusField(key: ErrorKey): void {
+  const target = key.startsWith('sweep')
+    ? document.querySelector<HTMLElement>(
+        '[data-j2c="sweep-section"] [aria-invalid="true"], [data-j2c="sweep-section"] summary'
+      )
+    : document.getElementById(fieldId(key));
+  target?.closest('details')?.setAttribute('open', '');
+  target?.scrollIntoView({ block: 'center' });
+  target?.focus();
+}
+
+/**
+ * Beside the Send button: everything that stops the send, each named by its field's label (a
+ * button that brings the field into view), so an error under a field scrolled away is seen.
+ */
+function Problems(props: {
+  problems: IFormProblem[];
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { problems, trans } = props;
+  if (!problems.length) {
+    return null;
+  }
+  return (
+    <div className="j2c-Form-problems" role="alert" data-j2c="form-problems">
+      <ul
+        aria-label={trans._n(
+          '%1 problem stops the send',
+          '%1 problems stop the send',
+          problems.length
+        )}
+      >
+        {problems.map(problem => (
+          <li key={problem.key ?? ''} data-problem={problem.key ?? 'form'}>
+            {problem.key ? (
+              <>
+                <button
+                  type="button"
+                  className="j2c-Form-problemField"
+                  title={trans.__('Go to %1', problem.label)}
+                  onClick={() => focusField(problem.key as ErrorKey)}
+                >
+                  {problem.label}
+                </button>
+                {': '}
+              </>
+            ) : null}
+            {problem.message}
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+/** After "Run again…": which job the form was filled from (the next send is a new run). */
+function RerunNote(props: IFormProps): JSX.Element | null {
+  const { form, trans } = props;
+  const source = form.rerunOf;
+  if (!source) {
+    return null;
+  }
+  return (
+    <div className="j2c-Form-rerun" data-j2c="rerun-note" role="status">
+      {trans.__(
+        'Filled from job %1 (%2): change what you need, then send a new run.',
+        source.name,
+        shortId(source.id)
+      )}
+    </div>
+  );
+}
+
 /** The whole form; Enter runs the preflight check, the button sends. */
 export function ComputeFormView(props: IFormProps): JSX.Element {
   const { form, trans, onSend } = props;
@@ -534,7 +684,7 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="project"
-        label={trans.__('Project folder')}
+        label={form.labels.project}
         hint={trans.__('Relative to the server root; empty: the root')}
       >
         {input(trans.__('(server root)'))}
@@ -542,7 +692,7 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="entry"
-        label={trans.__('Entry point')}
+        label={form.labels.entry}
         hint={trans.__(
           'A .py script or .ipynb notebook in the project, or -m module'
         )}
@@ -552,7 +702,7 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="venv"
-        label={trans.__('Virtual environment')}
+        label={form.labels.venv}
         hint={
           form.venvReason ||
           trans.__('Relative to the server root; empty: none')
@@ -565,7 +715,7 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="args"
-        label={trans.__('Arguments')}
+        label={form.labels.args}
         hint={
           placeholders
             ? trans.__('Each variant fills in %1 here', placeholders)
@@ -577,7 +727,7 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       <Field
         form={form}
         field="env"
-        label={trans.__('Environment variables')}
+        label={form.labels.env}
         hint={trans.__('NAME=value, one a line')}
       >
         {textarea('WANDB_MODE=offline')}
@@ -586,11 +736,8 @@ export function ComputeFormView(props: IFormProps): JSX.Element {
       <AdvancedFields {...props} />
       <PreflightSummary preflight={form.preflight} trans={trans} />
       <BaseFields {...props} />
-      {form.formError ? (
-        <div className="j2c-Form-error" role="alert">
-          {form.formError}
-        </div>
-      ) : null}
+      <RerunNote {...props} />
+      <Problems problems={form.problems} trans={trans} />
       <div className="j2c-Form-actions">
         <Button type="submit" className="jp-mod-styled j2c-Check">
           {form.preflight.running ? trans.__('Checking…') : trans.__('Check')}

@@ -1,8 +1,9 @@
 /**
- * The jobs list in the sidebar: status, name, start, duration, and what can be done; below
- * it, "Show older jobs" while the server has more (the paging state lives in `JobsModel`).
- * Above it, while `notifyInBrowser` is on and the browser has not been asked, the button that
- * asks it (browsers grant notifications only from a user action).
+ * The jobs list in the sidebar: a filter, then per job its status, name, short id, arguments
+ * (a sweep: its values), start, duration, and what can be done; below it, "Show older jobs"
+ * while the server has more (the paging state lives in `JobsModel`, the filter's in
+ * `JobsFilter`). Above it, while `notifyInBrowser` is on and the browser has not been asked,
+ * the button that asks it (browsers grant notifications only from a user action).
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import {
@@ -10,6 +11,7 @@ import {
   LabIcon,
   ReactWidget,
   deleteIcon,
+  folderIcon,
   launchIcon,
   refreshIcon,
   stopIcon,
@@ -29,12 +31,17 @@ import { JobsModel } from '../jobs';
 import { JobRecord } from '../models';
 import { J2CSettings } from '../settings';
 import { sweepOf } from '../sweep/records';
+import { JobsFilter, summarize } from './jobrows';
 
 export interface IJobActions {
   open(record: JobRecord): void;
   cancel(record: JobRecord): void;
+  /** "Run again…": the form, filled from the job, for the user to change and send. */
   rerun(record: JobRecord): void;
+  /** Remove the record, once the user confirmed. */
   remove(record: JobRecord): void;
+  /** The job's outputs copied next to its project, shown in the file browser. */
+  showOutputs(record: JobRecord): void;
   /** Show a sweep's view (the sidebar provides it). */
   openSweep?(record: JobRecord): void;
 }
@@ -86,32 +93,58 @@ function JobRow(props: {
   const { record, actions, trans, metric } = props;
   const ended = isTerminal(record.status);
   const sweep = sweepOf(record);
+  const summary = summarize(record);
   const openSweep =
     sweep?.role === 'parent' && actions.openSweep
       ? () => actions.openSweep?.(record)
       : null;
+  const hasOutputs = ended && (record.results?.artifacts ?? []).length > 0;
+  const label = summary.detail
+    ? `${summary.name} ${summary.detail}`
+    : summary.name;
   return (
     <li className="j2c-Job" data-job-id={record.id} data-status={record.status}>
-      <span className={`j2c-Status j2c-Status-${record.status}`}>
-        {record.status}
-      </span>
       <button
         type="button"
         className="j2c-Job-name"
         title={
           openSweep
-            ? trans.__('Open the sweep view of %1 (%2)', record.name, record.id)
-            : trans.__('Open the log of %1 (%2)', record.name, record.id)
+            ? trans.__('Open the sweep view of %1 (%2)', label, record.id)
+            : trans.__('Open the log of %1 (%2)', label, record.id)
         }
         onClick={() => (openSweep ? openSweep() : actions.open(record))}
       >
-        {record.name}
+        {summary.name}
       </button>
-      <span className="j2c-Job-time" title={record.id}>
-        {formatTime(record.started_at ?? record.created_at)}
-      </span>
-      <span className="j2c-Job-duration">
-        {formatDuration(jobSeconds(record))}
+      {summary.entry || summary.detail ? (
+        <span
+          className="j2c-Job-args"
+          data-j2c="job-args"
+          title={[summary.entry, summary.detail].filter(Boolean).join(' ')}
+        >
+          {summary.entry ? (
+            <span className="j2c-Job-entry">{summary.entry}</span>
+          ) : null}
+          {summary.detail}
+        </span>
+      ) : null}
+      <span className="j2c-Job-meta">
+        <span className={`j2c-Status j2c-Status-${record.status}`}>
+          {record.status}
+        </span>
+        <span className="j2c-Job-time">
+          {formatTime(record.started_at ?? record.created_at)}
+          <span
+            className="j2c-Job-id"
+            data-j2c="short-id"
+            title={trans.__('Job %1', record.id)}
+          >
+            {summary.short}
+          </span>
+        </span>
+        <span className="j2c-Job-duration">
+          {formatDuration(jobSeconds(record))}
+        </span>
       </span>
       <Metric record={record} name={metric} />
       {attemptWords(record) ? (
@@ -139,17 +172,25 @@ function JobRow(props: {
           icon={launchIcon}
           onClick={() => actions.open(record)}
         />
+        {hasOutputs ? (
+          <Action
+            action="outputs"
+            label={trans.__('Show outputs in the file browser')}
+            icon={folderIcon}
+            onClick={() => actions.showOutputs(record)}
+          />
+        ) : null}
         {ended ? (
           <>
             <Action
               action="rerun"
-              label={trans.__('Run again')}
+              label={trans.__('Run again…')}
               icon={refreshIcon}
               onClick={() => actions.rerun(record)}
             />
             <Action
               action="remove"
-              label={trans.__('Remove record')}
+              label={trans.__('Remove record…')}
               icon={deleteIcon}
               onClick={() => actions.remove(record)}
             />
@@ -167,26 +208,58 @@ function JobRow(props: {
   );
 }
 
+/** The filter above the list: words that each shown job's row must hold. */
+function FilterField(props: {
+  filter: JobsFilter;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { filter, trans } = props;
+  return (
+    <div className="j2c-Jobs-filter">
+      <input
+        type="search"
+        className="jp-mod-styled j2c-Input"
+        data-j2c="jobs-filter"
+        value={filter.text}
+        placeholder={trans.__('Filter: name, arguments, id, status')}
+        aria-label={trans.__('Filter jobs')}
+        spellCheck={false}
+        onChange={event => {
+          filter.text = event.target.value;
+        }}
+      />
+    </div>
+  );
+}
+
 /** The list, re-rendered whenever the jobs model changes. */
 export class JobsListWidget extends ReactWidget {
   constructor(
     private readonly _model: JobsModel,
     private readonly _actions: IJobActions,
     private readonly _trans: TranslationBundle,
-    private readonly _settings?: J2CSettings
+    private readonly _settings?: J2CSettings,
+    private readonly _filter: JobsFilter = new JobsFilter()
   ) {
     super();
     this.addClass('j2c-JobsSection');
     this.title.label = _trans.__('Jobs');
     _model.changed.connect(() => this.update(), this);
     _settings?.changed.connect(() => this.update(), this);
+    _filter.changed.connect(() => this.update(), this);
   }
 
   render(): JSX.Element {
     const trans = this._trans;
     const jobs = this._model.jobs;
+    const listed = this._filter.apply(
+      jobs.filter(record => sweepOf(record)?.role !== 'child')
+    );
     return (
       <div className="j2c-Jobs">
+        {jobs.length ? (
+          <FilterField filter={this._filter} trans={trans} />
+        ) : null}
         {this._settings?.current.notifyInBrowser ? (
           <BrowserPermission trans={trans} onAnswer={() => this.update()} />
         ) : null}
@@ -195,20 +268,22 @@ export class JobsListWidget extends ReactWidget {
             {trans.__('Cannot load the jobs: %1', this._model.error)}
           </div>
         ) : null}
-        {jobs.length ? (
+        {listed.length ? (
           <ul aria-label={trans.__('Jobs')}>
-            {jobs
-              .filter(record => sweepOf(record)?.role !== 'child')
-              .map(record => (
-                <JobRow
-                  key={record.id}
-                  record={record}
-                  actions={this._actions}
-                  trans={trans}
-                  metric={this._settings?.current.listMetric ?? ''}
-                />
-              ))}
+            {listed.map(record => (
+              <JobRow
+                key={record.id}
+                record={record}
+                actions={this._actions}
+                trans={trans}
+                metric={this._settings?.current.listMetric ?? ''}
+              />
+            ))}
           </ul>
+        ) : jobs.length ? (
+          <div className="j2c-Jobs-empty" role="status">
+            {trans.__('No job matches "%1".', this._filter.text)}
+          </div>
         ) : (
           <div className="j2c-Jobs-empty">
             {this._model.loaded

@@ -4,6 +4,7 @@
  * defaults from the server config and the user's settings, inline field errors, the debounced
  * preflight, and sending.
  */
+import { PageConfig } from '@jupyterlab/coreutils';
 import { Contents, Kernel } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { Debouncer } from '@lumino/polling';
@@ -16,15 +17,25 @@ import { guessProject } from '../project';
 import { J2CRequestError } from '../request';
 import { IJ2CSettings, J2CSettings } from '../settings';
 import {
+  FieldLabels,
+  errorLabel,
+  fieldLabels,
+  flagsInFormWords
+} from './labels';
+import {
   EMPTY_VALUES,
   ErrorKey,
   FieldErrors,
   FormField,
   IFormValues,
   ISweepParam,
+  ResourceField,
   buildRequest,
   formFieldOf,
-  sweepSize
+  inFormWords,
+  joinArgs,
+  sweepSize,
+  unhonoured
 } from './values';
 
 /** Fields whose change changes what would be packed: they re-run the preflight. */
@@ -39,6 +50,21 @@ const PACKED_FIELDS: ReadonlySet<FormField> = new Set<FormField>([
 ]);
 
 const PREFLIGHT_DELAY_MS = 600;
+
+/** One thing wrong with the form, as the summary beside the Send button lists it. */
+export interface IFormProblem {
+  /** The field (or section) at fault; null for an error that names none. */
+  key: ErrorKey | null;
+  /** The field's label, as the form shows it ('' for none). */
+  label: string;
+  message: string;
+}
+
+/** The job a "Run again…" filled the form from. */
+export interface IRerunSource {
+  id: string;
+  name: string;
+}
 
 export interface IPreflightState {
   plan: PackPlan | null;
@@ -57,6 +83,53 @@ export class ComputeForm {
     );
     this._applyDefaults(this._settings.current);
     this._debouncer = new Debouncer(() => this.check(true), PREFLIGHT_DELAY_MS);
+    this._labels = fieldLabels(options.trans);
+  }
+
+  /** The form's words for its fields. */
+  get labels(): FieldLabels {
+    return this._labels;
+  }
+
+  /**
+   * Everything wrong with the form, each named by its field's label (the summary beside the
+   * Send button, and the toast when a send fails): the fields' errors in the form's order,
+   * then an error that names no field.
+   */
+  get problems(): IFormProblem[] {
+    const order = Object.keys(this._labels);
+    const keys = (Object.keys(this._errors) as ErrorKey[]).sort(
+      (a, b) =>
+        order.indexOf(a.startsWith('sweep.') ? 'sweep' : a) -
+        order.indexOf(b.startsWith('sweep.') ? 'sweep' : b)
+    );
+    const problems: IFormProblem[] = keys.map(key => ({
+      key,
+      label: errorLabel(key, this._labels),
+      message: this._errors[key] ?? ''
+    }));
+    if (this._formError) {
+      problems.push({ key: null, label: '', message: this._formError });
+    }
+    return problems;
+  }
+
+  /** The scheduler the job goes to: the one chosen, else the server's default. */
+  get scheduler(): string {
+    return this._values.scheduler || this._config?.default_scheduler || '';
+  }
+
+  /**
+   * The resource fields the chosen scheduler cannot honour (its capabilities, from the
+   * server): the form disables them and never sends them.
+   */
+  get unhonoured(): ReadonlySet<ResourceField> {
+    return unhonoured(this._config?.capabilities?.[this.scheduler]);
+  }
+
+  /** The job "Run again…" filled the form from (the next send is a new run), else null. */
+  get rerunOf(): IRerunSource | null {
+    return this._rerunOf;
   }
 
   get values(): Readonly<IFormValues> {
@@ -122,6 +195,11 @@ export class ComputeForm {
 
   setNoWait(noWait: boolean): void {
     this._values = { ...this._values, noWait };
+    this._changed.emit();
+  }
+
+  setAllowMissingImports(allowMissingImports: boolean): void {
+    this._values = { ...this._values, allowMissingImports };
     this._changed.emit();
   }
 
@@ -201,6 +279,7 @@ export class ComputeForm {
     for (const field of ['project', 'entry', 'venv'] as FormField[]) {
       this._edited.delete(field);
     }
+    this._rerunOf = null;
     this._venvFor = fill.project;
     this._venvReason = fill.reason;
     this._errors = {};
@@ -209,6 +288,74 @@ export class ComputeForm {
       { project: fill.project, entry: fill.entry, venv: fill.venv },
       null
     );
+    void this.check(true);
+  }
+
+  /**
+   * "Run again…": the form holds what `record` was sent with (its arguments, environment,
+   * resources, sweep, options), for the user to change and send as a new run. Its paths are
+   * shown relative to the server's root where they lie in it (the server keeps them absolute).
+   */
+  fillFromJob(record: JobRecord): void {
+    const request = record.request;
+    const root = PageConfig.getOption('serverRoot');
+    const project = underRoot(request.code_path, root);
+    const entry = request.call_path.startsWith('/')
+      ? underFolder(request.call_path, request.code_path)
+      : request.call_path;
+    const resources = request.resources ?? {};
+    const sweep = request.sweep;
+    const env = { ...(request.env ?? {}), ...(sweep?.env ?? {}) };
+    const params: ISweepParam[] = Object.entries(sweep?.grid ?? {}).map(
+      ([name, values]) => ({
+        id: ++this._sweepIds,
+        name,
+        values: values.join(', ')
+      })
+    );
+    const values: IFormValues = {
+      ...this._values,
+      project,
+      entry,
+      venv: request.venv_path ? underRoot(request.venv_path, root) : '',
+      image: request.image ?? this._values.image, // none: the default, as the form has it
+      gpus: String(resources.gpus ?? 0),
+      nodes: String(resources.nodes ?? 1),
+      cpus: optional(resources.cpus),
+      memory: resources.memory ?? '',
+      timeLimit: optional(resources.time_limit_minutes),
+      args: joinArgs(request.args ?? []),
+      env: Object.entries(env)
+        .map(([name, value]) => `${name}=${value}`)
+        .join('\n'),
+      compression: optional(request.compression_level),
+      excludes: (request.excludes ?? []).join('\n'),
+      scheduler: request.scheduler ?? record.scheduler,
+      baseShip:
+        request.ship_base === true
+          ? 'ship'
+          : request.ship_base === false
+            ? 'skip'
+            : '',
+      baseConflicts: request.base_conflicts ?? '',
+      allowMissingImports: request.allow_missing_imports ?? false,
+      sweepParams: params,
+      maxParallel: optional(sweep?.max_parallel),
+      retries: sweep?.retries ? String(sweep.retries) : '',
+      maxAttempts: optional(request.max_attempts)
+    };
+    this._fillTicket++; // a description of the current file still on its way is stale now
+    for (const field of Object.keys(values) as FormField[]) {
+      this._edited.add(field);
+    }
+    this._values = values;
+    this._venvFor = project;
+    this._venvReason = '';
+    this._errors = {};
+    this._formError = null;
+    this._sweepOpen = params.length > 0;
+    this._rerunOf = { id: record.id, name: record.name };
+    this._changed.emit();
     void this.check(true);
   }
 
@@ -256,7 +403,12 @@ export class ComputeForm {
       if (!request) {
         return null;
       }
-      return await this._jobs.submit(request);
+      if (this._rerunOf) {
+        request.new = true; // run again: never attach to the job it came from
+      }
+      const record = await this._jobs.submit(request);
+      this._rerunOf = null;
+      return record;
     } catch (error) {
       this._showError(error);
       return null;
@@ -292,17 +444,35 @@ export class ComputeForm {
     }
   }
 
-  /** An error on its field when it names one, else above the Send button. */
+  /**
+   * An error on its field when it names one, else above the Send button; in the form's words
+   * (its labels, never the server's field names), with the server's hint.
+   */
   private _showError(error: unknown): void {
     const field =
       error instanceof J2CRequestError ? formFieldOf(error.field) : null;
+    const words = (text: string): string =>
+      flagsInFormWords(
+        inFormWords(text, key => errorLabel(key, this._labels)),
+        this._trans
+      );
+    let message = words(messageOf(error));
+    const hint = error instanceof J2CRequestError ? error.hint : undefined;
+    if (hint) {
+      message = `${message} (${words(hint)})`;
+    }
     if (field) {
-      this._errors = { ...this._errors, [field]: messageOf(error) };
+      // The label stands beside the message wherever it shows: not twice.
+      const label = errorLabel(field, this._labels);
+      if (message.startsWith(`${label}: `)) {
+        message = message.slice(label.length + 2);
+      }
+      this._errors = { ...this._errors, [field]: message };
       if (isSweepKey(field)) {
         this._sweepOpen = true;
       }
     } else {
-      this._formError = messageOf(error);
+      this._formError = message;
     }
     this._changed.emit();
   }
@@ -325,6 +495,9 @@ export class ComputeForm {
         wholeNumber: t.__('Enter a whole number (0 or more).'),
         positiveNumber: t.__('Enter a number above 0, or leave empty.'),
         nodeCount: t.__('Enter a whole number of nodes (1 or more).'),
+        timeLimit: t.__(
+          'Enter a whole number of minutes (1 or more), or leave empty.'
+        ),
         compressionRange: t.__('Enter a level from 1 to 22, or leave empty.'),
         openQuote: t.__('A quote is not closed.'),
         maxParallel: t.__('Enter a whole number (1 or more), or leave empty.'),
@@ -337,7 +510,7 @@ export class ComputeForm {
         ),
         sweepTwice: t.__('This name is swept above already: give it once.')
       },
-      { sweep }
+      { sweep, unhonoured: this.unhonoured }
     );
     if (!request && !quiet) {
       this._errors = { ...this._errors, ...errors };
@@ -416,6 +589,8 @@ export class ComputeForm {
   private readonly _trans: TranslationBundle;
   private readonly _settings: J2CSettings;
   private readonly _debouncer: Debouncer;
+  private readonly _labels: FieldLabels;
+  private _rerunOf: IRerunSource | null = null;
   private _config: ServerConfig | null = null;
   private _values: IFormValues = EMPTY_VALUES;
   private _errors: FieldErrors = {};
@@ -452,6 +627,28 @@ const SWEEP_FIELDS: ReadonlySet<string> = new Set(['maxParallel', 'retries']);
 /** Whether an error shows in the Sweep section (its own, a row's, its fields'). */
 function isSweepKey(key: ErrorKey): boolean {
   return key === 'sweep' || SWEEP_FIELDS.has(key) || key.startsWith('sweep.');
+}
+
+/** A number the request may leave out, as a field holds it ('' for none). */
+function optional(value: number | null | undefined): string {
+  return value === null || value === undefined ? '' : String(value);
+}
+
+/** `path` relative to `folder` when it lies in it ('' for the folder itself), else as is. */
+function underFolder(path: string, folder: string): string {
+  const base = folder.replace(/\/+$/, '');
+  if (!base || !path.startsWith('/')) {
+    return path;
+  }
+  if (path === base) {
+    return '';
+  }
+  return path.startsWith(`${base}/`) ? path.slice(base.length + 1) : path;
+}
+
+/** An absolute path the server recorded, relative to the server's root where it lies in it. */
+function underRoot(path: string, root: string): string {
+  return root.startsWith('/') ? underFolder(path, root) : path;
 }
 
 /** A server path relative to the root as the form writes it ('' is the root itself). */

@@ -142,14 +142,34 @@ export function ImageDifferences(props: {
   }
   const missing = report.missing ?? [];
   const versions = report.versions ?? [];
+  const unprovided = report.unprovided ?? [];
   const shipping = report.shipping;
-  if (!missing.length && !versions.length) {
+  if (!missing.length && !versions.length && !unprovided.length) {
     return null;
   }
   const shipped = shipping?.enabled && (shipping.names ?? []).length > 0;
   return (
     <details className="j2c-Preflight-image" open>
       <summary>{trans.__('%1 differs from the lab', report.target)}</summary>
+      {unprovided.length ? (
+        <div className="j2c-Preflight-refused" role="alert">
+          <ul className="j2c-Preflight-unprovided">
+            {unprovided.map(item => (
+              <li key={item.name} data-import={item.name}>
+                {trans.__(
+                  '%1 imports %2: not in the venv, the lab or the image',
+                  (item.imported_by ?? [])[0] ?? '',
+                  item.name
+                )}
+              </li>
+            ))}
+          </ul>
+          {trans.__(
+            'Not sent unless "%1" (Advanced) is ticked: install it in the venv, or use an image that has it.',
+            trans.__('Send even if imports are missing')
+          )}
+        </div>
+      ) : null}
       {missing.length ? (
         <ul className="j2c-Preflight-missing">
           {missing.map(item => (

@@ -3,7 +3,7 @@
  * that need no server), and the server's error fields mapped back onto form fields. The Sweep
  * section's rows become `JobRequest.sweep` here too (`buildSweep`, `sweepSize`).
  */
-import { JobRequest, SweepSpec } from '../models';
+import { Capabilities, JobRequest, SweepSpec } from '../models';
 
 /** One row of the Sweep section: a swept name and its values as typed (comma-separated). */
 export interface ISweepParam {
@@ -22,6 +22,8 @@ export interface IFormValues {
   nodes: string;
   cpus: string;
   memory: string;
+  /** Wall-clock limit in minutes; '': the scheduler's default. */
+  timeLimit: string;
   args: string;
   env: string;
   compression: string;
@@ -32,6 +34,8 @@ export interface IFormValues {
   /** A needed lab-base package the image has at another version: '', auto, ship, image. */
   baseConflicts: string;
   noWait: boolean;
+  /** Send even when an import nothing provides was found (`allow_missing_imports`). */
+  allowMissingImports: boolean;
   /** The Sweep section's parameters; none (or only blank rows): a single job. */
   sweepParams: readonly ISweepParam[];
   /** At most this many variants at once; '': all. */
@@ -43,7 +47,10 @@ export interface IFormValues {
 }
 
 /** The form's text fields (each one control bound by `set`). */
-export type FormField = Exclude<keyof IFormValues, 'noWait' | 'sweepParams'>;
+export type FormField = Exclude<
+  keyof IFormValues,
+  'noWait' | 'allowMissingImports' | 'sweepParams'
+>;
 
 /** Where an error shows: a field, the Sweep section as a whole, or one of its rows (by id). */
 export type ErrorKey = FormField | 'sweep' | `sweep.${number}`;
@@ -59,6 +66,7 @@ export const EMPTY_VALUES: IFormValues = {
   nodes: '1',
   cpus: '',
   memory: '',
+  timeLimit: '',
   args: '',
   env: '',
   compression: '',
@@ -67,6 +75,7 @@ export const EMPTY_VALUES: IFormValues = {
   baseShip: '',
   baseConflicts: '',
   noWait: false,
+  allowMissingImports: false,
   sweepParams: [],
   maxParallel: '',
   retries: '',
@@ -83,6 +92,7 @@ const SERVER_FIELDS: [string, ErrorKey][] = [
   ['resources.nodes', 'nodes'],
   ['resources.cpus', 'cpus'],
   ['resources.memory', 'memory'],
+  ['resources.time_limit_minutes', 'timeLimit'],
   ['args', 'args'],
   ['env', 'env'],
   ['compression_level', 'compression'],
@@ -109,6 +119,67 @@ export function formFieldOf(field: string | undefined): ErrorKey | null {
     }
   }
   return null;
+}
+
+/**
+ * A server message as the form shows it: the server's own name of a field (`call_path: ...`,
+ * `resources.memory`) becomes the form's label, so the user reads the words on the screen.
+ */
+export function inFormWords(
+  message: string,
+  labelOf: (key: ErrorKey) => string
+): string {
+  let text = message;
+  // Longest names first: `sweep.max_parallel` before `sweep`.
+  const names = [...SERVER_FIELDS].sort((a, b) => b[0].length - a[0].length);
+  for (const [name, key] of names) {
+    if (text.startsWith(`${name}: `)) {
+      text = `${labelOf(key)}: ${text.slice(name.length + 2)}`;
+    }
+  }
+  for (const [name, key] of names) {
+    if (/[._]/.test(name)) {
+      // Names of several words only: plain words (`args`, `image`) read as themselves.
+      const pattern = new RegExp(`\\b${name.replace('.', '\\.')}\\b`, 'g');
+      text = text.replace(pattern, labelOf(key));
+    }
+  }
+  return text;
+}
+
+/** The resource fields a scheduler may be unable to honour. */
+export type ResourceField = 'gpus' | 'nodes' | 'cpus' | 'memory' | 'timeLimit';
+
+/** Which capability of the scheduler each resource field needs. */
+export const RESOURCE_NEEDS: { [field in ResourceField]: keyof Capabilities } =
+  {
+    gpus: 'gpus',
+    nodes: 'multi_node',
+    cpus: 'cpus',
+    memory: 'memory',
+    timeLimit: 'time_limit'
+  };
+
+/**
+ * The resource fields the scheduler cannot honour, by its capabilities (the server refuses a
+ * request that asks for them); none when its capabilities are not known.
+ */
+export function unhonoured(
+  capabilities: Capabilities | null | undefined
+): ReadonlySet<ResourceField> {
+  const fields = new Set<ResourceField>();
+  if (!capabilities) {
+    return fields;
+  }
+  for (const [field, need] of Object.entries(RESOURCE_NEEDS) as [
+    ResourceField,
+    keyof Capabilities
+  ][]) {
+    if (capabilities[need] !== true) {
+      fields.add(field);
+    }
+  }
+  return fields;
 }
 
 /**
@@ -154,6 +225,24 @@ export function splitArgs(line: string): string[] | null {
     args.push(current);
   }
   return args;
+}
+
+/**
+ * Arguments written back as a line `splitArgs` turns into the same list: plain words as they
+ * are, others quoted (single quotes, or double quotes with backslashes where one is inside).
+ */
+export function joinArgs(args: readonly string[]): string {
+  return args
+    .map(arg => {
+      if (arg && /^[A-Za-z0-9_@%+=:,./{}-]+$/.test(arg)) {
+        return arg;
+      }
+      if (!arg.includes("'")) {
+        return `'${arg}'`;
+      }
+      return `"${arg.replace(/(["\\])/g, '\\$1')}"`;
+    })
+    .join(' ');
 }
 
 /** `NAME=value` lines; blank lines and `#` comments are skipped. */
@@ -316,6 +405,7 @@ export interface IMessages {
   wholeNumber: string;
   positiveNumber: string;
   nodeCount: string;
+  timeLimit: string;
   compressionRange: string;
   openQuote: string;
   maxParallel: string;
@@ -334,23 +424,32 @@ export interface IMessages {
 export function buildRequest(
   values: IFormValues,
   messages: IMessages,
-  options: { sweep?: boolean } = {}
+  options: { sweep?: boolean; unhonoured?: ReadonlySet<ResourceField> } = {}
 ): IBuildResult {
   const errors: FieldErrors = {};
+  // A field the scheduler cannot honour is neither checked nor sent (the form disables it).
+  const skip = options.unhonoured ?? new Set<ResourceField>();
   if (!values.entry.trim()) {
     errors.entry = messages.entryRequired;
   }
-  const gpus = wholeNumberOrNull(values.gpus, 0);
+  const gpus = skip.has('gpus') ? 0 : wholeNumberOrNull(values.gpus, 0);
   if (gpus === undefined) {
     errors.gpus = messages.wholeNumber;
   }
-  const nodes = wholeNumberOrNull(values.nodes, 1);
+  const nodes = skip.has('nodes') ? 1 : wholeNumberOrNull(values.nodes, 1);
   if (nodes === undefined) {
     errors.nodes = messages.nodeCount;
   }
-  const cpus = numberOrNull(values.cpus);
+  const cpus = skip.has('cpus') ? null : numberOrNull(values.cpus);
   if (cpus === undefined || (cpus !== null && cpus <= 0)) {
     errors.cpus = messages.positiveNumber;
+  }
+  const memory = skip.has('memory') ? '' : values.memory.trim();
+  const minutes = skip.has('timeLimit')
+    ? null
+    : wholeNumberOrNull(values.timeLimit, 1);
+  if (minutes === undefined) {
+    errors.timeLimit = messages.timeLimit;
   }
   const level = numberOrNull(values.compression);
   if (
@@ -390,7 +489,8 @@ export function buildRequest(
       gpus: gpus ?? 0,
       nodes: nodes ?? 1,
       cpus: cpus ?? null,
-      memory: values.memory.trim() || null
+      memory: memory || null,
+      time_limit_minutes: minutes ?? null
     },
     scheduler: values.scheduler || null,
     compression_level: level ?? null,
@@ -413,6 +513,9 @@ export function buildRequest(
   }
   if (maxAttempts !== null && maxAttempts !== undefined) {
     request.max_attempts = maxAttempts;
+  }
+  if (values.allowMissingImports) {
+    request.allow_missing_imports = true;
   }
   return { request, errors };
 }

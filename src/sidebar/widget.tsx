@@ -106,6 +106,20 @@ export class ComputeSidebar extends SidePanel {
   /** The count on the tab of jobs that ended since the user last looked. */
   readonly badge: EndedBadge;
 
+  /**
+   * Unfold the form (after "Run again…" filled it) and put the focus in `fieldId`'s control,
+   * the field the user most likely changes.
+   */
+  showForm(fieldId = 'j2c-field-args'): void {
+    const accordion = this.content as AccordionPanel;
+    accordion.expand(0);
+    requestAnimationFrame(() => {
+      const field = document.getElementById(fieldId);
+      field?.scrollIntoView({ block: 'center' });
+      field?.focus();
+    });
+  }
+
   /** The sweep view shown, if any. */
   get sweep(): SweepViewWidget | null {
     return this._sweep;

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from j2c_server.cli.render import TerminalRenderer, plan_notes
+from j2c_server.cli.render import plan_notes
+from j2c_server.cli.terminal import TerminalRenderer
 from j2c_server.pack.models import PackPlan
 from j2c_server.wire.api import Event, EventKind, Stage
 
@@ -66,7 +67,7 @@ def test_notes_show_the_largest_files_over_the_soft_limit() -> None:
 
 def test_plain_renderer_prints_the_notes_after_the_scan_line() -> None:
     err = io.StringIO()
-    renderer = TerminalRenderer("j1", tty=False, out=io.StringIO(), err=err)
+    renderer = TerminalRenderer("j1", tty=False, out=io.StringIO(), err=err, verbose=True)
     renderer.handle(
         Event(
             job_id="j1",
@@ -87,7 +88,7 @@ def test_plain_renderer_prints_the_notes_after_the_scan_line() -> None:
 
 def test_tty_renderer_writes_the_notes_above_the_board() -> None:
     err = io.StringIO()
-    renderer = TerminalRenderer("j1", tty=True, out=io.StringIO(), err=err)
+    renderer = TerminalRenderer("j1", tty=True, out=io.StringIO(), err=err, verbose=True)
     scan = {"job_id": "j1", "time": time.time(), "kind": EventKind.stage, "stage": Stage.scan}
     renderer.handle(Event(seq=1, state="started", **scan))
     renderer.handle(

@@ -43,8 +43,69 @@ def test_submit_prints_the_jobs_output_on_stdout_and_its_own_lines_on_stderr(
     assert result.returncode == 0, result.stderr
     # The local scheduler keeps one log: the job's stderr line arrives with its stdout.
     assert result.stdout.splitlines() == ["args []", "line 0", "line 1", "line 2", "oops"]
-    assert "j2c: running: exit code 0" in result.stderr  # j2c-unpack's own line
-    assert "succeeded" in result.stderr
+    assert "succeeded" in result.stderr.splitlines()[-1]
+
+
+USER_SAYS_J2C = (
+    "import sys\n"
+    "print('epoch 1 loss 0.5', flush=True)\n"
+    "print('j2c: running: this line is the user\\'s', flush=True)\n"
+    "sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)\n"
+)
+
+
+def test_a_succeeded_job_shows_a_few_lines_of_j2cs_and_its_diary_with_verbose(
+    run_j2c: RunJ2C, cli_project: Path, cli_venv: Path
+) -> None:
+    (cli_project / "train.py").write_text(USER_SAYS_J2C)
+    quiet = run_j2c(*submit_args(cli_venv), cwd=cli_project)
+    assert quiet.returncode == 0, quiet.stderr
+    # The user's lines, the one that looks like j2c's included, as the job printed them.
+    assert quiet.stdout.splitlines() == [
+        "epoch 1 loss 0.5",
+        "j2c: running: this line is the user's",
+    ]
+    said = quiet.stderr.splitlines()
+    assert len(said) <= 10, said
+    assert not any(line.startswith(("j2c: downloading", "j2c: extracting")) for line in said)
+    job_id = said[0].split()[2]
+    assert said[-1].startswith(f"j2c: job {job_id} succeeded")
+
+    diary = run_j2c(*submit_args(cli_venv, "--new", "-v"), cwd=cli_project)
+    assert diary.returncode == 0, diary.stderr
+    assert diary.stdout == quiet.stdout
+    said = diary.stderr.splitlines()
+    assert len(said) > 15, said  # j2c's whole diary, as before
+    for phase in ("manifest", "cache", "running", "summary"):  # the layers: the node cache's
+        assert any(line.startswith(f"j2c: {phase}: ") for line in said), (phase, said)
+    assert "j2c: scan      finished" in diary.stderr
+
+    # `j2c logs` shows the job as submit did; -v its diary.
+    logs = run_j2c("logs", job_id)
+    assert logs.stdout == quiet.stdout and len(logs.stderr.splitlines()) <= 10
+    assert "j2c: summary: " in run_j2c("logs", job_id, "-v").stderr
+
+
+def test_a_failed_job_says_why_and_what_to_do(
+    run_j2c: RunJ2C, cli_project: Path, cli_venv: Path
+) -> None:
+    (cli_project / "train.py").write_text(
+        "print('epoch 1', flush=True)\nraise ValueError('the learning rate is negative')\n"
+    )
+    result = run_j2c(*submit_args(cli_venv), cwd=cli_project)
+    assert result.returncode == 1
+    said = result.stderr.splitlines()
+    reason = "train.py raised ValueError: the learning rate is negative"
+    assert said[-2].endswith(f"failed (exit code 1): {reason}"), said
+    assert said[-1] == "j2c:   what to do: the traceback is in its output above this line"
+    assert "Traceback (most recent call last):" in result.stdout  # the job's own, merged
+    job_id = said[0].split()[2]
+    # The record says it too, and `j2c logs` puts it first.
+    record = json.loads(run_j2c("status", job_id, "--json").stdout)
+    assert record["failure"]["reason"] == reason
+    assert record["failure"]["line"] == "ValueError: the learning rate is negative"
+    logs = run_j2c("logs", job_id).stderr.splitlines()
+    assert logs[0] == f"j2c: job {job_id} failed (exit code 1): {reason}"
 
 
 def test_arguments_after_double_dash_reach_the_script(

@@ -47,11 +47,27 @@ class Kubelet:
 
         return self._fake.call(read)
 
+    def _from_secrets(self, container: dict[str, Any]) -> dict[str, str]:
+        """The env entries a container takes from Secrets (``valueFrom.secretKeyRef``), as the
+        kubelet resolves them when it starts the container."""
+
+        def read() -> dict[str, str]:
+            found = {}
+            for item in container.get("env", []):
+                ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    secret = self._fake.secrets[("default", ref["name"])]
+                    found[item["name"]] = secret["stringData"][ref["key"]]
+            return found
+
+        return self._fake.call(read)
+
     def _run(self, pod: str, job: str, container: dict[str, Any]) -> None:
         argv = [*container.get("command", []), *container.get("args", [])]
         if argv[0] == "j2c-unpack":
             argv = [*UNPACK, *argv[1:]]
         env = {item["name"]: item["value"] for item in container.get("env", []) if "value" in item}
+        env.update(self._from_secrets(container))
         try:
             self._fake.start(job)
         except (StopIteration, KeyError):

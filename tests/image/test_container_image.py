@@ -26,7 +26,8 @@ from j2c_server.jobs.service import JobService
 from j2c_server.schedulers.container import probe
 from j2c_server.schedulers.container.lifecycle import LABEL_RUNS, runs_label
 from j2c_server.schedulers.container.spec import runs_root
-from j2c_server.wire.api import EventKind, JobStatus, Stage, StageState
+from j2c_server.wire.api import JobStatus, Stage, StageState
+from tests.support.jobs import diary
 from tests.support.lab_python import image_request, image_settings, need_lab_packages
 from tests.support.lab_python import lab_project as make_lab_project
 from tests.support.podman import Podman
@@ -92,7 +93,7 @@ async def test_the_jobs_inventory_is_kept_and_read_by_the_next_preflight(
         assert {"regex", "scipy"} <= {m["name"] for m in report["missing"]}
         first_upload = next(e.seq for e in events if e.stage == Stage.upload)
         assert scan.seq < first_upload  # said before any upload
-        said = [e.text or "" for e in events if e.kind == EventKind.log]
+        said = diary(events)
         [line] = [t for t in said if t.startswith("j2c: inventory: ")]
         assert line.startswith("j2c: inventory: Python 3.11.2, ") and "kept for image" in line
         kept = InventoryStore(settings.data_path()).get(report["key"])

@@ -18,7 +18,8 @@ import pytest
 from j2c_server.image.text import report_lines
 from j2c_server.jobs.service import JobService
 from j2c_server.schedulers.container import probe
-from j2c_server.wire.api import EventKind, JobStatus
+from j2c_server.wire.api import JobStatus
+from tests.support.jobs import diary
 from tests.support.lab_python import image_request, image_settings, need_lab_packages
 from tests.support.lab_python import lab_project as make_lab_project
 from tests.support.podman import Podman
@@ -54,7 +55,7 @@ async def test_an_unknown_image_gets_every_gap_in_the_jobs_log_before_the_entry_
         record = await service.submit(image_request(lab_project, "train.py"))
         done = await service.wait(record.id)
         events = await service.events(record.id)
-        said = [e.text or "" for e in events if e.kind == EventKind.log]
+        said = diary(events)
         assert probe.probes_started == before  # nothing was started to learn the image
         assert done.status == JobStatus.failed and done.exit_code == 72, said[-20:]
         assert not any("ENTRY RAN" in line for line in said)
@@ -66,8 +67,11 @@ async def test_an_unknown_image_gets_every_gap_in_the_jobs_log_before_the_entry_
         assert "    scipy (the lab has 1.17" in text
         # The lab's scipy needs a newer numpy than the image's: the same list says so.
         assert "numpy 1.24.2 here, 2.4.6 in the lab: scipy 1.17.1 needs numpy" in text
-        stop = next(line for line in said if "stopped before the entry point" in line)
-        assert "3 gaps" in stop and "J2C_UNPACK_NEEDS=warn" in stop
+        stop = next(i for i, line in enumerate(said) if "stopped before the entry point" in line)
+        assert said[stop].startswith("j2c: failed: ") and "3 gaps" in said[stop]
+        assert (
+            said[stop + 1].startswith("j2c: hint: ") and "J2C_UNPACK_NEEDS=warn" in said[stop + 1]
+        )
         # Said before anything was downloaded or extracted.
         first_needs = said.index(needs[0])
         assert not any(line.startswith("j2c: extracting") for line in said[:first_needs])
@@ -96,7 +100,7 @@ async def test_a_job_whose_needs_are_here_runs_and_says_what_differs(
         record = await service.submit(image_request(lab_project, "hello.py"))
         done = await service.wait(record.id)
         events = await service.events(record.id)
-        said = [e.text or "" for e in events if e.kind == EventKind.log]
+        said = diary(events)
         assert done.status == JobStatus.succeeded, said[-20:]
         assert "j2c: needs: the job runs; some versions differ from the lab's:" in said
         assert any(

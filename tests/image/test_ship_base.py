@@ -75,6 +75,9 @@ async def test_a_base_only_package_ships_by_default_and_not_when_turned_off(
         assert said["shipping"]["names"] == [f"regex {regex.lab_version}"]
         [ran] = [x for x in logs if x.startswith("regex from ")]
         assert "/.venv/j2c-base/regex/" in ran
+        # The lab's base (this machine's own Python, under root's 0700 home: the job's uid
+        # cannot even look) is not in the image: the image's Python, said (it crashed here).
+        assert any("is not on this node: bound to this node's Python" in x for x in logs)
 
         off = request.model_copy(update={"ship_base": False})
         plan = await service.preflight(off)

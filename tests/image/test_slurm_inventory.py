@@ -11,8 +11,8 @@ import pytest
 from j2c_server.image.store import InventoryStore
 from j2c_server.jobs.service import JobService
 from j2c_server.schedulers.container import probe
-from j2c_server.wire.api import EventKind, JobRequest, JobStatus
-from tests.support.jobs import settle
+from j2c_server.wire.api import JobRequest, JobStatus
+from tests.support.jobs import diary, settle
 from tests.support.slurm import REPO, SlurmCluster
 
 
@@ -41,7 +41,7 @@ async def test_a_slurm_jobs_inventory_is_what_the_next_preflight_reads(
         done = await service.wait(record.id)
         events = await service.events(record.id)
         assert done.status == JobStatus.succeeded, [e.text for e in events][-8:]
-        said = [e.text or "" for e in events if e.kind == EventKind.log]
+        said = diary(events)
         assert any(t.startswith("j2c: inventory: Python ") for t in said), said
         key = first.image_report.key
         assert key == f"slurm:{slurm_cluster.url}#default"

@@ -58,9 +58,10 @@ class Kernel:
         return out
 
     def run_and_interrupt(self, code: str, *, after_output: str) -> str:
-        """Run ``code``, interrupt the kernel once ``after_output`` was printed; its stderr."""
+        """Run ``code``, interrupt the kernel once ``after_output`` was printed; what the cell
+        printed after the interrupt (stdout and stderr)."""
         msg_id = self.client.execute(code)
-        stdout = stderr = ""
+        stdout = stderr = after = ""
         interrupted = False
         while True:
             msg = self.client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
@@ -73,7 +74,9 @@ class Kernel:
                 else:
                     stderr += content["text"]
             elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
-                return stderr
+                return after
+            if interrupted and msg["msg_type"] == "stream":
+                after += content["text"]
             if not interrupted and after_output in stdout:
                 self.manager.interrupt_kernel()
                 interrupted = True
@@ -108,9 +111,47 @@ def registry_jobs(data_dir: str) -> list[JobRecord]:
 def test_line_magic_shows_the_jobs_output_in_the_cell(kernel: Kernel) -> None:
     out = kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv} -- --lines 2")
     assert out.error is None, out.stderr
-    assert out.stdout.splitlines() == ["args ['--lines', '2']", "line 0", "line 1", "oops"]
-    assert "j2c: running: exit code 0" in out.stderr  # j2c-unpack's own line
-    assert any("succeeded" in display for display in out.displays)
+    said = [line for line in out.stdout.splitlines() if not line.startswith("j2c: job ")]
+    assert said == ["args ['--lines', '2']", "line 0", "line 1", "oops"]
+    assert out.stderr == ""  # a job that is fine: nothing on stderr, j2c's lines included
+    assert "succeeded" in out.displays[-1]
+
+
+def test_a_succeeded_job_writes_nothing_to_stderr_and_few_lines_of_j2cs(
+    kernel: Kernel, cli_project: Path
+) -> None:
+    (cli_project / "train.py").write_text(
+        "print('epoch 1', flush=True)\nprint('j2c: running: the user printed this', flush=True)\n"
+    )
+    out = kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv}")
+    assert out.error is None and out.stderr == "", out.stderr
+    # The user's "j2c:" line is the user's: printed as the job printed it, nothing else of j2c's
+    # but the send's decision line.
+    lines = out.stdout.splitlines()
+    assert lines[1:] == ["epoch 1", "j2c: running: the user printed this"], lines
+    final = out.displays[-1].splitlines()
+    assert len(lines) - 2 + len(final) <= 10, (lines, final)
+    assert "succeeded" in final[-1]
+
+    diary = kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv} --new -v")
+    assert diary.error is None and diary.stderr == "", diary.stderr
+    said = diary.stdout.splitlines()
+    assert "epoch 1" in said and "j2c: running: the user printed this" in said
+    assert any(line.startswith("j2c: summary: ") for line in said)  # j2c's diary, on stdout
+    assert any(line.startswith("scan ") for line in diary.displays[-1].splitlines())
+    assert kernel.run("print(job.logs())").stdout.splitlines() == [
+        "epoch 1",
+        "j2c: running: the user printed this",
+    ]
+
+
+def test_a_failed_job_says_why_at_the_top_of_its_cell(kernel: Kernel, cli_project: Path) -> None:
+    (cli_project / "train.py").write_text("raise KeyError('lr')\n")
+    out = kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv}")
+    assert out.error is None
+    final = out.displays[-1].splitlines()
+    assert final[0].endswith("failed (exit code 1): train.py raised KeyError: 'lr'"), final
+    assert final[1] == "j2c:   what to do: the traceback is in its output above this line"
 
 
 def test_line_magic_returns_a_job_handle(kernel: Kernel) -> None:
@@ -225,11 +266,11 @@ def test_line_magic_without_entry_runs_this_notebook_once(
 
 
 def test_interrupt_detaches_and_the_job_goes_on(kernel: Kernel) -> None:
-    stderr = kernel.run_and_interrupt(
+    said = kernel.run_and_interrupt(
         f"job = %j2c submit train.py --venv-path {kernel.venv} -- --lines 20 --sleep 0.1",
         after_output="line 0",
     )
-    assert "detached" in stderr and "keeps running" in stderr
+    assert "detached" in said and "keeps running" in said
     waited = kernel.run("print(job.wait(quiet=True).status.value)")
     assert waited.stdout.strip() == "succeeded"
 
@@ -269,19 +310,19 @@ def test_seed_form_from_another_folder_ships_the_code_paths_entry_point(
         f"--venv-path {kernel.venv} -- --lines 1"
     )
     assert out.error is None, (out.error, out.stderr)
-    assert out.stdout.splitlines() == ["args ['--lines', '1']", "line 0", "oops"]
+    said = [line for line in out.stdout.splitlines() if not line.startswith("j2c: job ")]
+    assert said == ["args ['--lines', '1']", "line 0", "oops"]
 
 
 def test_the_magic_prints_what_the_cli_prints(
     kernel: Kernel, run_j2c: RunJ2C, cli_project: Path
 ) -> None:
-    """One command layer: ``%j2c logs``/``list``/``status`` and ``j2c ...`` print the same
-    lines, on the same streams, for the same job."""
+    """One command layer: ``%j2c list``/``status`` and ``logs --json`` print what ``j2c ...``
+    prints, on the same streams; ``%j2c logs`` the job's lines as ``j2c logs`` does, j2c's own
+    in the cell's display (as a followed job's), never on stderr for a job that is fine."""
     kernel.run(f"job = %j2c submit train.py --venv-path {kernel.venv} -- --lines 2")
     job_id = kernel.run("print(job.id)").stdout.strip()
     for args in (
-        ["logs", job_id],
-        ["logs", job_id, "--after", "3"],
         ["logs", job_id, "--json"],
         ["list", "--json"],
         ["list"],
@@ -293,6 +334,9 @@ def test_the_magic_prints_what_the_cli_prints(
         assert cli.returncode == 0, cli.stderr
         assert cell.error is None, cell.stderr
         assert (cell.stdout, cell.stderr) == (cli.stdout, cli.stderr), args
-    logs = run_j2c("logs", job_id, cwd=cli_project)
-    # The CLI's logs: status lines too, not only the job's output.
-    assert f"j2c: job {job_id} succeeded: exit code 0" in logs.stderr.splitlines()
+    for args in (["logs", job_id], ["logs", job_id, "--after", "3"]):
+        cell = kernel.run("%j2c " + " ".join(args))
+        cli = run_j2c(*args, cwd=cli_project)
+        assert (cell.stdout, cell.stderr) == (cli.stdout, ""), args
+        assert f"j2c: job {job_id} succeeded: exit code 0" in cli.stderr.splitlines()[-1]
+        assert cell.displays[-1].splitlines()[-1] == cli.stderr.splitlines()[-1]

@@ -23,6 +23,7 @@ from j2c_server.jobs.service import JobService
 from j2c_server.storage import open_store
 from j2c_server.usage.report import load_records
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
+from j2c_server.wire.event_frames import diary_text
 from tests.support.jobs import settle
 from tests.support.resumable import last_step, starts, write_resumable
 
@@ -59,7 +60,12 @@ def _request(project: Path, **fields: object) -> JobRequest:
 
 
 async def _lines(service: JobService, job_id: str) -> list[str]:
-    return [e.text or "" for e in await service.events(job_id) if e.kind == EventKind.log]
+    """The job's log as the diary shows it (j2c's lines as ``j2c: <phase>: text``)."""
+    return [
+        diary_text(e.model_dump(mode="json"))
+        for e in await service.events(job_id)
+        if e.kind == EventKind.log
+    ]
 
 
 async def _until(service: JobService, job_id: str, seen: str, timeout_s: float = 60) -> None:
@@ -122,7 +128,7 @@ async def test_a_killed_runner_resumes_from_its_last_checkpoint_as_one_job(
     assert "killed (SIGKILL)" in (ended.reason or "")
     assert resumed.resumed_from == restored and resumed.restored_bytes > 0
     assert resumed.status == JobStatus.succeeded and resumed.started_at is not None
-    boundary = [line for line in lines if line.startswith("j2c: attempt 1 of 4 ended")]
+    boundary = [line for line in lines if line.startswith("j2c: resume: attempt 1 of 4 ended")]
     assert len(boundary) == 1 and f"attempt 2 resumes from {restored}" in boundary[0]
     # j2c status: the attempt it is on, then each attempt's end and restore point.
     status = describe(final).splitlines()

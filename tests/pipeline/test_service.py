@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from j2c_server.config import load_settings
+from j2c_server.core.j2c_lines import line_tag
 from j2c_server.jobs.service import JobService
 from j2c_server.registry.job_registry import Registry
 from j2c_server.wire.api import EventKind, JobRecord, JobRequest, JobStatus
@@ -56,7 +57,7 @@ async def test_dry_run_builds_the_spec_and_records_nothing(
     assert flag == "--manifest-digest" and digest.startswith("sha256:")
     assert manifest_uri.endswith(f"/manifests/sha256/{digest.removeprefix('sha256:')}.json")
     assert spec["command"][-3:] == ["--", "--lines", "2"]
-    assert spec["env"] == {"J2C_JOB_ID": "dry-run"}
+    assert spec["env"] == {"J2C_JOB_ID": "dry-run", "J2C_LINE_TAG": line_tag("dry-run")}
 
 
 async def test_stream_follows_events_written_by_another_process(

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from j2c_server.jobs.drive.watch import _Lines
-from j2c_server.schedulers.base import LogLine
+from j2c_server.jobs.drive.watch import _Line, _Lines
 
 
-def _line(n: int) -> LogLine:
-    return LogLine(text=f"line {n}", cursor=str(n))
+def _line(n: int) -> _Line:
+    return _Line({"kind": "log", "text": f"line {n}"}, cursor=str(n))
 
 
 async def test_lines_are_taken_together_in_order_and_the_reader_waits_for_room() -> None:
@@ -44,7 +43,7 @@ async def test_a_writer_waits_for_the_first_line_or_the_end() -> None:
     await asyncio.sleep(0.02)
     assert not waiting.done()
     lines.add(_line(1))
-    assert [line.text for line in await asyncio.wait_for(waiting, 1)] == ["line 1"]
+    assert [line.draft["text"] for line in await asyncio.wait_for(waiting, 1)] == ["line 1"]
     ended = asyncio.ensure_future(lines.take(5))
     await asyncio.sleep(0.02)
     lines.end()

@@ -18,7 +18,7 @@ from j2c_server.schedulers.container.folders import cache_folder, prepare_cache
 from j2c_server.schedulers.container.settings import ContainerSettings
 from j2c_server.schedulers.unpack_cache import tenant_name
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
-from tests.support.jobs import final_status, follow, log_lines, submit
+from tests.support.jobs import diary, final_status, follow, log_lines, submit
 from tests.support.podman import Podman
 
 WARM = "1 of 1 layers from the cache, 0 built"
@@ -36,7 +36,11 @@ def jp_server_config(podman: Podman, jp_server_config: dict[str, Any]) -> dict[s
 
 
 def _unpack_lines(events: list[Event]) -> list[str]:
-    return [e.text or "" for e in events if e.kind == EventKind.log and "j2c: " in (e.text or "")]
+    return [line for line, e in zip(diary(events), _logs(events), strict=True) if e.is_j2c_line]
+
+
+def _logs(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.kind == EventKind.log]
 
 
 async def test_the_second_job_of_a_manifest_starts_warm_and_leaves_no_container(

@@ -1,6 +1,7 @@
-"""The node layer cache in the Kubernetes Job: the operator's volume, mounted at /j2c/cache,
-this user's folder in it passed as ``J2C_UNPACK_CACHE``. Against the fake API server (no real
-one can run here, ``tests/support/fake_kube.py``); read back through the official client."""
+"""The node layer cache in the Kubernetes Job: only this user's folder of the operator's volume
+(``subPath``), mounted at /j2c/cache and passed as ``J2C_UNPACK_CACHE``. Against the fake API
+server (no real one can run here, ``tests/support/fake_kube.py``); read back through the
+official client."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def _cache_parts(job: dict[str, Any]) -> tuple[list[Any], list[Any], dict[str, s
     return volumes, mounts, env
 
 
+def _folder(job: dict[str, Any]) -> tuple[str, str]:
+    """The user's folder of the volume the pod mounts, and where the job's cache is."""
+    _, [mount], env = _cache_parts(job)
+    return mount["subPath"], env["J2C_UNPACK_CACHE"]
+
+
 async def test_the_created_job_has_the_cache_volume_mounted_and_passed(
     fake_kube: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -48,8 +55,10 @@ async def test_the_created_job_has_the_cache_volume_mounted_and_passed(
     back = official(created, "V1Job")
     volumes, mounts, env = _cache_parts(back)
     assert volumes == [{"name": "j2c-cache", **EPHEMERAL}]
-    assert mounts == [{"name": "j2c-cache", "mountPath": "/j2c/cache"}]
-    assert env == {"J2C_UNPACK_CACHE": "/j2c/cache/alice"}
+    # Only alice's folder of the volume is in the pod: another user's pods (same uid) never
+    # see her entries.
+    assert mounts == [{"name": "j2c-cache", "mountPath": "/j2c/cache", "subPath": "alice"}]
+    assert env == {"J2C_UNPACK_CACHE": "/j2c/cache"}
     # The memory-backed /dev/shm is still there beside it.
     assert [m["mountPath"] for m in container(back)["volumeMounts"]] == ["/dev/shm", "/j2c/cache"]
 
@@ -59,11 +68,10 @@ def test_users_who_share_a_uid_get_their_own_folder(monkeypatch: pytest.MonkeyPa
     folders = []
     for user in ("alice", "bob"):
         monkeypatch.setenv("JUPYTERHUB_USER", user)
-        folders.append(_cache_parts(render_job(make_spec(), settings))[2])
-    assert folders == [
-        {"J2C_UNPACK_CACHE": "/j2c/cache/alice", "J2C_UNPACK_CACHE_MAX": "50G"},
-        {"J2C_UNPACK_CACHE": "/j2c/cache/bob", "J2C_UNPACK_CACHE_MAX": "50G"},
-    ]
+        job = render_job(make_spec(), settings)
+        folders.append(_folder(job))
+        assert _cache_parts(job)[2]["J2C_UNPACK_CACHE_MAX"] == "50G"
+    assert folders == [("alice", "/j2c/cache"), ("bob", "/j2c/cache")]
 
 
 def test_a_request_cannot_point_the_cache_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +80,7 @@ def test_a_request_cannot_point_the_cache_elsewhere(monkeypatch: pytest.MonkeyPa
     job = render_job(spec, make_settings(cache_volume={"emptyDir": {}}))
     names = [e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]]
     assert names.count("J2C_UNPACK_CACHE") == 1
-    assert _cache_parts(job)[2] == {"J2C_UNPACK_CACHE": "/j2c/cache/alice"}
+    assert _folder(job) == ("alice", "/j2c/cache")
 
 
 def test_no_cache_volume_no_cache() -> None:

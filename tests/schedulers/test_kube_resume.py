@@ -167,7 +167,9 @@ async def test_an_evicted_pod_resumes_from_its_last_checkpoint_as_the_next_attem
     assert final.handle is not None and final.handle.id == second
     lines = [e.text or "" for e in events if e.kind.value == "log"]
     assert "resumed at step 8" in lines and "step 7" in lines
-    assert any(t.startswith("j2c: attempt 1 of 4 ended: its pod was disrupted") for t in lines)
+    boundary = [e for e in events if e.is_j2c_line and e.phase == "resume"]
+    assert [e.level.value if e.level else None for e in boundary] == ["warning"]
+    assert (boundary[0].text or "").startswith("attempt 1 of 4 ended: its pod was disrupted")
 
 
 def test_a_failed_container_or_a_deadline_is_no_disruption() -> None:

@@ -23,7 +23,7 @@ from j2c_server.core.errors import Conflict, InvalidInput, SchedulerError, Sched
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler
 from j2c_server.schedulers.kubernetes.backend import KubernetesScheduler
-from j2c_server.schedulers.kubernetes.spec import job_name, render_job
+from j2c_server.schedulers.kubernetes.spec import job_name, render_job, render_secret
 from j2c_server.wire.api import JobStatus, Resources
 from tests.support.fake_kube import FakeKube, write_kubeconfig
 
@@ -116,12 +116,18 @@ def test_render_passes_env_and_takes_credentials_from_the_configured_secret() ->
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "trainer"
 
 
-def test_render_has_no_credential_rule_of_its_own() -> None:
+def test_a_credential_reaches_the_job_from_its_own_secret_never_as_a_value() -> None:
     # Requests with credentials are refused for every backend alike (j2c_server.core.job_env); what
-    # reaches a spec is what the operator let through scheduler.pass_env, rendered like the rest.
-    spec = make_spec(env={"AWS_SECRET_ACCESS_KEY": "from-the-server"})
-    main = container(render_job(spec, make_settings(env_from_secret="j2c-storage")))
-    assert {"name": "AWS_SECRET_ACCESS_KEY", "value": "from-the-server"} in main["env"]
+    # the operator lets through scheduler.pass_env is the job's Secret's, by reference.
+    spec = make_spec(secret_env={"AWS_SECRET_ACCESS_KEY": "from-the-server"})
+    job = render_job(spec, make_settings(env_from_secret="j2c-storage"))
+    ref = {"secretKeyRef": {"name": job_name(spec.key), "key": "AWS_SECRET_ACCESS_KEY"}}
+    assert {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": ref} in container(job)["env"]
+    assert "from-the-server" not in json.dumps(job)
+    secret = render_secret(spec, make_settings())
+    assert secret is not None and secret["stringData"] == {
+        "AWS_SECRET_ACCESS_KEY": "from-the-server"
+    }
 
 
 def test_render_runs_the_image_and_argv_once_without_restarts() -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import Conflict, InvalidInput
+from j2c_server.core.j2c_lines import TAG_ENV, line_tag, parse_line
 from j2c_server.schedulers import make_scheduler
 from j2c_server.schedulers.base import JobSpec, LogLine, Scheduler
 from j2c_server.schedulers.local.backend import LocalScheduler
@@ -237,11 +238,13 @@ async def test_carriage_returns_stay_inside_lines(scheduler: LocalScheduler) -> 
 
 
 async def test_stderr_lines_arrive_in_the_same_stream(scheduler: LocalScheduler) -> None:
+    """One log file holds both, in order: which stream a line came from is not known (None),
+    rather than every line called stdout."""
     handle = await scheduler.submit(
         job_spec("stderr", 'print("out", flush=True); print("err", file=sys.stderr)')
     )
     lines = await collect(scheduler, handle)
-    assert [(line.text, line.stream) for line in lines] == [("out", "stdout"), ("err", "stdout")]
+    assert [(line.text, line.stream) for line in lines] == [("out", None), ("err", None)]
 
 
 async def test_invalid_utf8_is_replaced_not_fatal(scheduler: LocalScheduler) -> None:
@@ -311,14 +314,24 @@ async def test_a_job_killed_by_a_signal_reports_128_plus_the_signal(
 async def test_a_command_that_cannot_start_fails_with_127_and_says_why(
     scheduler: LocalScheduler, tmp_path: Path
 ) -> None:
+    """The supervisor's line is j2c's: it carries the job's tag, as j2c-unpack's do."""
     missing = str(tmp_path / "no-such-program")
+    tag = line_tag("missing")
     handle = await scheduler.submit(
-        JobSpec(key="k-missing", job_id="missing", name="missing", command=[missing])
+        JobSpec(
+            key="k-missing",
+            job_id="missing",
+            name="missing",
+            command=[missing],
+            env={TAG_ENV: tag},
+        )
     )
     state = await wait_status(scheduler, handle, JobStatus.succeeded, JobStatus.failed)
     assert (state.status, state.exit_code) == (JobStatus.failed, 127)
     [line] = await texts(scheduler, handle)
-    assert line.startswith(f"j2c: cannot start {missing!r}")
+    said = parse_line(line, tag)
+    assert said is not None and (said.level, said.phase) == ("error", "start")
+    assert said.text.startswith(f"cannot start {missing!r}")
 
 
 async def test_a_running_job_reports_running(scheduler: LocalScheduler, gates: Path) -> None:

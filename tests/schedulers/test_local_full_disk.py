@@ -121,3 +121,39 @@ async def test_a_job_that_failed_on_a_full_disk_says_so_though_its_log_could_not
     assert state.exit_code == 1
     assert "was full" in (state.message or "") and "free when it ended" in (state.message or "")
     await scheduler.close()
+
+
+async def test_a_job_that_died_while_the_disk_was_full_says_so_though_space_came_back(
+    small_data_dir: Path, tmp_path: Path
+) -> None:
+    """Found by the all-legs soak: the disk was full for 1.5 s while a job wrote; it died
+    "exit code 1" with nothing in its log, and the space was back when it ended. The supervisor
+    saw the full disk while the job ran: its status says so."""
+    scheduler = scheduler_on(small_data_dir, tmp_path / "gpu-ledger")
+    gate = tmp_path / "gate"
+    code = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
+        "try:\n    open('out', 'wb').write(b'x' * 65536)\n"
+        "except OSError:\n    time.sleep(1.0); sys.exit(1)\n"  # dies a moment later
+    )
+    handle = await scheduler.submit(
+        JobSpec(
+            job_id="full-3",
+            name="full-3",
+            key="key-full-3",
+            command=[sys.executable, "-c", code],
+            resources=Resources(),
+        )
+    )
+    await wait_status(scheduler, handle, JobStatus.running)
+    assert take_all_space(small_data_dir / "ballast") > 0
+    gate.touch()
+    await asyncio.sleep(0.6)  # its write failed; the supervisor has seen the full disk
+    (small_data_dir / "ballast").unlink()  # space is back before the job ends
+    ended = await wait_status(scheduler, handle, JobStatus.failed, JobStatus.lost)
+    state = await scheduler.status(handle)
+    assert ended == JobStatus.failed and state.exit_code == 1, state
+    assert "was full" in (state.message or ""), state
+    assert "at the lowest while it ran" in (state.message or ""), state
+    await scheduler.close()

@@ -22,6 +22,7 @@ import pytest
 from j2c_server.core.errors import InvalidInput
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerState
 from j2c_server.schedulers.ray.backend import RayScheduler, submission_id
+from j2c_server.schedulers.unpack_cache import tenant_name
 from j2c_server.wire.api import JobHandle, JobRequest, JobStatus, Resources
 from tests.support.projects import write
 from tests.support.ray import RayHead
@@ -193,6 +194,7 @@ async def test_the_job_gets_its_environment_and_the_submission_id_follows_the_ke
             "j2c_job_id": spec.job_id,
             "j2c_key": spec.key,
             "j2c_name": spec.name,
+            "j2c_user": tenant_name(),  # whose it is, for a preflight of a shared cluster
         }
         assert job["entrypoint"] == "exec " + shlex.join(spec.command)
         assert "working_dir" not in (job.get("runtime_env") or {})  # nothing shipped through Ray

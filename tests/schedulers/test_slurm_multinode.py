@@ -9,10 +9,20 @@ import stat
 import subprocess
 from pathlib import Path
 
-from j2c_server.schedulers.slurm.job import batch_script, job_description, label_rank
+from j2c_server.core.j2c_lines import TAG_ENV, line_tag, parse_line
+from j2c_server.schedulers.slurm.job import (
+    SRUN_PIECE,
+    RankLines,
+    batch_script,
+    job_description,
+    label_rank,
+)
 from j2c_server.schedulers.slurm.settings import SlurmSettings
 from j2c_server.wire.api import Resources
 from tests.schedulers.test_slurm_job import OUTPUT, spec
+
+TAG = line_tag("20260101-000000-abcdef")
+
 
 TWO = Resources(nodes=2, gpus=2)
 
@@ -36,6 +46,24 @@ def test_label_rank_reads_sruns_task_prefix() -> None:
         None,
         "srun: error: j2c2: task 1: Exited",
     )
+
+
+def test_a_long_line_srun_relayed_in_pieces_is_one_line_again() -> None:
+    # What srun --label wrote for a 2.5 kB line of rank 1 while rank 0 printed between.
+    long = "x" * (2 * SRUN_PIECE + 500)
+    pieces = [long[i : i + SRUN_PIECE] for i in range(0, len(long), SRUN_PIECE)]
+    lines = RankLines()
+    fed = [
+        lines.feed(f"1: {pieces[0]}"),
+        lines.feed("0: step 1"),
+        lines.feed(f"1: {pieces[1]}"),
+        lines.feed(f"1: {pieces[2]}"),
+        lines.feed("1: next"),
+    ]
+    assert fed == [None, (0, "step 1"), None, (1, long), (1, "next")]
+    # A line cut short by the job's end is still delivered.
+    lines.feed(f"0: {'y' * SRUN_PIECE}")
+    assert lines.rest() == [(0, "y" * SRUN_PIECE)]
 
 
 def _fake_tool(folder: Path, name: str, body: str) -> None:
@@ -68,6 +96,7 @@ def run_script(
     run_dir = tmp_path / "run"
     script = batch_script(spec(resources=TWO), SlurmSettings(), run_dir)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "12345"}
+    env[TAG_ENV] = TAG  # as the job's environment has it (job_environment: the spec's env)
     env.pop("MASTER_PORT", None)
     return subprocess.run(
         ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30
@@ -87,4 +116,10 @@ def test_the_jobs_exit_code_is_the_first_failed_ranks(tmp_path: Path) -> None:
     # Rank 1 failed first with 7; rank 0 was then terminated (143), later.
     done = run_script(tmp_path, [(200, 0, 143), (100, 1, 7)])
     assert done.returncode == 7
-    assert "j2c: rank 1 failed with exit code 7" in done.stderr
+    # j2c's line, as the watch stage reads it.
+    [said] = [parsed for line in done.stderr.splitlines() if (parsed := parse_line(line, TAG))]
+    assert (said.level, said.phase, said.text) == (
+        "error",
+        "running",
+        "rank 1 failed with exit code 7",
+    )

@@ -170,6 +170,22 @@ def test_planted_resend_that_did_not_attach_is_reported(run: Run) -> None:
     assert any("the unchanged re-send got j3-other, not the first job j3" in p for p in problems)
 
 
+def test_a_resend_after_its_first_job_was_killed_and_failed_may_run_again(run: Run) -> None:
+    """Not a violation: the re-send of a job that failed (its j2c-unpack killed) runs again."""
+    first = run.job("j3")
+    first["status"], first["exit_code"], first["message"] = "failed", 137, "killed by SIGKILL"
+    run.events["j3"][-1]["status"] = "failed"
+    run.usage[[r["job_id"] for _, r in run.usage].index("j3")][1]["status"] = "failed"
+    run.sends[3].killed.add("j3")
+    run.sends[3].resend_id = "j3-again"
+    run.sends[3].answered.append("j3-again")
+    run.add_job(run.sends[3], "j3-again", "succeeded", 0, list(range(4)))
+    assert sc.check(run.observed()) == []
+    # Had the first one been left running or succeeded, a second job would still be reported.
+    first["status"] = "succeeded"
+    assert any("2 jobs on the server" in p for p in sc.check(run.observed()))
+
+
 def _plant_log(run: Run, job_id: str, lines: list[int]) -> Run:
     """``job_id``'s log (and so every viewer's copy) holds ``lines``."""
     send = next(s for s in run.sends if job_id in s.answered)

@@ -7,9 +7,13 @@ thread and event loop) that speaks the real batch/v1 and core/v1 JSON for the en
 - ``POST/GET/PATCH/DELETE /apis/batch/v1/namespaces/{ns}/jobs[/{name}]`` (409 on a duplicate
   create, 422 on an invalid Job, merge-patch with the ``resourceVersion`` precondition (409 when
   it is stale), ``DeleteOptions.propagationPolicy`` recorded);
-- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...``, ``GET/DELETE .../pods/{name}``;
+- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...``, ``GET/DELETE .../pods/{name}``; ``POST``
+  of a pod as any user may make one (fields as given: labels and ownerReferences included, as
+  Kubernetes takes them without an admission policy);
 - ``POST/GET/DELETE /api/v1/namespaces/{ns}/services[/{name}]``, garbage-collected with their
   owner Job;
+- ``POST/PUT/PATCH/GET /api/v1/namespaces/{ns}/secrets[/{name}]`` (``stringData`` kept as given,
+  merge-patch of ``metadata``), garbage-collected with their owner Job;
 - Indexed Jobs (``completionMode: Indexed``): one pod per index, with the index annotation and
   label and the hostname ``<job>-<index>``, at most ``parallelism`` at once (the next index's
   pod is created when one ends, lowest index first). A multi-node Job (podFailurePolicy
@@ -282,6 +286,7 @@ class FakeKube:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.logs: dict[str, list[tuple[int, str]]] = {}
         self.requests: list[tuple[str, str, str]] = []  # (method, path, who)
         self.pod_deletes: list[str] = []  # names of the pods deleted through the API
@@ -514,6 +519,7 @@ class FakeKube:
             for (ns, _), p in self.pods.items()
             if ns == namespace
             and p["metadata"]["labels"].get("controller-uid") == uid
+            and "j2c.test/retried" not in p["metadata"]["labels"]
             and (rank is None or p["metadata"]["annotations"].get(INDEX_KEY) == str(rank))
         )
 
@@ -631,6 +637,38 @@ class FakeKube:
                     _condition("FailureTarget", "BackoffLimitExceeded", message),
                     _condition("Failed", "BackoffLimitExceeded", message),
                 ]
+
+        self.call(run)
+
+    def disrupt_and_retry(self, job: str) -> None:
+        """The job's pod is evicted (DisruptionTarget, Failed) and the Job controller makes a new
+        one, as a ``podFailurePolicy`` that ignores disruptions does."""
+
+        def run() -> None:
+            pod = self.pod_of(job)
+            terminated = {"exitCode": 143, "reason": "Error", "finishedAt": _now()}
+            self._container_status(pod, {"terminated": terminated})
+            pod["status"]["phase"] = "Failed"
+            pod["status"]["conditions"] = [
+                _condition("DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting")
+            ]
+            pod["metadata"]["labels"] = {**pod["metadata"]["labels"], "j2c.test/retried": "1"}
+
+        self.call(run)
+        time.sleep(1.01)  # the new pod is created in a later second than the first one ended
+        self.call(lambda: self._create_pod("default", self.jobs[("default", job)]))
+
+    def pod_ends(self, name: str, exit_code: int, *lines: str, namespace: str = "default") -> None:
+        """Pod ``name`` (any pod, one made through the API included) ran: it printed ``lines``
+        and its container exited with ``exit_code``."""
+
+        def run() -> None:
+            pod = self.pods[(namespace, name)]
+            stamp = time.time_ns()
+            self.logs.setdefault(name, []).extend((stamp + i, line) for i, line in enumerate(lines))
+            terminated = {"exitCode": exit_code, "reason": "Completed", "finishedAt": _now()}
+            self._container_status(pod, {"terminated": terminated})
+            pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
 
         self.call(run)
 
@@ -765,10 +803,11 @@ class FakeKube:
         for key, pod in list(self.pods.items()):
             if pod["metadata"]["labels"].get("controller-uid") == uid:
                 del self.pods[key]
-        for key, service in list(self.services.items()):
-            owners = service["metadata"].get("ownerReferences") or []
-            if any(owner.get("uid") == uid for owner in owners):
-                del self.services[key]
+        for kept in (self.services, self.secrets):
+            for key, item in list(kept.items()):
+                owners = item["metadata"].get("ownerReferences") or []
+                if any(owner.get("uid") == uid for owner in owners):
+                    del kept[key]
 
 
 def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
@@ -780,6 +819,8 @@ def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", LogHandler),
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", EvictionHandler),
         (r"/api/v1/namespaces/([^/]+)/services", ServicesHandler),
+        (r"/api/v1/namespaces/([^/]+)/secrets", SecretsHandler),
+        (r"/api/v1/namespaces/([^/]+)/secrets/([^/]+)", SecretHandler),
         (r"/api/v1/namespaces/([^/]+)/services/([^/]+)", ServiceHandler),
     ]
 
@@ -897,6 +938,21 @@ class PodsHandler(_KubeHandler):
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         self.reply(200, body)
 
+    def post(self, namespace: str) -> None:
+        pod = json.loads(self.request.body)
+        meta = pod.setdefault("metadata", {})
+        name = meta.get("name", "")
+        if (namespace, name) in self.fake.pods:
+            return self.reply(409, _status(409, "AlreadyExists", f'pods "{name}" already exists'))
+        meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=_now())
+        meta.setdefault("labels", {})
+        meta.setdefault("annotations", {})
+        pod["status"] = {"phase": "Pending"}
+        self.fake.pods[(namespace, name)] = pod
+        self.fake.logs.setdefault(name, [])
+        self.fake._touch()
+        self.reply(201, pod)
+
 
 class ServicesHandler(_KubeHandler):
     def post(self, namespace: str) -> None:
@@ -925,6 +981,47 @@ class ServiceHandler(_KubeHandler):
             return self.not_found("services", name)
         self.fake._touch()
         self.reply(200, {**_status(200, "", ""), "status": "Success", "details": {"name": name}})
+
+
+class SecretsHandler(_KubeHandler):
+    def post(self, namespace: str) -> None:
+        secret = json.loads(self.request.body)
+        name = (secret.get("metadata") or {}).get("name", "")
+        if secret.get("apiVersion") != "v1" or secret.get("kind") != "Secret":
+            return self.reply(422, _status(422, "Invalid", "apiVersion/kind: must be v1 Secret"))
+        if (namespace, name) in self.fake.secrets:
+            message = f'secrets "{name}" already exists'
+            return self.reply(409, _status(409, "AlreadyExists", message))
+        secret["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()))
+        self.fake.secrets[(namespace, name)] = secret
+        self.fake._touch()
+        self.reply(201, secret)
+
+
+class SecretHandler(_KubeHandler):
+    def get(self, namespace: str, name: str) -> None:
+        secret = self.fake.secrets.get((namespace, name))
+        if secret is None:
+            return self.not_found("secrets", name)
+        self.reply(200, secret)
+
+    def put(self, namespace: str, name: str) -> None:
+        old = self.fake.secrets.get((namespace, name))
+        if old is None:
+            return self.not_found("secrets", name)
+        secret = json.loads(self.request.body)
+        secret["metadata"] = {**old["metadata"], **secret["metadata"]}
+        self.fake.secrets[(namespace, name)] = secret
+        self.fake._touch()
+        self.reply(200, secret)
+
+    def patch(self, namespace: str, name: str) -> None:
+        secret = self.fake.secrets.get((namespace, name))
+        if secret is None:
+            return self.not_found("secrets", name)
+        _merge_patch(secret, json.loads(self.request.body))
+        self.fake._touch()
+        self.reply(200, secret)
 
 
 class PodHandler(_KubeHandler):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from j2c_server.wire.api import Event, EventKind, JobRecord, JobStatus
+from j2c_server.wire.event_frames import diary_text
 
 if TYPE_CHECKING:
     from j2c_server.jobs.service import JobService
@@ -40,7 +41,6 @@ sys.exit(args.exit)
 """
 
 STREAM_TIMEOUT_S = 120.0
-UNPACK_PREFIX = "j2c: "
 
 
 @pytest.fixture
@@ -95,13 +95,15 @@ async def follow(
     return events
 
 
+def diary(events: list[Event]) -> list[str]:
+    """Every log line as the diary shows it: the job's as written, j2c's as
+    ``j2c: <phase>: <text>`` (``wire/event_frames.diary_text``)."""
+    return [diary_text(e.model_dump()) for e in events if e.kind == EventKind.log]
+
+
 def log_lines(events: list[Event]) -> list[str]:
-    """What the job's program printed (j2c-unpack's own lines, ``j2c: ...``, left out)."""
-    return [
-        e.text or ""
-        for e in events
-        if e.kind == EventKind.log and not (e.text or "").startswith(UNPACK_PREFIX)
-    ]
+    """What the job's program printed (j2c's own lines left out, by their origin)."""
+    return [e.text or "" for e in events if e.kind == EventKind.log and not e.is_j2c_line]
 
 
 def stage_events(events: list[Event], state: str | None = None) -> dict[str, Event]:

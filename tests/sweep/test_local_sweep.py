@@ -12,8 +12,9 @@ from j2c_server.config import load_settings
 from j2c_server.core.errors import InvalidInput
 from j2c_server.jobs.service import JobService
 from j2c_server.sweeps.hook import job_service
-from j2c_server.wire.api import EventKind, JobRequest, JobStatus
+from j2c_server.wire.api import JobRequest, JobStatus
 from j2c_server.wire.sweep import SweepSpec
+from tests.support.jobs import diary
 
 SCRIPT = """
 import pathlib, sys, time
@@ -44,7 +45,7 @@ def _sweep_request(project: Path, **sweep: object) -> JobRequest:
 
 async def _log(service: JobService, job_id: str) -> str:
     events = await service.events(job_id)
-    return "\n".join(e.text or "" for e in events if e.kind == EventKind.log)
+    return "\n".join(diary(events))
 
 
 async def test_six_variants_from_one_upload(j2c_data_dir: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from j2c_server.wire.api import JobRecord, JobStatus
+from j2c_server.wire.api import JobRecord, JobStatus, LineLevel, LineOrigin
 from tests.support.jobs import follow, settle, submit
 from tests.tracking.mlflow_server import MlflowServer
 
@@ -140,7 +140,12 @@ async def test_a_tracking_server_down_or_refusing_warns_and_the_job_still_runs(
     warnings = [e for e in events if e.data.get("warning") == "tracking"]
     assert len(warnings) == 1
     text = warnings[0].text or ""
-    assert text.startswith("j2c: warning: MLflow: ")
+    assert (warnings[0].origin, warnings[0].level, warnings[0].phase) == (
+        LineOrigin.j2c,
+        LineLevel.warning,
+        "tracking",
+    )
+    assert text.startswith("MLflow: ")
     assert ("cannot be reached" if tracking_uri == "down" else "refused") in text
     assert text.endswith("the job runs without tracking")
 

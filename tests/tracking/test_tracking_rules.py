@@ -89,7 +89,7 @@ async def test_a_tracking_uri_that_is_no_http_server_is_warned_about_and_left_ou
         events, _ = await registry.events.read(record.id)
         warned = [e.text for e in events if e.data.get("warning") == "tracking"]
         refused = (
-            "j2c: warning: MLflow: sqlite:///mlflow.db is not an http(s) tracking server; "
+            "MLflow: sqlite:///mlflow.db is not an http(s) tracking server; "
             "the job runs without tracking"
         )
         assert warned == [refused, refused]

@@ -2,7 +2,8 @@
 
 Warm starts need no store, concurrent starts extract once, a crashed build is never used, an
 entry in use is never evicted, a poisoned entry is refused and made again, and each placement
-has its own relocated venv. The tests run as root: "another user" is uid 12345.
+has its own relocated venv. The tests run as root: "another user" is uid 12345. What a tenant
+who shares the cache's uid can and cannot do to it: test_cache_tenants.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.unpack.conftest import JOB_PY, PublishedLab, SmallJob
 from tests.unpack.helpers import UNPACK, publish_project, run_unpack
 
 OTHER_USER = 12345
-BUILT = "into the cache ("  # the log line of one extraction into the cache
+BUILT = "into the cache ("  # the log line of one venv built into the cache
 
 
 def start(uri: str, cache: Path, *options: str) -> subprocess.Popen[str]:
@@ -55,7 +56,7 @@ def test_a_warm_start_needs_no_store(small_job: SmallJob, tmp_path: Path) -> Non
     uri = small_job.publish()
     cache = tmp_path / "cache"
     cold = unpack(uri, cache)
-    assert cold.stderr.count(BUILT) == 2
+    assert cold.stderr.count(BUILT) == 1  # the venv; the code is extracted from its blob
     shutil.rmtree(small_job.store / "blobs")  # the store's layers are gone
 
     warm = unpack(uri, cache)
@@ -75,21 +76,21 @@ def test_concurrent_starts_extract_each_layer_once(small_job: SmallJob, tmp_path
     assert [code for code, _, _ in results] == [0, 0, 0], results
     assert all("USER CODE RAN" in out for _, out, _ in results)
     logs = "".join(err for _, _, err in results)
-    assert logs.count(BUILT) == 2, logs  # code and venv, once each
-    assert logs.count("downloading: 2 layers") == 1
+    assert logs.count(BUILT) == 1, logs  # the venv, once
+    assert logs.count("downloading: 1 layer,") == 2  # the code's blob, the venv's: once each
     assert len(entries(cache, "venv-")) == 1
 
 
 def big_job(tmp_path: Path, store: Path) -> str:
-    """A code layer of 1,500 incompressible 40 kB files, in one part: its extraction takes a
-    while."""
+    """A venv with 1,500 incompressible 40 kB files: its extraction takes a while."""
     project = tmp_path / "big" / "project"
     write(project / "job.py", JOB_PY)
-    for number in range(1500):
-        (project / "data" / f"{number // 100}").mkdir(parents=True, exist_ok=True)
-        (project / "data" / f"{number // 100}" / f"{number}.bin").write_bytes(os.urandom(40_000))
     venv = make_venv(tmp_path / "big" / "venv")
-    return publish_project(project, store, "job.py", venv=venv, code_part_bytes=0)
+    [site] = venv.glob("lib/python*/site-packages")
+    for number in range(1500):
+        (site / "data" / f"{number // 100}").mkdir(parents=True, exist_ok=True)
+        (site / "data" / f"{number // 100}" / f"{number}.bin").write_bytes(os.urandom(40_000))
+    return publish_project(project, store, "job.py", venv=venv)
 
 
 def test_a_build_killed_mid_extraction_is_never_used(tmp_path: Path, store: Path) -> None:
@@ -97,35 +98,38 @@ def test_a_build_killed_mid_extraction_is_never_used(tmp_path: Path, store: Path
     cache = tmp_path / "cache"
     job = start(uri, cache, "--paths", "relocate")
     deadline = time.monotonic() + 60
-    while not list((cache / "tmp").glob("code-*/tree/data/1")) and time.monotonic() < deadline:
+    while (
+        not list((cache / "tmp").glob("venv-*/tree/lib/python*/site-packages/data/1"))
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.005)
     job.send_signal(signal.SIGKILL)
     job.communicate()
-    assert list((cache / "tmp").glob("code-*")), "killed after the build ended: no crash tested"
-    assert not entries(cache, "code-")  # only a complete build is renamed into place
+    assert list((cache / "tmp").glob("venv-*")), "killed after the build ended: no crash tested"
+    assert not entries(cache, "venv-")  # only a complete build is renamed into place
 
     again = unpack(uri, cache)
 
     assert "left by a build that did not finish" in again.stderr
-    assert again.stderr.count(BUILT) == 2
-    (code,) = entries(cache, "code-")
-    assert len(list((code / "tree" / "data").rglob("*.bin"))) == 1500
-    assert not list((cache / "tmp").glob("code-*"))
+    assert again.stderr.count(BUILT) == 1
+    (venv,) = entries(cache, "venv-")
+    assert len(list((venv / "tree").rglob("data/*/*.bin"))) == 1500
+    assert not list((cache / "tmp").glob("venv-*"))
 
 
 def test_a_planted_half_entry_is_refused(small_job: SmallJob, tmp_path: Path) -> None:
     uri = small_job.publish()
     cache = tmp_path / "cache"
     unpack(uri, cache)
-    (code,) = entries(cache, "code-")
-    shutil.rmtree(code)
-    (code / "tree").mkdir(parents=True)  # as if renamed before it was complete: no meta.json
-    (code / "tree" / "job.py").write_text("print('PLANTED')")
+    (venv,) = entries(cache, "venv-")
+    shutil.rmtree(venv)
+    (venv / "tree").mkdir(parents=True)  # as if renamed before it was complete: no meta.json
+    (venv / "tree" / "pyvenv.cfg").write_text("home = /planted\n")
 
     again = unpack(uri, cache)
 
     assert "entry refused (it has no meta.json" in again.stderr
-    assert "PLANTED" not in again.stdout
+    assert "/planted" not in again.stdout + again.stderr.replace("entry refused", "")
     assert again.stderr.count(BUILT) == 1
 
 
@@ -156,7 +160,7 @@ def test_eviction_never_removes_an_entry_in_use(tmp_path: Path, store: Path) -> 
     assert running.stdout is not None
     assert "USER CODE RAN" in running.stdout.readline()
     in_use = entries(cache)
-    assert len(in_use) == 4  # 2 layers + 2 blobs
+    assert len(in_use) == 3  # the venv + the blobs of the code and the venv
 
     squeezed = unpack(other, cache, "--cache-max", "1")  # every entry is over the cap
 
@@ -171,7 +175,8 @@ def test_eviction_never_removes_an_entry_in_use(tmp_path: Path, store: Path) -> 
     evicted = {line.split()[3] for line in after.stderr.splitlines() if "cache: evicted" in line}
     assert {entry.name for entry in in_use} <= evicted  # free now (and the blobs not needed)
     assert not set(in_use) & set(entries(cache))
-    assert len(entries(cache, "venv-")) == len(entries(cache, "code-")) == 1  # in use: kept
+    assert len(entries(cache, "venv-")) == 1  # in use: kept
+    assert len(entries(cache, "b-")) == 1  # its code blob; a warm start needs no venv blob
 
 
 def test_the_least_recently_used_entries_go_first(small_job: SmallJob, tmp_path: Path) -> None:
@@ -195,24 +200,26 @@ def test_the_least_recently_used_entries_go_first(small_job: SmallJob, tmp_path:
     )
 
     order = [line.split()[3] for line in done.stderr.splitlines() if "cache: evicted" in line]
-    assert order[:2] == sorted(used["a"]) and order[2:4] == sorted(used["b"]), order
+    a, b = len(used["a"]), len(used["b"])  # each one's code blob: the venv is first's
+    assert (a, b) == (1, 1), used
+    assert order[:a] == sorted(used["a"]) and order[a : a + b] == sorted(used["b"]), order
     assert not (used["a"] | used["b"]) & {e.name for e in entries(cache)}
 
 
 def poison_group_writable(tree: Path) -> None:
-    os.chmod(tree / "job.py", 0o664)
+    os.chmod(tree / "pyvenv.cfg", 0o664)
 
 
 def poison_content(tree: Path) -> None:
-    path = tree / "job.py"
+    path = tree / "pyvenv.cfg"
     mode = path.stat().st_mode
     os.chmod(path, 0o644)
-    path.write_text("print('USER CODE RAN', 'POISONED')\n")
+    path.write_text(path.read_text() + "# POISONED\n")
     os.chmod(path, mode)
 
 
 def poison_owner(tree: Path) -> None:
-    os.chown(tree / "job.py", OTHER_USER, OTHER_USER, follow_symlinks=False)
+    os.chown(tree / "pyvenv.cfg", OTHER_USER, OTHER_USER, follow_symlinks=False)
 
 
 def poison_meta_owner(tree: Path) -> None:
@@ -222,9 +229,9 @@ def poison_meta_owner(tree: Path) -> None:
 @pytest.mark.parametrize(
     ("poison", "why"),
     [
-        (poison_group_writable, "job.py is writable"),
+        (poison_group_writable, "pyvenv.cfg is writable"),
         (poison_content, "its files changed since it was built"),
-        (poison_owner, "job.py belongs to uid 12345"),
+        (poison_owner, "pyvenv.cfg belongs to uid 12345"),
         (poison_meta_owner, "its meta.json belongs to uid 12345"),
     ],
 )
@@ -234,22 +241,20 @@ def test_a_poisoned_entry_is_refused_and_made_again(
     uri = small_job.publish()
     cache = tmp_path / "cache"
     unpack(uri, cache)
-    (code,) = entries(cache, "code-")
-    poison(code / "tree")  # type: ignore[operator]
+    (venv,) = entries(cache, "venv-")
+    poison(venv / "tree")  # type: ignore[operator]
 
     again = unpack(uri, cache)
 
     assert f"entry refused ({why})" in again.stderr
-    assert "POISONED" not in again.stdout
     assert again.stderr.count(BUILT) == 1
-    assert (code / "tree" / "job.py").read_text() == JOB_PY
+    assert "POISONED" not in (venv / "tree" / "pyvenv.cfg").read_text()
 
 
 def test_a_changed_blob_is_checked_again(small_job: SmallJob, tmp_path: Path) -> None:
     uri = small_job.publish()
     cache = tmp_path / "cache"
     unpack(uri, cache)
-    shutil.rmtree(cache / "entries" / entries(cache, "code-")[0].name)
     for entry in entries(cache, "b-"):
         data = entry / "data.tar.zst"
         os.chmod(data, 0o644)
@@ -259,7 +264,7 @@ def test_a_changed_blob_is_checked_again(small_job: SmallJob, tmp_path: Path) ->
 
     again = unpack(uri, cache)
 
-    assert "no longer matches its digest" in again.stderr
+    assert "does not hash to sha256:" in again.stderr
     assert "downloading: 1 layer," in again.stderr  # the code's blob; the venv's tree is there
 
 
@@ -476,10 +481,10 @@ def test_the_lab_venv_inside_its_project_is_linked_and_relocated_from_the_cache(
         assert Path(result["mylib"]).is_relative_to(code)  # editable: into this job's code
         assert Path(result["flatpkg"]).is_relative_to(code)
         assert result["hello"]
-    assert runs[0][1].stderr.count(BUILT) == 2
+    assert runs[0][1].stderr.count(BUILT) == 1
     for _, done in runs[1:]:
         assert "2 of 2 layers from the cache, 0 built" in done.stderr  # no rewrite poisoned it
-        assert "venv linked into" in done.stderr
+        assert "venv copied into" in done.stderr
 
 
 def test_the_lab_at_its_original_paths_from_the_cache(

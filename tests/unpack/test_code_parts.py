@@ -90,8 +90,8 @@ def test_a_job_in_parts_runs_from_the_node_cache(project: Path, tmp_path: Path) 
         assert done.returncode == 0, done.stderr
         assert seen(done.stdout)[0] == expected(project)
         assert f"{want} from the cache" in done.stderr
-        assert f"{parts} parts" in done.stderr  # code copied (N files, M parts)
-    assert len(list((cache / "entries").glob("code-*"))) == parts
+        assert f"{parts} parts" in done.stderr  # code extracted (N entries, M parts)
+    assert len(list((cache / "entries").glob("b-*"))) == parts
 
 
 def test_an_older_reader_refuses_format_version_3(project: Path, tmp_path: Path) -> None:

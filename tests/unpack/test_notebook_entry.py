@@ -9,6 +9,7 @@ them (as a venv with ``pip install nbclient ipykernel`` would, without the downl
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sysconfig
@@ -140,5 +141,23 @@ def test_a_venv_without_nbclient_gets_a_clear_error(tmp_path: Path):
     uri = publish_notebook(tmp_path, make_venv(tmp_path / "plain-venv"), "print('hi')")
     done = run_unpack(uri, "--workdir", str(tmp_path / "job"))
     assert done.returncode == ExitCode.ENTRY
-    assert "nbclient is not importable" in done.stderr
-    assert "install nbclient and ipykernel into the venv" in done.stderr
+    said = (
+        "j2c: notebook: cannot run analysis.ipynb: the notebook runner needs nbclient and "
+        "ipykernel; the venv (and the Python under it) lacks nbclient and ipykernel\n"
+    )
+    assert said in done.stderr
+    assert "j2c: hint: install nbclient and ipykernel into the venv (or the image)" in done.stderr
+
+
+def test_the_notebook_runner_tags_its_lines_and_keeps_the_tag_from_the_kernel(
+    notebook_venv: Path, tmp_path: Path
+):
+    """Given a tag, the runner's own lines carry it; the notebook's code does not see it."""
+    code = "import os; print('tag in kernel:', os.environ.get('J2C_LINE_TAG'))"
+    uri = publish_notebook(tmp_path, notebook_venv, code)
+    env = {**os.environ, "J2C_LINE_TAG": "0" * 12}
+    done = run_unpack(uri, "--workdir", str(tmp_path / "job"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "tag in kernel: None" in done.stdout
+    assert "j2c[000000000000] info notebook: cell 1 of 1" in done.stderr
+    assert "j2c: " not in done.stderr  # every j2c line tagged, j2c-unpack's and the runner's

@@ -63,10 +63,10 @@ def test_torchrun_runs_a_script_or_a_module_with_a_static_rendezvous() -> None:
         "-m",
         "torch.distributed.run",
         "--nnodes=2",
-        "--nproc-per-node=4",
-        "--node-rank=1",
-        "--rdzv-endpoint=node-a:29400",
-        "--rdzv-id=j1",
+        "--nproc_per_node=4",
+        "--node_rank=1",
+        "--rdzv_endpoint=node-a:29400",
+        "--rdzv_id=j1",
         "/c/train.py",
         "--lr",
         "1",
@@ -74,4 +74,4 @@ def test_torchrun_runs_a_script_or_a_module_with_a_static_rendezvous() -> None:
     module = torchrun_command(
         "/v/bin/python", ["/v/bin/python", "-m", "pkg.train", "-x"], rank, 1, "j1"
     )
-    assert module[-4:] == ["--rdzv-id=j1", "--module", "pkg.train", "-x"]
+    assert module[-4:] == ["--rdzv_id=j1", "--module", "pkg.train", "-x"]

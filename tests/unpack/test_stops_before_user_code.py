@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 from j2c_server.unpack.errors import ExitCode
+from j2c_server.unpack.fetch import CHUNK
 from j2c_server.wire.manifest import EntryPoint, LayerRole, Manifest
 from tests.unpack.conftest import SmallJob
 from tests.unpack.helpers import PYTHON_VERSION, Entry, blob_path, publish_layers, run_unpack
@@ -53,6 +56,24 @@ def test_a_corrupt_layer_stops_before_anything_is_extracted(small_job: SmallJob,
     assert f"expected {venv_layer.digest}" in done.stderr
     assert RAN not in done.stdout
     assert not (workdir / "code").exists() and not (workdir / "venv").exists()
+
+
+def test_a_replaced_layer_is_read_no_further_than_the_size_its_manifest_pins(
+    small_job: SmallJob, tmp_path: Path
+):
+    """Whoever can write the store replaces a layer with a huge object: the job reads about the
+    pinned size of it (one chunk past), not all of it, before refusing it."""
+    uri = small_job.publish()
+    venv_layer = manifest_of(uri).layer(LayerRole.venv)
+    assert venv_layer is not None
+    blob = blob_path(small_job.store, venv_layer.digest)
+    os.truncate(blob, 1024 * 1024 * 1024)  # 1 GiB (sparse: no disk)
+    done = run_unpack(uri, "--workdir", str(tmp_path / "job"), "--paths", "relocate")
+    assert done.returncode == ExitCode.CORRUPT, done.stderr
+    read = re.search(r"got more than \d+ bytes \(read no further than (\d+)\)", done.stderr)
+    assert read is not None, done.stderr[-1500:]
+    assert int(read.group(1)) <= venv_layer.size + CHUNK
+    assert RAN not in done.stdout
 
 
 def test_a_missing_layer_stops_the_job_naming_it(small_job: SmallJob, tmp_path: Path):

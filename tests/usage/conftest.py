@@ -22,9 +22,10 @@ from tests.support.slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 # Values that must never reach a usage record: one passed by the operator's allow-list, one in
-# the request's env under an innocent name.
+# the request's env under an innocent name (a private value, not shaped like a credential: one
+# that is is refused before the send, #47).
 SERVER_SECRET = "hf_j2cTestSecretValue0123456789"
-REQUEST_SECRET = "sk-live-51HusageTestSecretLooking0000"
+REQUEST_SECRET = "private-run-note-usageTest-4f2a9c"
 RECORD_TIMEOUT_S = 60.0
 HUB_USER = "alice"
 

@@ -84,3 +84,20 @@ export function expectEveryEpochOnce(text: string, epochs: number): void {
     ).toBe(1);
   }
 }
+
+/** j2c's lines of one timeline step, as the log panel's diary lists them (unfolded first). */
+export async function diaryLines(
+  panel: Locator,
+  step: string
+): Promise<string[]> {
+  const toggle = panel.locator('[data-j2c="diary-toggle"]');
+  if ((await toggle.getAttribute('aria-expanded')) !== 'true') {
+    await toggle.click();
+  }
+  const row = panel.locator(`[data-j2c="diary"] [data-step="${step}"]`);
+  const button = row.locator('.j2c-Diary-stepButton');
+  if ((await button.getAttribute('aria-expanded')) !== 'true') {
+    await button.click();
+  }
+  return row.locator('.j2c-Diary-lines li').allTextContents();
+}

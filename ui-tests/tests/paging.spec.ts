@@ -26,6 +26,7 @@ test.use({
 interface IJob {
   id: string;
   status: string;
+  sweep?: { parent?: string | null } | null;
 }
 
 /** Send the quick job through the REST route (what the form does, without the form). */
@@ -46,10 +47,15 @@ async function send(
   return ((await answer.json()) as IJob).id;
 }
 
-/** Every job id the server has, newest first (one page holds them all here). */
+/**
+ * Every job id the list shows, newest first (one page holds them all here): the server's
+ * jobs but a sweep's variants, which earlier tests may have left (the sweep view lists them).
+ */
 async function allIds(page: IJupyterLabPageFixture): Promise<string[]> {
   const answer = await page.request.get('/j2c/api/jobs?limit=1000');
-  return ((await answer.json()) as IJob[]).map(job => job.id);
+  return ((await answer.json()) as IJob[])
+    .filter(job => !job.sweep?.parent)
+    .map(job => job.id);
 }
 
 test('the jobs list loads older pages on demand, without duplicates', async ({
@@ -117,9 +123,13 @@ test('the jobs list loads older pages on demand, without duplicates', async ({
   const oldest = rows.last();
   const oldestId = shown[shown.length - 1];
   await expect(
-    oldest.getByRole('button', { name: 'Remove record' })
+    oldest.getByRole('button', { name: 'Remove record…' })
   ).toBeVisible({ timeout: 90000 });
-  await oldest.getByRole('button', { name: 'Remove record' }).click();
+  await oldest.getByRole('button', { name: 'Remove record…' }).click();
+  await page
+    .locator('.jp-Dialog')
+    .getByRole('button', { name: 'Remove' })
+    .click();
   await expect(panel.locator(`[data-job-id="${oldestId}"]`)).toHaveCount(0);
   await expect(rows).toHaveCount(shown.length - 1);
 });

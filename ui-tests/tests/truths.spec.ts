@@ -8,6 +8,7 @@ import * as path from 'path';
 
 import {
   countLines,
+  diaryLines,
   expectEveryEpochOnce,
   expectStatus,
   lastLogPanel,
@@ -46,17 +47,6 @@ async function installOutageSwitch(page: IJupyterLabPageFixture) {
     }
     scope.WebSocket = Switchable;
   }, STREAM.source);
-}
-
-/** The log's lines between the first line of the job's own output and the last one. */
-function outputSpan(text: string): string[] {
-  const lines = text.split('\n');
-  const first = lines.findIndex(line => !line.startsWith('[j2c] '));
-  let last = lines.length - 1;
-  while (last >= 0 && (lines[last].startsWith('[j2c] ') || !lines[last])) {
-    last--;
-  }
-  return lines.slice(first, last + 1);
 }
 
 test.describe('small UI truths', () => {
@@ -126,7 +116,7 @@ test.describe('small UI truths', () => {
     expectEveryEpochOnce(text, EPOCHS);
   });
 
-  test('status lines sit before and after the output, live and replayed', async ({
+  test("the output holds the job's own lines, the same live and replayed; j2c's go to the diary", async ({
     page
   }) => {
     await page.goto();
@@ -138,6 +128,7 @@ test.describe('small UI truths', () => {
     const { panel, jobId } = await lastLogPanel(page);
     await expectStatus(panel, 'succeeded');
     const live = await logText(page, jobId);
+    const liveDiary = await diaryLines(panel, 'running');
 
     // Opening the finished job's log again replays it from its first event.
     await page.reload({ waitForIsReady: false });
@@ -146,21 +137,19 @@ test.describe('small UI truths', () => {
     await expectStatus(restored, 'succeeded');
     await expect
       .poll(() => logText(page, jobId), { timeout: 10000 })
-      .toContain('[j2c] succeeded');
+      .toContain('final accuracy');
     const replayed = await logText(page, jobId);
     expect(replayed).toBe(live);
+    expect(await diaryLines(restored, 'running')).toEqual(liveDiary);
 
-    for (const text of [live, replayed]) {
-      const lines = text.split('\n');
-      const span = outputSpan(text);
-      expect(span[0]).toMatch(/^j2c: /); // j2c-unpack's first line opens the output
-      expect(span.filter(line => line.startsWith('[j2c] '))).toEqual([]);
-      // "running" comes once, right before the first output line.
-      expect(countLines(text, /^\[j2c\] running/)).toBe(1);
-      expect(lines[lines.indexOf(span[0]) - 1]).toBe('[j2c] running');
-      expect(countLines(text, /^\[j2c\] succeeded/)).toBe(1);
-      expect(lines.filter(line => /^epoch \d\/3 /.test(line))).toHaveLength(3);
-    }
+    // The job's lines only: the first is its own, no status line or runner line among them.
+    const lines = live.split('\n');
+    expect(lines[0]).toMatch(/^training on /);
+    expect(lines.filter(line => /^(\[j2c\]|j2c:) /.test(line))).toEqual([]);
+    expect(lines.filter(line => /^epoch \d\/3 /.test(line))).toHaveLength(3);
+    // "running" is said once, in its step's diary, with the runner's lines.
+    expect(countLines(liveDiary.join('\n'), /^running$/)).toBe(1);
+    expect(liveDiary.some(line => line.startsWith('manifest: '))).toBe(true);
   });
 
   test('a stage resumed after a server restart shows as done, not reused', async ({

@@ -56,8 +56,25 @@ from j2c_server.jobs.tracking import start_run, tag_attempt
 from j2c_server.registry.event_rows import EventDraft
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.storage.base import ObjectStore, manifest_key
-from j2c_server.wire.api import AttemptRecord, EventKind, JobHandle, JobRecord, JobStatus
+from j2c_server.wire.api import (
+    AttemptRecord,
+    EventKind,
+    JobHandle,
+    JobRecord,
+    JobStatus,
+    LineLevel,
+    LineOrigin,
+)
 from j2c_server.wire.manifest import Manifest
+
+# An attempt's boundary is j2c's line, a warning: the job's run ended through no fault of its
+# own, and every front end shows j2c's warnings by default (docs/pipeline.md, Attempts).
+_J2C_LINE: EventDraft = {
+    "kind": EventKind.log,
+    "origin": LineOrigin.j2c,
+    "level": LineLevel.warning,
+    "phase": "resume",
+}
 
 PLAN_FORMAT = 1
 MAX_BACKOFF_S = 600.0
@@ -131,7 +148,7 @@ class Attempts:
                 if allowed == 1
                 else f"no attempts left (max_attempts {allowed - 1})"
             )
-            await self._line(f"j2c: {ended}; {words}", {"ended": record.attempt})
+            await self._line(f"{ended}; {words}", {"ended": record.attempt})
             return state.model_copy(update={"message": f"{state.message or ended}; {words}"})
         number = record.attempt + 1
         await self._release(handle, state)
@@ -190,7 +207,7 @@ class Attempts:
         now = time.time()
         starts_at = now + delay
         resumes = planned.words(number)
-        text = f"j2c: {ended}; {resumes}, in {delay:.0f} s"
+        text = f"{ended}; {resumes}, in {delay:.0f} s"
         at = time.strftime("%H:%M:%S", time.localtime(starts_at))
         message = f"{state.interrupted}; attempt {number} of {allowed} starts at {at}"
 
@@ -217,8 +234,7 @@ class Attempts:
 
         drafts: list[EventDraft] = [
             {
-                "kind": EventKind.log,
-                "stream": "stderr",
+                **_J2C_LINE,
                 "text": text,
                 "data": {
                     "attempt": {
@@ -242,9 +258,7 @@ class Attempts:
         )
 
     async def _line(self, text: str, data: dict[str, Any]) -> None:
-        await self.journal.write(
-            [{"kind": EventKind.log, "stream": "stderr", "text": text, "data": {"attempt": data}}]
-        )
+        await self.journal.write([{**_J2C_LINE, "text": text, "data": {"attempt": data}}])
 
     # ------------------------------------------------------------------ the restore plan
 

@@ -31,6 +31,7 @@ from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.pipeline import Pipeline
 from j2c_server.jobs.drive.watch import Log
+from j2c_server.jobs.failure import pipeline_failure
 from j2c_server.jobs.fanout import EventBus
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.stage_text import describe
@@ -91,13 +92,19 @@ class JobDriver:
     async def run(self) -> None:
         """Take the lease and run the pipeline; return at once if another process drives the
         job. The caller keeps this coroutine's task in ``self.task``."""
+        acquiring = asyncio.ensure_future(
+            self.registry.leases.acquire(self.job_id, self.owner, LEASE_TTL_S)
+        )
         try:
-            acquired = await self.registry.leases.acquire(self.job_id, self.owner, LEASE_TTL_S)
+            acquired = await asyncio.shield(acquiring)
         except asyncio.CancelledError:
             # Stopped while the acquire ran in its thread (a CLI that leaves at once: `submit
-            # --no-wait`): it may have taken the lease. Given back now, the detached watcher
-            # takes over at once instead of after the lease's time.
-            await asyncio.shield(self.registry.leases.release(self.job_id, self.owner))
+            # --no-wait`). The acquire is let finish first (a release that ran before its
+            # commit would leave the lease taken), then what it took is given back, so the
+            # detached watcher takes over at once instead of after the lease's time.
+            with contextlib.suppress(Exception):
+                if await acquiring:
+                    await self.registry.leases.release(self.job_id, self.owner)
             raise
         if not acquired:
             return
@@ -116,7 +123,7 @@ class JobDriver:
             ended_here = False
             self.log.info("j2c: job %s is driven by another process now", self.job_id)
         except J2CError as exc:
-            await self._fail(exc.message, exc.to_dict())
+            await self._fail(exc.message, exc.to_dict(), exc.hint)
         except Exception as exc:
             self.log.exception("j2c: job %s failed in the pipeline", self.job_id)
             await self._fail(f"internal error: {type(exc).__name__}: {exc}", {"error": "internal"})
@@ -189,9 +196,13 @@ class JobDriver:
         with contextlib.suppress(Conflict, LeaseLost):
             await self.journal.status(status, message)
 
-    async def _fail(self, message: str, detail: dict[str, object]) -> None:
+    async def _fail(self, message: str, detail: dict[str, object], hint: str | None = None) -> None:
         """The stage that was running failed (its event and record say so, with the reason),
-        then the error and the job's failed status."""
+        then the error and the job's failed status (its ``failure``: the error's words)."""
+        failure = pipeline_failure(message, hint)
+
+        def with_failure(record: JobRecord) -> None:
+            record.failure = failure
 
         def mark_failed(record: JobRecord) -> None:
             for stage in record.stages.values():
@@ -216,7 +227,12 @@ class JobDriver:
             if failed:
                 await self.journal.write(failed, change=mark_failed)
             await self.journal.error(message, dict(detail))
-            await self.journal.status(JobStatus.failed, message)
+            await self.journal.status(
+                JobStatus.failed,
+                message,
+                change=with_failure,
+                data={"failure": failure.model_dump(mode="json", exclude_none=True)},
+            )
 
 
 async def account_ended(

@@ -23,26 +23,30 @@ from collections.abc import Callable
 from typing import Any
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.job_env import mask_env
 from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the_image
 from j2c_server.image.check import InventoryLearner
 from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.drive.attempts import Attempts, attempts_allowed, next_pending
 from j2c_server.jobs.drive.watch import Log, Watcher, until_available
+from j2c_server.jobs.failure import job_failure
 from j2c_server.jobs.journal import Journal
 from j2c_server.jobs.results import INDEX_DIGEST_MARK, collect_outputs, digest_mark
 from j2c_server.jobs.send.inputs import (
     job_image,
     job_spec,
     layer_cache_dir,
+    line_tag_of,
     pack_spec,
     presigned_manifest,
     record_image_report,
     record_needs,
     refuse_if_over_limit,
     refuse_missing_imports,
+    runner_check,
+    shown_spec,
 )
+from j2c_server.jobs.send.preflight import with_warning
 from j2c_server.jobs.send.presigned_outputs import outputs_policy, told_to_upload
 from j2c_server.jobs.send.stage_keys import (
     StageInputs,
@@ -56,7 +60,6 @@ from j2c_server.jobs.tracking import abandon_run, finish_run, start_run
 from j2c_server.pack import PackResult, PackSpec, make_manifest, publish
 from j2c_server.pack.held import hold, release
 from j2c_server.schedulers.base import JobSpec, SchedulerState
-from j2c_server.storage.redact import redact_url
 from j2c_server.usage.writer import job_submitted
 from j2c_server.wire.api import (
     AttemptRecord,
@@ -71,6 +74,7 @@ from j2c_server.wire.api import (
 from j2c_server.wire.manifest import Manifest
 
 LAST_LINES = 20
+FAILURE_EVENTS = 400  # the last events a failed job's reason is read from (jobs/failure.py)
 
 
 class Pipeline:
@@ -232,6 +236,7 @@ class Pipeline:
         report = await record_image_report(self.settings, record)
         refuse_missing_imports(report, record.request)
         plan = plan.model_copy(update={"image_report": report})
+        plan = with_warning(plan, await runner_check(self.settings, record, report))
         shipping = report.shipping if report is not None else None
         # A target not known yet: the job checks what it needs before its entry point.
         needs = await record_needs(self.settings, record, report)
@@ -360,18 +365,13 @@ class Pipeline:
             self.settings, record, job_manifest, store, manifest_digest=pinned, outputs_post=post
         )
         state, changes = configure_changes(inputs, previous)
-        shown = spec.model_copy(
-            update={
-                "command": [redact_url(part) for part in spec.command],
-                "env": mask_env(spec.env, self.settings.scheduler.pass_env),
-            }
-        )
+        shown = shown_spec(spec, self.settings)
         await self._finished(
             Stage.configure,
             inputs,
             state,
-            {"spec": shown.model_dump(mode="json")},
-            {**changes, "image": spec.image, "command": shown.command},
+            {"spec": shown},
+            {**changes, "image": spec.image, "command": shown["command"]},
         )
         return spec
 
@@ -434,12 +434,19 @@ class Pipeline:
             handle,
             current=lambda: self.registry.jobs.state(self.job_id),
             log=self.log,
+            tag=line_tag_of(record),
             inventory=learner,
         ).run()
         await self._finished(
             Stage.watch, inputs, StageState.finished, {}, {"status": state.status.value}
         )
         return state
+
+    async def _j2c_lines_with(self, mark: str) -> list[str]:
+        """j2c's last line in the job's log that holds ``mark`` ([] when none): what j2c-unpack
+        said, never a line the job printed."""
+        line = await self.registry.events.last_log_line_with(self.job_id, mark, j2c_only=True)
+        return [line] if line is not None else []
 
     async def _results(self, handle: JobHandle, state: SchedulerState) -> None:
         inputs = StageInputs({"handle": handle.id})
@@ -453,11 +460,9 @@ class Pipeline:
             results.model_copy(update={"exit_code": exit_code}),
             uploaded=not self.settings.storage.presign_for_jobs or told_to_upload(record),
             last_lines=await self.registry.events.last_log_lines(self.job_id, LAST_LINES),
-            index_line=await self.registry.events.last_log_line_with(
-                self.job_id, INDEX_DIGEST_MARK
-            ),
+            digest_lines=await self._j2c_lines_with(INDEX_DIGEST_MARK),
             rank_lines={  # a multi-node job's other ranks upload their own (unpack/outputs.py)
-                rank: await self.registry.events.last_log_line_with(self.job_id, digest_mark(rank))
+                rank: next(iter(await self._j2c_lines_with(digest_mark(rank))), None)
                 for rank in range(1, record.request.resources.nodes)
             },
         )
@@ -475,10 +480,19 @@ class Pipeline:
         if final != JobStatus.succeeded:
             data["last_lines"] = await self.registry.events.last_log_lines(self.job_id, LAST_LINES)
         text = f"exit code {exit_code}" if exit_code is not None else final.value
+        failure = None
+        if final == JobStatus.failed:
+            events, _ = await self.registry.events.read(
+                self.job_id,
+                after=max(0, (await self.registry.jobs.get(self.job_id)).last_seq - FAILURE_EVENTS),
+            )
+            failure = job_failure(record, exit_code, events)
+            data["failure"] = failure.model_dump(mode="json", exclude_none=True)
 
         def apply(job: JobRecord) -> None:
             job.results = results
             job.exit_code = exit_code
+            job.failure = failure
 
         await self._finished(
             Stage.results,
@@ -489,4 +503,5 @@ class Pipeline:
             change=apply,
         )
         await self.journal.write([{"kind": EventKind.result, "text": text, "data": data}])
-        await self.journal.status(final, state.message or text)
+        ended = {"failure": data["failure"], "exit_code": exit_code} if failure else None
+        await self.journal.status(final, state.message or text, data=ended)

@@ -1,5 +1,10 @@
 """The watch stage: follow a submitted job's status and log lines until it is over.
 
+Each line is classified once, here, at ingest: a line with the job's tag (core/j2c_lines.py)
+is j2c's (j2c-unpack's, the notebook runner's, the scheduler's wrapper's) and is stored without
+the tag, with its level and phase; any other line is the job's own, with the stream the
+engine said it came from. Front ends render from that, never from how a line starts.
+
 Lines are read from the scheduler after the last persisted cursor and written to the registry in
 batches (whatever arrived while the previous batch was being written), each batch in one
 transaction together with the cursor just after its last line. A watcher that dies and one that
@@ -19,12 +24,14 @@ from typing import Protocol, TypeVar
 from j2c_server.core.backoff import Backoff, retry_async
 from j2c_server.core.coalesce import next_tick_s
 from j2c_server.core.errors import SchedulerUnavailable
+from j2c_server.core.j2c_lines import parse_line
 from j2c_server.jobs.journal import Journal, status_change
 from j2c_server.registry.event_log import RecordChange
 from j2c_server.registry.event_rows import EventDraft
 from j2c_server.registry.jobs_table import JobState
 from j2c_server.schedulers.base import LogLine, Scheduler, SchedulerState
-from j2c_server.wire.api import EventKind, JobHandle, JobRecord, JobStatus
+from j2c_server.unpack.inventory import PHASE as INVENTORY_PHASE
+from j2c_server.wire.api import EventKind, JobHandle, JobRecord, JobStatus, LineOrigin
 
 MAX_BATCH = 1000
 # Bounded, and shallow: a job printing faster than we persist waits in its own log (read from
@@ -38,11 +45,18 @@ Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 
 class InventoryHook(Protocol):
-    """What learns a target's inventory from a job's log (``image.check.InventoryLearner``)."""
-
-    def wants(self, text: str) -> bool: ...
+    """What learns a target's inventory from a job's log (``image.check.InventoryLearner``):
+    given the message of j2c-unpack's ``inventory`` line, it returns the short one to store."""
 
     async def __call__(self, text: str) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Line:
+    """A classified line on its way to the registry, with the cursor just after it."""
+
+    draft: EventDraft
+    cursor: str
 
 
 class Watcher:
@@ -54,8 +68,10 @@ class Watcher:
         *,
         current: Callable[[], Awaitable[JobState]],  # the job's status and message, read often
         log: Log,
-        inventory: InventoryHook | None = None,  # takes the job's `j2c: inventory:` line
+        tag: str,  # the job's line tag: its j2c lines carry it
+        inventory: InventoryHook | None = None,  # takes j2c-unpack's `inventory` line
     ) -> None:
+        self.tag = tag
         self.inventory = inventory
         self.journal = journal
         self.scheduler = scheduler
@@ -89,10 +105,11 @@ class Watcher:
             async for line in self.scheduler.follow_logs(self.handle, cursor):
                 if lines.full():
                     await lines.room()
-                if self.inventory is not None and self.inventory.wants(line.text):
+                draft = log_draft(line, self.tag)
+                if self.inventory is not None and draft.get("phase") == INVENTORY_PHASE:
                     # Kept for the job's target; the log gets a short line instead of the JSON.
-                    line = dataclasses.replace(line, text=await self.inventory(line.text))
-                lines.add(line)
+                    draft["text"] = await self.inventory(draft["text"])
+                lines.add(_Line(draft, line.cursor))
                 cursor = line.cursor
                 received += 1
 
@@ -107,7 +124,7 @@ class Watcher:
             batch = await lines.take(MAX_BATCH)
             if not batch:
                 return  # ended, everything written
-            drafts: list[EventDraft] = [log_draft(line) for line in batch]
+            drafts: list[EventDraft] = [line.draft for line in batch]
             change = None
             if not self._output_seen:
                 self._output_seen = True
@@ -161,7 +178,7 @@ class _Lines:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._lines: list[LogLine] = []
+        self._lines: list[_Line] = []
         self._ended = False
         self._ready = asyncio.Event()  # lines wait, or the reader ended
         self._room = asyncio.Event()
@@ -174,7 +191,7 @@ class _Lines:
         self._room.clear()
         await self._room.wait()
 
-    def add(self, line: LogLine) -> None:
+    def add(self, line: _Line) -> None:
         self._lines.append(line)
         self._ready.set()
 
@@ -182,7 +199,7 @@ class _Lines:
         self._ended = True
         self._ready.set()
 
-    async def take(self, most: int) -> list[LogLine]:
+    async def take(self, most: int) -> list[_Line]:
         """Up to ``most`` lines, in order, once any wait; [] once the reader ended and every
         line was taken."""
         while not self._lines and not self._ended:
@@ -216,9 +233,22 @@ async def until_available(
     return await retry_async(call, scheduler_backoff(what, log, attempts=attempts))
 
 
-def log_draft(line: LogLine) -> EventDraft:
-    """A log line's event; a multi-node job's carries its rank in ``data``."""
-    draft: EventDraft = {"kind": EventKind.log, "stream": line.stream, "text": line.text}
+def log_draft(line: LogLine, tag: str) -> EventDraft:
+    """A log line's event: j2c's (tagged: its level and phase, the tag stripped) or the job's
+    (the stream the engine said, if it says); a multi-node job's carries its rank in ``data``."""
+    ours = parse_line(line.text, tag)
+    draft: EventDraft
+    if ours is None:
+        draft = {"kind": EventKind.log, "stream": line.stream, "text": line.text}
+    else:
+        draft = {
+            "kind": EventKind.log,
+            "stream": line.stream,
+            "origin": LineOrigin.j2c,
+            "level": ours.level,
+            "phase": ours.phase,
+            "text": ours.text,
+        }
     if line.rank is not None:
         draft["data"] = {"rank": line.rank}
     return draft

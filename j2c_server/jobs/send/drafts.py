@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from j2c_server.config import J2CSettings
-from j2c_server.core.job_env import check_request_env, mask_env
+from j2c_server.core.job_env import check_request_env
 from j2c_server.jobs.clients import Clients
 from j2c_server.jobs.paths import resolve_request
 from j2c_server.jobs.send.inputs import (
@@ -20,8 +20,14 @@ from j2c_server.jobs.send.inputs import (
     layer_cache_dir,
     pack_spec,
     record_image_report,
+    runner_check,
+    shown_spec,
 )
-from j2c_server.jobs.send.preflight import warn_backend_at_preflight, warn_store_at_preflight
+from j2c_server.jobs.send.preflight import (
+    warn_backend_at_preflight,
+    warn_store_at_preflight,
+    with_warning,
+)
 from j2c_server.jobs.send.rule import request_key
 from j2c_server.pack import PackPlan, make_manifest
 from j2c_server.schedulers import check_resources, scheduler_class
@@ -69,6 +75,7 @@ class Drafts:
             record_image_report(self.settings, record),
         )
         plan = plan.model_copy(update={"image_report": report})
+        plan = with_warning(plan, await runner_check(self.settings, record, report))
         image = job_image(self.settings, record)
         plan = await warn_backend_at_preflight(plan, self.settings, record.scheduler, image)
         return await warn_store_at_preflight(plan, self.settings, record.scheduler)
@@ -93,9 +100,8 @@ class Drafts:
         digest = manifest.digest()
         uri = store.uri(manifest_key(digest))
         spec = job_spec(self.settings, record, uri, store, manifest_digest=digest)
-        spec = spec.model_copy(update={"env": mask_env(spec.env, self.settings.scheduler.pass_env)})
         native = scheduler_class(record.scheduler).native_spec(spec, self.settings)
-        return native if native is not None else spec.model_dump(mode="json")
+        return native if native is not None else shown_spec(spec, self.settings)
 
 
 def _default_name(request: JobRequest) -> str:

@@ -10,22 +10,30 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput, PackError
-from j2c_server.core.job_env import job_env
+from j2c_server.core.j2c_lines import TAG_ENV, line_tag
+from j2c_server.core.job_env import MASK, credential_value, job_env, mask_env, split_env
 from j2c_server.image.base_layer import ShipChoice
 from j2c_server.image.check import image_report
 from j2c_server.image.job_needs import needs_of
+from j2c_server.image.runner import runner_needs, runner_warning
+from j2c_server.image.store import InventoryStore
 from j2c_server.pack import PackPlan, PackSpec
+from j2c_server.pack.models import PackWarning
 from j2c_server.schedulers import scheduler_class
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.schedulers.multinode import unpack_options
 from j2c_server.storage.base import ObjectStore, blob_key, file_blob_key
 from j2c_server.storage.post_upload import ENV_NAME as POST_POLICY_ENV
+from j2c_server.storage.redact import redact_url
 from j2c_server.wire.api import JobRecord, JobRequest
 from j2c_server.wire.image import ImageReport
 from j2c_server.wire.manifest import JobNeeds, Layer, LayerRole, Manifest
+
+MANIFEST_URL_ENV = "J2C_MANIFEST_URL"  # a presigned manifest's URL (unpack/job_secrets.py)
 
 
 def pack_spec(settings: J2CSettings, record: JobRecord) -> PackSpec:
@@ -68,7 +76,25 @@ async def record_image_report(settings: J2CSettings, record: JobRecord) -> Image
         Path(request.code_path),
         ship_choice(settings, request),
         request.call_path,
+        runner_needs(request.call_path),
     )
+
+
+async def runner_check(
+    settings: J2CSettings, record: JobRecord, report: ImageReport | None
+) -> PackWarning | None:
+    """A warning when the entry point's runner (a notebook's) lacks what it needs wherever the
+    job looks: before anything is uploaded (image/runner.py)."""
+    request = record.request
+    needs = runner_needs(request.call_path)
+    if not needs:
+        return None
+    inventory = None
+    if report is not None and report.known:
+        stored = await asyncio.to_thread(InventoryStore(settings.data_path()).get, report.key)
+        inventory = stored.inventory if stored is not None else None
+    venv = Path(request.venv_path) if request.venv_path else None
+    return await asyncio.to_thread(runner_warning, needs, venv, report, inventory)
 
 
 async def record_needs(
@@ -81,7 +107,10 @@ async def record_needs(
     request = record.request
     venv = Path(request.venv_path) if request.venv_path else None
     skip = [settings.data_path()]
-    return await asyncio.to_thread(needs_of, venv, Path(request.code_path), skip, request.call_path)
+    runner = runner_needs(request.call_path)
+    return await asyncio.to_thread(
+        needs_of, venv, Path(request.code_path), skip, request.call_path, runner
+    )
 
 
 def ship_choice(settings: J2CSettings, request: JobRequest) -> ShipChoice:
@@ -110,12 +139,18 @@ def job_spec(
     outputs_post: str | None = None,
 ) -> JobSpec:
     """What the scheduler gets: ``j2c-unpack <manifest> --manifest-digest <sha256:...>
-    --output-uri <store> -- <args>`` in the job's image, with the request's env, ``J2C_JOB_ID``
-    and where the store is (never a credential). ``manifest_digest`` is the sha256 of the exact
-    bytes at ``manifest_uri``: the job refuses any other manifest, so whoever else can write the
-    store cannot swap a queued job's manifest. With presigned URLs the job uploads its outputs
-    through ``outputs_post``, its upload policy (jobs/send/presigned_outputs.py), in
-    ``$J2C_OUTPUTS_POST_CREDENTIAL``; without one it has no way to write to the store."""
+    --output-uri <store> -- <args>`` in the job's image, with the request's env, ``J2C_JOB_ID``,
+    the tag of j2c's lines (``J2C_LINE_TAG``) and where the store is. ``manifest_digest`` is
+    the sha256 of the exact bytes at ``manifest_uri``: the job refuses any other manifest, so
+    whoever else can write the store cannot swap a queued job's manifest. With presigned URLs
+    the job uploads its outputs through ``outputs_post``, its upload policy
+    (jobs/send/presigned_outputs.py), in ``$J2C_OUTPUTS_POST_CREDENTIAL``; without one it has
+    no way to write to the store.
+
+    Credentials are never in ``command`` or ``env``, which the scheduler keeps and shows: the
+    operator's ``pass_env`` values, the upload policy and a signed manifest URL (on the command
+    line as ``env:J2C_MANIFEST_URL``) are ``secret_env``, which each backend hands to the job by
+    reference (schedulers/job_secrets.py)."""
     request = record.request
     unpack = scheduler_class(record.scheduler).unpack_command(settings)
     outputs = (
@@ -128,7 +163,13 @@ def job_spec(
         if uploads_outputs(settings, outputs_post)
         else []
     )
-    policy_env = {POST_POLICY_ENV: outputs_post} if outputs_post is not None else {}
+    secret = {POST_POLICY_ENV: outputs_post} if outputs_post is not None else {}
+    plain, passed = split_env(job_env(request.env, settings.scheduler.pass_env))
+    secret.update(passed)
+    manifest_arg = manifest_uri
+    if credential_value(manifest_uri):  # a presigned URL: its signature is a bearer credential
+        manifest_arg = f"env:{MANIFEST_URL_ENV}"
+        secret[MANIFEST_URL_ENV] = manifest_uri
     return JobSpec(
         key=f"j2c-{record.id}",
         job_id=record.id,
@@ -136,7 +177,7 @@ def job_spec(
         image=job_image(settings, record),
         command=[
             *unpack,
-            manifest_uri,
+            manifest_arg,
             "--manifest-digest",
             manifest_digest,
             *outputs,
@@ -147,13 +188,31 @@ def job_spec(
         env={
             # The operator's placement, unless the request's env asks for its own.
             **placement_env(settings),
-            **job_env(request.env, settings.scheduler.pass_env),
+            **plain,
             **store_location_env(settings, store),
-            **policy_env,
             "J2C_JOB_ID": record.id,
+            TAG_ENV: line_tag_of(record),  # j2c's lines in its log carry it (core/j2c_lines.py)
         },
+        secret_env=secret,
         resources=request.resources,
     )
+
+
+def line_tag_of(record: JobRecord) -> str:
+    """The tag j2c's lines carry in the job's log: its own, or its sweep's for a variant (an
+    array job's tasks share one environment)."""
+    return line_tag(record.id, record.sweep.parent if record.sweep is not None else None)
+
+
+def shown_spec(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
+    """``spec`` as it may be recorded and shown: signed URLs on its command line redacted, and
+    every credential in its environment (``secret_env`` too, by name) masked."""
+    env = mask_env(spec.env, settings.scheduler.pass_env)
+    env.update(dict.fromkeys(spec.secret_env, MASK))
+    shown = spec.model_copy(
+        update={"command": [redact_url(part) for part in spec.command], "env": env}
+    )
+    return shown.model_dump(mode="json")
 
 
 def uploads_outputs(settings: J2CSettings, outputs_post: str | None) -> bool:

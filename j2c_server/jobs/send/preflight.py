@@ -26,6 +26,7 @@ from j2c_server.storage.urls import file_url_path, url_scheme
 STORE_NOT_SHARED = "store_not_shared"
 STORE_MADE_SHARED = "store_made_shared"
 REFUSED_SETTING = "refused_setting"
+EXPOSED = "exposed"
 
 
 def store_problem(settings: J2CSettings, scheduler: str) -> str | None:
@@ -52,6 +53,13 @@ async def check_before_scan(settings: J2CSettings, scheduler: str, image: str | 
     image_error = await backend.image_problem(settings, image)
     if image_error is not None:
         raise image_error
+
+
+def with_warning(plan: PackPlan, warning: PackWarning | None) -> PackPlan:
+    """``plan`` with ``warning`` added (unchanged without one)."""
+    if warning is None:
+        return plan
+    return plan.model_copy(update={"warnings": [*plan.warnings, warning]})
 
 
 async def warn_store_at_preflight(
@@ -85,17 +93,19 @@ async def warn_backend_at_preflight(
     plan: PackPlan, settings: J2CSettings, scheduler: str, image: str | None
 ) -> PackPlan:
     """``plan`` with a warning for each setting the backend's submit would refuse (a rootful
-    container engine and ``user: 0:0``, ...) and for an image it cannot start, so the user
-    reads it before sending."""
+    container engine and ``user: 0:0``, ...), for an image it cannot start, and for what the
+    job would be exposed to there (a Ray cluster that others use too), so the user reads it
+    before sending."""
     backend = scheduler_class(scheduler)
     problems = await backend.preflight_problems(settings)
     image_error = await backend.image_problem(settings, image)
     if image_error is not None:
         problems = [*problems, (image_error.field or "image", image_error.message)]
-    if not problems:
+    notes = await backend.preflight_notes(settings)
+    if not problems and not notes:
         return plan
     warnings = [
         PackWarning(code=REFUSED_SETTING, message=f"{why} (submit refuses it)", path=field)
         for field, why in problems
-    ]
+    ] + [PackWarning(code=EXPOSED, message=what, path=field) for field, what in notes]
     return plan.model_copy(update={"warnings": [*plan.warnings, *warnings]})

@@ -56,7 +56,12 @@ from j2c_server.schedulers.container.engine import (
     read_engine,
     unsafe_settings,
 )
-from j2c_server.schedulers.container.folders import cache_folder, prepare, prepare_cache
+from j2c_server.schedulers.container.folders import (
+    cache_folder,
+    give_file,
+    prepare,
+    prepare_cache,
+)
 from j2c_server.schedulers.container.gpus import GpuWaiter
 from j2c_server.schedulers.container.lifecycle import (
     mark_timed_out,
@@ -80,6 +85,7 @@ from j2c_server.schedulers.container.ranks import (
 from j2c_server.schedulers.container.settings import ContainerSettings
 from j2c_server.schedulers.container.spec import (
     LABEL_KEY,
+    SECRETS_NAME,
     job_folder,
     network_name,
     output_upload_dir,
@@ -98,6 +104,7 @@ from j2c_server.schedulers.container.status import (
     read_end,
     state_of,
 )
+from j2c_server.schedulers.job_secrets import job_secrets, remove_secrets_file, write_secrets_file
 from j2c_server.schedulers.multinode import follow_ranks
 from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus, Resources
 
@@ -385,6 +392,7 @@ class ContainerScheduler(SchedulerBase):
         final = container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
         results = await asyncio.to_thread(collect_results, folder / "outputs", final.exit_code)
         await asyncio.to_thread(record_final, folder, final)
+        await asyncio.to_thread(remove_secrets_file, folder / "secrets" / SECRETS_NAME)
         if not self._cfg.keep_finished:
             await remove(self._api(), handle.id)
         return results
@@ -511,6 +519,12 @@ class ContainerScheduler(SchedulerBase):
         upload = output_upload_dir(spec, self._settings)
         readable = [folder / "outputs", *([upload] if upload is not None else [])]
         prepare([folder / "home"], readable, self._cfg, access)
+        _, secret = job_secrets(spec, self._cfg.env)
+        if secret:  # by reference: the create request is kept and shown by the engine
+            prepare([folder / "secrets"], [], self._cfg, access)
+            path = folder / "secrets" / SECRETS_NAME
+            write_secrets_file(path, secret)
+            give_file(path, self._cfg, access)
         wanted = cache_folder(self._settings)
         return None if wanted is None else prepare_cache(wanted, self._cfg, access)
 

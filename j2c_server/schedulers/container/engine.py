@@ -7,8 +7,11 @@ A rootful engine's socket is root on this machine: whoever reaches it can run a 
 engine once — podman's ``GET /libpod/info`` says ``host.security.rootless``; Docker answers it
 404, and its ``GET /info``'s ``SecurityOptions`` holds ``name=rootless`` for a rootless daemon —
 and refuses, on a rootful
-engine, ``user`` with uid 0, ``network: host`` and a ``credentials_dir`` outside the user's home,
-unless the operator locked that setting (the system config owns it). These are guardrails: a
+engine, ``user`` with uid 0, a ``network`` that joins a namespace not the job's own (``host``,
+``ns:<path>``, ``container:<id>``: the machine's network, or another container's, perhaps another
+tenant's job), any ``cap_add`` (a capability of root on the host) and a ``credentials_dir``
+outside the user's home, unless the operator locked that setting (the system config owns it):
+by what the setting means, not how it is spelt. These are guardrails: a
 user who can reach a rootful socket can talk to it without j2c. Isolation between users on one
 machine comes from one rootless podman per user (docs/operators.md, "Security model").
 """
@@ -73,11 +76,21 @@ def unsafe_settings(
                 hint=hint,
             )
         )
-    if (cfg.network or "").strip().lower() == "host" and not locked(PREFIX + "network"):
+    joined = joined_namespace(cfg.network)
+    if joined and not locked(PREFIX + "network"):
         problems.append(
             ConfigError(
-                f"scheduler.container.network: host puts jobs on this machine's network, and {why}",
+                f"scheduler.container.network: {cfg.network} puts jobs on {joined}, and {why}",
                 field=PREFIX + "network",
+                hint=hint,
+            )
+        )
+    if cfg.cap_add and not locked(PREFIX + "cap_add"):
+        problems.append(
+            ConfigError(
+                f"scheduler.container.cap_add: {', '.join(cfg.cap_add)} would be root's "
+                f"capabilities on this machine, and {why}",
+                field=PREFIX + "cap_add",
                 hint=hint,
             )
         )
@@ -94,6 +107,21 @@ def unsafe_settings(
                 )
             )
     return problems
+
+
+def joined_namespace(network: str | None) -> str | None:
+    """What network namespace a ``NetworkMode`` joins that is not the job's own (None: it makes
+    its own, or has none): ``host``, ``ns:<path>`` (any namespace by its path, the host's
+    ``/proc/1/ns/net`` included), ``container:<id>`` (another container's)."""
+    mode = (network or "").strip()
+    kind, _, target = mode.partition(":")
+    if mode.lower() == "host":
+        return "this machine's network"
+    if kind.lower() == "ns" and target:
+        return f"the network namespace {target}"
+    if kind.lower() == "container" and target:
+        return f"the network of container {target}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,19 @@ def prepare(
             _grant_acl(path, uid)
 
 
-def _grant_acl(path: Path, uid: int) -> None:
+def give_file(path: Path, cfg: ContainerSettings, access: Access) -> None:
+    """A file j2c wrote for the job (0600) readable by the job's uid: chowned by a root server;
+    the server's own when the job runs as the server; podman's ``U`` on the folder's bind gives
+    it over; else (Docker, not root) a POSIX ACL for that uid."""
+    uid, gid = parse_user(cfg.job_user())
+    me = os.geteuid()
+    if me == 0:
+        os.chown(path, uid, gid)
+    elif uid != me and not access.chown_binds:
+        _grant_acl(path, uid, folder=False)
+
+
+def _grant_acl(path: Path, uid: int, *, folder: bool = True) -> None:
     tool = shutil.which("setfacl")
     if tool is None:
         raise ConfigError(
@@ -84,8 +96,9 @@ def _grant_acl(path: Path, uid: int) -> None:
             field="scheduler.container.user",
             hint=f"set scheduler.container.user to {os.getuid()}:{os.getgid()}, or use podman",
         )
+    entries = f"u:{uid}:rwx,d:u:{uid}:rwx,d:u:{os.geteuid()}:rwx" if folder else f"u:{uid}:r"
     done = subprocess.run(
-        [tool, "-m", f"u:{uid}:rwx,d:u:{uid}:rwx,d:u:{os.geteuid()}:rwx", str(path)],
+        [tool, "-m", entries, str(path)],
         capture_output=True,
         text=True,
         check=False,

@@ -1,8 +1,10 @@
 """``scheduler: container``: an image inventoried once through the engine, kept by image ID.
 
 The probe is a short-lived container of the image running the image's own ``python3 -I -c
-<unpack/inventory.py's source>``: no network (``NetworkMode: none``), as the job user, bounded
-in time, removed afterwards (labelled with the server's runs folder, so a server killed
+<unpack/inventory.py's source>``: no network (``NetworkMode: none``), as the job user, hardened
+as a job is (every capability dropped, ``no-new-privileges``, a pids limit: the image is the
+user's choice and its ``python3`` runs with what the probe has), bounded in time, removed
+afterwards (labelled with the server's runs folder, so a server killed
 mid-probe removes it at its next start: :func:`.lifecycle.sweep`). Its stdout is the inventory.
 The engine's image ID is the key (:func:`container_key`): a tag moved to another build is
 probed again, the same build under two tags once. Asking the engine for the ID is one API call
@@ -29,6 +31,8 @@ from j2c_server.schedulers.container.spec import runs_root
 from j2c_server.unpack import inventory as inventory_script
 
 PROBE_TIMEOUT_S = 60.0
+PROBE_PIDS = 256  # an inventory needs one process; a pids_limit of 0 (the engine's) gets this
+PROBE_MEMORY = 512 * 1024 * 1024
 # How many probe containers this process created: the tests count them.
 probes_started = 0
 
@@ -68,7 +72,13 @@ def probe_body(image: str, cfg: ContainerSettings, label: str) -> dict[str, Any]
         "WorkingDir": "/",
         "NetworkDisabled": True,
         "Labels": {"j2c.probe": "inventory", LABEL_RUNS: label},
-        "HostConfig": {"NetworkMode": "none"},
+        "HostConfig": {
+            "NetworkMode": "none",
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "PidsLimit": cfg.pids_limit or PROBE_PIDS,
+            "Memory": PROBE_MEMORY,
+        },
     }
 
 

@@ -22,7 +22,11 @@ What the job sees:
 - no capability (``CapDrop: [ALL]``, ``cap_add`` names those given back), ``no-new-privileges``
   (a setuid binary in the image gains nothing), a ``PidsLimit``;
 - S3 locations through the ``J2C_STORAGE__*`` env only: storage credentials come from a
-  read-only ``credentials_dir`` mount (a request's credential-like env is refused upstream).
+  read-only ``credentials_dir`` mount (a request's credential-like env is refused upstream);
+- no credential in the create request (``podman inspect`` shows it, and a job waiting for GPUs
+  keeps it in ``gpu-request.json``): the job's secret env (schedulers/job_secrets.py) is a file
+  of its own folder, ``secrets/env.json`` (0600, the job's uid's), bound read-only at
+  ``/j2c/secrets`` and named by ``$J2C_SECRETS_FILE``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from j2c_server.schedulers.container.lifecycle import (
 )
 from j2c_server.schedulers.container.settings import ContainerSettings
 from j2c_server.schedulers.container.status import END_FILE
+from j2c_server.schedulers.job_secrets import SECRETS_FILE_ENV, job_secrets
 from j2c_server.schedulers.multinode import DEFAULT_MASTER_PORT
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV
 
@@ -63,6 +68,8 @@ HOME = "/j2c/home"
 OUTPUTS = "/j2c/outputs"
 STORE = "/j2c/store"
 CACHE = "/j2c/cache"
+SECRETS = "/j2c/secrets"
+SECRETS_NAME = "env.json"
 RUNS_DIR = "containers"
 
 _SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(i?)B?$", re.IGNORECASE)
@@ -214,9 +221,11 @@ def job_command(spec: JobSpec, settings: J2CSettings) -> list[str]:
 def _env(
     spec: JobSpec, settings: J2CSettings, cfg: ContainerSettings, cache: Path | None, rank: int
 ) -> list[str]:
-    # Credentials in a request were refused for every backend (jobenv); what reaches here is
-    # the operator's own env and pass_env.
-    env = {**cfg.env, **spec.env}
+    # Credentials (the operator's pass_env, the outputs policy, a presigned manifest, anything
+    # whose name or value says it is one) are in the job's secrets file, not here.
+    env, secret = job_secrets(spec, cfg.env)
+    if secret:
+        env[SECRETS_FILE_ENV] = f"{SECRETS}/{SECRETS_NAME}"
     if settings.storage.shared and file_store_root(settings) is not None:
         # The outputs j2c-unpack uploads stay readable by the server's uid (not 0600 to the job's).
         env["J2C_STORAGE__SHARED"] = "true"
@@ -292,6 +301,9 @@ def _binds(
             binds.append(f"{upload}:{in_container(upload, root)}:{rw}")
     if cache is not None:
         binds.append(f"{cache}:{CACHE}:{rw}")
+    if job_secrets(spec, settings.scheduler.section("container", ContainerSettings).env)[1]:
+        ro = "ro,U" if access.chown_binds else "ro"
+        binds.append(f"{job_folder(settings, spec.key) / 'secrets'}:{SECRETS}:{ro}")
     credentials = settings.scheduler.section("container", ContainerSettings).credentials_dir
     if credentials:
         binds.append(f"{Path(credentials).expanduser().absolute()}:{HOME}/.aws:ro")

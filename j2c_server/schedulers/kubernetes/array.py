@@ -55,10 +55,10 @@ from j2c_server.schedulers.kubernetes.ranks import pod_rank, rank_pods
 from j2c_server.schedulers.kubernetes.spec import render_job
 from j2c_server.schedulers.kubernetes.status import (
     container_detail,
+    current_pod,
     exit_code,
     failure_words,
     job_finished,
-    newest_pod,
     pod_state,
     was_cancelled,
 )
@@ -158,7 +158,7 @@ def index_state(
     job: dict[str, Any], pods: list[dict[str, Any]], index: int, *, cancelled: bool
 ) -> SchedulerState:
     """Index ``index``'s status in an existing Job (``cancelled``: j2c was asked to cancel it)."""
-    pod = newest_pod(rank_pods(pods, index))
+    pod = current_pod(job, rank_pods(pods, index))
     code = exit_code(pod)
     completed, failed = ended_indexes(job)
     if index in completed:  # finished before a cancel could reach it: its outcome stays

@@ -2,9 +2,13 @@
 
 - submit: POST the Job from :func:`render_job`; a 409 adopts the existing Job when its
   ``j2c.io/key`` annotation is this request's key (a retried create), and refuses otherwise.
-- status: the Job's conditions and its newest pod (see :mod:`.status`).
+- status: the Job's conditions and its pod (see :mod:`.status`: a pod is the Job's only when it
+  names the Job's uid as its controller; the first one stands for it until the Job controller
+  replaced it, so a pod another user plants beside it is never read).
 - logs: ``pods/{pod}/log?follow=true&timestamps=true``, reconnecting after a dropped stream from
   the cursor (see :mod:`.logs`); ends when the container has terminated and its log drained.
+- credentials: the job's env takes them by reference from a Secret of its own (named as the
+  Job, created first, then owned by the Job so that it goes with it), never as values in the Job.
 - cancel: annotate the Job as cancelled, then delete it with ``propagationPolicy: Background``
   (the pod gets SIGTERM and its grace period). A Job that is gone after a cancel reads as
   cancelled, anything else that vanished as lost.
@@ -57,6 +61,7 @@ from j2c_server.schedulers.kubernetes.handles import (
     namespace_of,
     nodes_of,
     pods_url,
+    secrets_url,
     services_url,
 )
 from j2c_server.schedulers.kubernetes.indexed import IndexedJobs, Snapshot
@@ -68,15 +73,18 @@ from j2c_server.schedulers.kubernetes.spec import (
     ANNOTATION_KEY,
     CONTAINER_NAME,
     render_job,
+    render_secret,
     render_service,
 )
 from j2c_server.schedulers.kubernetes.status import (
+    CONTROLLER_UID_LABEL,
     container_started,
     container_terminated,
+    current_pod,
     exit_code,
     job_finished,
     job_state,
-    newest_pod,
+    owned_pods,
 )
 from j2c_server.schedulers.multinode import follow_ranks, parse_rank_cursor
 from j2c_server.wire.api import Capabilities, JobHandle, JobResults, JobStatus
@@ -214,7 +222,33 @@ class KubernetesScheduler(SchedulerBase):
     async def _create(
         self, spec: JobSpec, manifest: dict[str, Any], namespace: str
     ) -> dict[str, Any]:
-        """POST ``manifest``; a 409 adopts the Job this request's key made before."""
+        """POST ``manifest``; a 409 adopts the Job this request's key made before. The job's
+        Secret (its credentials, by reference) first, then owned by the Job: deleted with it."""
+        name = manifest["metadata"]["name"]
+        secret = render_secret(spec, self._settings, namespace=namespace)
+        if secret is not None:
+            await self._put_secret(namespace, secret)
+        job = await self._create_job(spec, manifest, namespace)
+        if secret is not None:
+            owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name}
+            patch = {"metadata": {"ownerReferences": [{**owner, "uid": job["metadata"]["uid"]}]}}
+            headers = {"Content-Type": JSON_MERGE_PATCH}
+            await self._request(
+                "PATCH", f"{secrets_url(namespace)}/{name}", json=patch, headers=headers
+            )
+        return job
+
+    async def _put_secret(self, namespace: str, secret: dict[str, Any]) -> None:
+        """Create the job's Secret, or (a retried submit) replace its values: no read of it is
+        needed, so the identity needs no get or list on Secrets."""
+        name = secret["metadata"]["name"]
+        response = await self._request("POST", secrets_url(namespace), json=secret, allow=(409,))
+        if response.status_code == 409:
+            await self._request("PUT", f"{secrets_url(namespace)}/{name}", json=secret)
+
+    async def _create_job(
+        self, spec: JobSpec, manifest: dict[str, Any], namespace: str
+    ) -> dict[str, Any]:
         name = manifest["metadata"]["name"]
         response = await self._request("POST", jobs_url(namespace), json=manifest, allow=(409,))
         if response.status_code != 409:
@@ -302,7 +336,7 @@ class KubernetesScheduler(SchedulerBase):
         if nodes_of(handle) > 1:
             failed = first_failed_code(pods)
             return JobResults(exit_code=failed[1] if failed else (0 if pods else None))
-        code = exit_code(newest_pod(pods))
+        code = exit_code(current_pod(job, pods))
         if code is None and job is not None:
             code = job_state(job, pods).exit_code
         return JobResults(exit_code=code)
@@ -330,12 +364,12 @@ class KubernetesScheduler(SchedulerBase):
         uid = handle.data.get("uid")
         if job is None or (uid and job["metadata"].get("uid") != uid):
             return None, []
-        selector = f"controller-uid={job['metadata']['uid']}"
+        selector = f"{CONTROLLER_UID_LABEL}={job['metadata']['uid']}"
         response = await self._request(
             "GET", pods_url(namespace), params={"labelSelector": selector}
         )
-        pods: list[dict[str, Any]] = response.json().get("items") or []
-        return job, pods
+        # Labels are anyone's to write: the Job's own pods also name it as their controller.
+        return job, owned_pods(job, response.json().get("items") or [])
 
     async def _started_pod(self, handle: JobHandle, rank: int | None) -> dict[str, Any] | None:
         """The pod whose log to read (of rank or index ``rank``, if given), once its container
@@ -348,7 +382,7 @@ class KubernetesScheduler(SchedulerBase):
             else:
                 job, pods = await self._indexed.read(handle)
                 over = job is None or self._indexed.state_of(job, pods, index).status.terminal
-            pod = newest_pod(pods if rank is None else rank_pods(pods, rank))
+            pod = current_pod(job, pods if rank is None else rank_pods(pods, rank))
             if pod is not None and container_started(pod):
                 return pod
             if over:

@@ -53,5 +53,9 @@ def pods_url(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods"
 
 
+def secrets_url(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/secrets"
+
+
 def services_url(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/services"

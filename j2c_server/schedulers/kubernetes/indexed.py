@@ -37,7 +37,7 @@ from j2c_server.schedulers.kubernetes.handles import (
     pods_url,
 )
 from j2c_server.schedulers.kubernetes.ranks import rank_pods
-from j2c_server.schedulers.kubernetes.status import exit_code, job_finished, newest_pod
+from j2c_server.schedulers.kubernetes.status import current_pod, exit_code, job_finished
 from j2c_server.wire.api import JobHandle, JobStatus
 
 log = logging.getLogger("j2c")
@@ -89,7 +89,7 @@ class IndexedJobs:
         job, pods = await self.read(handle)
         if job is None:
             job, pods = self._ended.get(str(handle.data.get("uid")), (None, []))
-        code = exit_code(newest_pod(rank_pods(pods, index)))
+        code = exit_code(current_pod(job, rank_pods(pods, index)))
         if code is None and job is not None:
             code = self.state_of(job, pods, index).exit_code
         return code

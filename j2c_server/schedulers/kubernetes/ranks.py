@@ -12,9 +12,9 @@ from typing import Any
 from j2c_server.schedulers.base import SchedulerState
 from j2c_server.schedulers.kubernetes.status import (
     container_status,
+    current_pod,
     exit_code,
     job_state,
-    newest_pod,
 )
 from j2c_server.wire.api import JobStatus
 
@@ -58,7 +58,7 @@ def ranked_state(job: dict[str, Any], pods: list[dict[str, Any]], nodes: int) ->
         return state.model_copy(update={"exit_code": code, "message": words})
     if state.status == JobStatus.cancelling:
         return state
-    newest = [newest_pod(rank_pods(pods, rank)) for rank in range(nodes)]
+    newest = [current_pod(job, rank_pods(pods, rank)) for rank in range(nodes)]
     running = [pod for pod in newest if pod and pod.get("status", {}).get("phase") == "Running"]
     if running:
         message = None if len(running) == nodes else f"{len(running)} of {nodes} ranks running"

@@ -46,7 +46,8 @@ class KubernetesSettings(BaseModel):
         None,
         description="Volume source of j2c-unpack's layer cache on the node (one key, as in a "
         "pod's volumes: ephemeral, csi, persistentVolumeClaim, emptyDir...), mounted at "
-        "/j2c/cache; each user's cache is a folder in it. hostPath only with "
+        "/j2c/cache; a pod mounts only its user's folder in it (subPath <user>), which must "
+        "belong to the pods' uid. hostPath only with "
         "cache_allow_host_path (it fails the Pod Security Standards' baseline).",
     )
     cache_allow_host_path: bool = Field(

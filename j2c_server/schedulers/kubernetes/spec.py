@@ -28,6 +28,7 @@ from j2c_server.schedulers.base import (
     not_a_size_setting,
     required_image,
 )
+from j2c_server.schedulers.job_secrets import job_secrets
 from j2c_server.schedulers.kubernetes.security import harden
 from j2c_server.schedulers.kubernetes.settings import KubernetesSettings
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
@@ -120,15 +121,47 @@ def _node_selector(spec: JobSpec, settings: J2CSettings) -> dict[str, str]:
     return selector
 
 
-def _env(spec: JobSpec) -> list[dict[str, str]]:
-    # Credentials in a request are refused for every backend alike (j2c_server.core.job_env); what
-    # arrives here is plain settings, or what the operator allowed through scheduler.pass_env.
-    env = dict(spec.env)
+def _env(spec: JobSpec) -> list[dict[str, Any]]:
+    """The container's env: values that are not credentials as they are; credentials (the
+    operator's pass_env, the outputs policy, a presigned manifest: ``secret_env``, and anything
+    whose name or value says it is one) by reference to the job's own Secret
+    (:func:`render_secret`): whoever may read Jobs in the namespace reads a Job's env."""
+    env, secret = job_secrets(spec)
     if spec.resources.nodes > 1:
         name = job_name(spec.key)
         env.setdefault("MASTER_ADDR", f"{name}-0.{name}")
         env.setdefault("MASTER_PORT", str(MASTER_PORT))
-    return [{"name": name, "value": value} for name, value in sorted(env.items())]
+    items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    for name in secret:
+        ref = {"name": job_name(spec.key), "key": name}
+        items.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
+    return sorted(items, key=lambda item: str(item["name"]))
+
+
+def render_secret(
+    spec: JobSpec, settings: J2CSettings, *, namespace: str | None = None
+) -> dict[str, Any] | None:
+    """The job's own Secret (named as its Job, owned by it once the Job exists) with the values
+    its env takes by reference; None when it has none."""
+    _, secret = job_secrets(spec)
+    if not secret:
+        return None
+    kube = settings.scheduler.section("kubernetes", KubernetesSettings)
+    metadata: dict[str, Any] = {
+        "name": job_name(spec.key),
+        "labels": _labels(spec),
+        "annotations": {ANNOTATION_KEY: spec.key},
+    }
+    namespace = namespace or kube.namespace
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata,
+        "type": "Opaque",
+        "stringData": secret,
+    }
 
 
 def _multi_node(spec: JobSpec, job_spec: dict[str, Any], pod: dict[str, Any]) -> None:
@@ -221,8 +254,10 @@ def _labels(spec: JobSpec) -> dict[str, str]:
 
 
 def _cache_volume(kube: KubernetesSettings, pod: dict[str, Any], container: dict[str, Any]) -> None:
-    """The operator's cache volume at /j2c/cache; this user's folder in it is the job's cache
-    (users who share a uid do not share entries)."""
+    """The operator's cache volume: only this user's folder in it (``subPath``), at /j2c/cache.
+    A pod of another user, who shares the pods' uid, never sees this user's entries, so it
+    cannot change them (docs/operators.md's admission policy keeps every pod to its own
+    ``subPath``)."""
     if kube.cache_volume is None:
         return
     if "hostPath" in kube.cache_volume and not kube.cache_allow_host_path:
@@ -234,9 +269,9 @@ def _cache_volume(kube: KubernetesSettings, pod: dict[str, Any], container: dict
         )
     pod.setdefault("volumes", []).append({"name": CACHE_VOLUME, **kube.cache_volume})
     container.setdefault("volumeMounts", []).append(
-        {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT}
+        {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "subPath": tenant_name()}
     )
-    env = [{"name": CACHE_ENV, "value": f"{CACHE_MOUNT}/{tenant_name()}"}]
+    env = [{"name": CACHE_ENV, "value": CACHE_MOUNT}]
     if kube.cache_max:
         env.append({"name": CACHE_MAX_ENV, "value": kube.cache_max})
     names = {item["name"] for item in env}

@@ -1,17 +1,29 @@
 """Reading a batch/v1 Job and its pods as j2c status, in words a user understands.
 
 Pure functions over the API's JSON: the Job's conditions decide terminal states (Complete,
-Failed with its reason such as DeadlineExceeded); while it runs, the newest pod says why it is
+Failed with its reason such as DeadlineExceeded); while it runs, the Job's pod says why it is
 still waiting (Unschedulable with the scheduler's message, image pull errors, crash loops) and,
 once its container has terminated, the exit code.
 
 **Interrupted** (a new attempt may resume the job, docs/pipeline.md): its pod was disrupted. The
 Job's Failed condition names the ``DisruptionTarget`` pod condition (rule 0 of its
-``podFailurePolicy``, spec.py: it stays on the Job after the evicted pod is deleted), or the
-newest pod still carries that condition (its reason: ``PreemptionByScheduler``,
+``podFailurePolicy``, spec.py: it stays on the Job after the evicted pod is deleted), or its
+current pod (below) still carries that condition (its reason: ``PreemptionByScheduler``,
 ``EvictionByEvictionAPI``, ``DeletionByTaintManager``, ``TerminationByKubelet``...) or was
 ``Evicted`` by its kubelet. A deadline, an out-of-memory kill and the container's own exit code
 are the job's.
+
+Which pods are the Job's: in a namespace that tenants share, anyone who may create pods can make
+one that carries the Job's labels, and the log, exit code and outputs digest j2c reads come from
+the pod it takes for the Job's. So a pod is the Job's only when it names the Job, by its uid, as
+its controlling owner (``ownerReferences`` with ``controller: true``) *and* carries the Job
+controller's ``batch.kubernetes.io/controller-uid`` label (:func:`owned_pods`); and of those, the
+Job's first pod stands for it until the Job controller replaced it, that is until it ended in a
+way the Job retries (deleted, evicted or preempted: a ``DisruptionTarget``; or any failure when
+``backoffLimit`` allows one) and a later one was made after that, before the Job finished
+(:func:`current_pod`). A pod planted beside the running one is never read. Kubernetes
+itself does not stop a user from writing those fields on a pod of their own: the admission
+policy in docs/operators.md does (only the Job controller may create pods that claim a Job).
 """
 
 from __future__ import annotations
@@ -35,9 +47,72 @@ _IMAGE_REASONS = frozenset(
 _CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
 
 
-def newest_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
-    # RFC 3339 timestamps of one cluster compare correctly as strings.
-    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+
+def owned_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods of ``pods`` that the Job controls: its uid in their controller-uid label and as
+    their controlling owner, oldest first."""
+    uid = job["metadata"].get("uid")
+    return sorted(
+        (
+            pod
+            for pod in pods
+            if uid
+            and (pod["metadata"].get("labels") or {}).get(CONTROLLER_UID_LABEL) == uid
+            and any(
+                ref.get("controller") is True
+                and ref.get("kind") == "Job"
+                and ref.get("apiVersion", "").startswith("batch/")
+                and ref.get("uid") == uid
+                for ref in pod["metadata"].get("ownerReferences") or []
+            )
+        ),
+        # RFC 3339 timestamps of one cluster compare correctly as strings.
+        key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"].get("name", "")),
+    )
+
+
+def current_pod(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The pod that stands for the Job (``pods``: its own, oldest first): the first one, until
+    the Job controller made a retry of it: it ended in a way the Job retries and the next one
+    was created after that (in the same second or later: timestamps are whole seconds), before
+    the Job finished."""
+    chosen = pods[0] if pods else None
+    finished = _finished_at(job) if job is not None else None
+    retries = int(((job or {}).get("spec") or {}).get("backoffLimit") or 0) > 0
+    for later in pods[1:]:
+        assert chosen is not None
+        ended = _retried_at(chosen, retries)
+        created = str(later["metadata"].get("creationTimestamp", ""))
+        if ended is None or created < ended or (finished is not None and created > finished):
+            break
+        chosen = later
+    return chosen
+
+
+def _retried_at(pod: dict[str, Any], retries: bool) -> str | None:
+    """When ``pod`` ended in a way its Job makes a new pod for, or None: deleted, disrupted
+    (evicted, preempted, its node lost), or failed at all when the Job has retries left
+    (j2c's Jobs have ``backoffLimit: 0``: a failing program is not run twice)."""
+    deleting = pod["metadata"].get("deletionTimestamp")
+    if deleting:
+        return str(deleting)
+    if pod.get("status", {}).get("phase") != "Failed":
+        return None
+    if not retries and _condition(pod, "DisruptionTarget") is None:
+        return None
+    terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+    return str(terminated.get("finishedAt") or pod["metadata"].get("creationTimestamp", ""))
+
+
+def _finished_at(job: dict[str, Any]) -> str | None:
+    """When the Job's Complete or Failed condition was set (None: it has not finished)."""
+    for kind in ("Complete", "Failed"):
+        cond = _condition(job, kind)
+        if cond is not None:
+            return str(cond.get("lastTransitionTime") or "")
+    return None
 
 
 def container_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -144,8 +219,9 @@ def _pending_words(pod: dict[str, Any]) -> str:
 
 
 def job_state(job: dict[str, Any], pods: list[dict[str, Any]]) -> SchedulerState:
-    """The status of an existing Job; a missing Job is the caller's decision (lost/cancelled)."""
-    pod = newest_pod(pods)
+    """The status of an existing Job (``pods``: its own, oldest first); a missing Job is the
+    caller's decision (lost/cancelled)."""
+    pod = current_pod(job, pods)
     code = exit_code(pod)
     detail = container_detail(pod) if pod is not None else None
     if _condition(job, "Complete"):

@@ -39,9 +39,9 @@ from j2c_server.config import J2CSettings
 from j2c_server.core.coalesce import Answers, Coalesced
 from j2c_server.core.errors import ConfigError, Conflict, InvalidInput, SchedulerError
 from j2c_server.core.file_modes import private_dir, private_file, private_opener, write_private_text
-from j2c_server.core.job_env import is_secret
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
 from j2c_server.schedulers.gpu_ledger import LedgerError, check_ledger_dir, detect_gpu_ids
+from j2c_server.schedulers.job_secrets import job_secrets
 from j2c_server.schedulers.local.files import RUNS_DIR, RunDir
 from j2c_server.schedulers.local.prune import key_index, mark_collected, prune_collected
 from j2c_server.schedulers.local.settings import LocalSchedulerSettings
@@ -110,7 +110,6 @@ class LocalScheduler(SchedulerBase):
 
     def __init__(self, settings: J2CSettings) -> None:
         self._settings = settings.scheduler.section("local", LocalSchedulerSettings)
-        self._pass_env = settings.scheduler.pass_env
         self._ledger = Path(settings.scheduler.gpu_ledger).expanduser()
         self._status_reads: Coalesced[RunDir, SchedulerState] = Coalesced(
             lambda runs: asyncio.to_thread(_read_states, runs)
@@ -237,9 +236,9 @@ class LocalScheduler(SchedulerBase):
         private_dir(staging.work)
         private_file(staging.log)
         limit = spec.resources.time_limit_minutes
-        # Credentials (scheduler.pass_env) reach the job through the supervisor's environment,
-        # never through a file.
-        hidden = {k: v for k, v in spec.env.items() if is_secret(k, self._pass_env)}
+        # Credentials (scheduler.pass_env, a presigned manifest...) reach the job through the
+        # supervisor's environment, never through a file.
+        plain, hidden = job_secrets(spec)
         write_json_atomic(
             staging.spec,
             {
@@ -247,7 +246,7 @@ class LocalScheduler(SchedulerBase):
                 "job_id": spec.job_id,
                 "name": spec.name,
                 "command": spec.command,
-                "env": {k: v for k, v in spec.env.items() if k not in hidden},
+                "env": plain,
                 "gpus": spec.resources.gpus,
                 "nodes": spec.resources.nodes,
                 "master_port": _free_port() if spec.resources.nodes > 1 else None,

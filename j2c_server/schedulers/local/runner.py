@@ -30,12 +30,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from j2c_server.core.file_modes import private_dir, private_opener
+from j2c_server.core.j2c_lines import TAG_ENV, format_line
 from j2c_server.core.units import count, timed_out
 from j2c_server.schedulers.gpu_ledger import (
     DEFAULT_LEDGER_DIR,
@@ -52,6 +54,38 @@ _RANK_POLL_S = 0.05
 _CANNOT_START = 127
 # Less free than this where the job's folder is, when it failed: the disk was full.
 DISK_FULL_BYTES = 1024 * 1024
+_DISK_POLL_S = 0.25
+
+
+class DiskWatch:
+    """The least free space seen on the disk of the job's folder while the job ran: a job whose
+    writes met a full disk may die saying nothing (its log is on that disk), and the space may
+    be back by the time it ends. One ``statvfs`` every 0.25 s, in a thread of its own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.lowest: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(_DISK_POLL_S):
+            self.sample()
+
+    def sample(self) -> None:
+        try:
+            stat = os.statvfs(self.folder)
+        except OSError:
+            return
+        free = stat.f_bavail * stat.f_frsize
+        self.lowest = free if self.lowest is None else min(self.lowest, free)
+
+    def stop(self) -> int | None:
+        """Stop watching; the lowest free bytes seen, now included."""
+        self._done.set()
+        self.sample()
+        return self.lowest
 
 
 class Supervisor:
@@ -70,6 +104,7 @@ class Supervisor:
         self.stop_signal: int | None = None
         self.stop_sent = False
         self.timed_out = False
+        self.disk: DiskWatch | None = None
         self.record: dict[str, Any] = {
             "supervisor": {"pid": os.getpid(), "start_time": process_start_time(os.getpid())},
             "child": None,
@@ -173,7 +208,9 @@ class Supervisor:
                         start_new_session=True,
                     )
                 except OSError as exc:
-                    log.write(f"j2c: cannot start {self.spec['command'][0]!r}: {exc}\n".encode())
+                    tag = self.spec["env"].get(TAG_ENV)  # j2c's line, as j2c-unpack's are
+                    said = f"cannot start {self.spec['command'][0]!r}: {exc}"
+                    log.write((format_line(tag, "error", "start", said) + "\n").encode())
                     self._signal_group(signal.SIGKILL)  # no job runs with a rank missing
                     return None
             self.children.append(child)
@@ -239,7 +276,7 @@ class Supervisor:
         if self.timed_out:
             error = timed_out(self.spec["time_limit_s"] / 60)
         elif code and not error and not self.stopping:
-            error = _disk_full(self.run.path)
+            error = _disk_full(self.run.path, self.disk.stop() if self.disk else None)
         ranks: dict[str, Any] = {}
         if self.nodes > 1 and self.rank_codes:
             failed = next((rank for rank, raw in self.rank_codes if raw != 0), None)
@@ -277,6 +314,7 @@ class Supervisor:
             if child is None:
                 self.finish(_CANNOT_START, error="the command could not be started")
             else:
+                self.disk = DiskWatch(self.run.path)
                 self.finish(self.wait_child(child))
         finally:
             self.ledger.release()
@@ -296,19 +334,24 @@ def main(argv: list[str] | None = None) -> None:
     Supervisor(RunDir(Path(run_dir))).main()
 
 
-def _disk_full(folder: Path) -> str | None:
+def _disk_full(folder: Path, lowest: int | None = None) -> str | None:
     """Why a failed job may say nothing: the disk of its folder (its log, its work folder) was
-    full when it ended, so even its last words could not be written."""
+    full when it ended, or at some moment while it ran (``lowest``: the least free space the
+    supervisor saw), so even its last words could not be written."""
     try:
         stat = os.statvfs(folder)
     except OSError:
         return None
     free = stat.f_bavail * stat.f_frsize
-    if free >= DISK_FULL_BYTES:
+    if free < DISK_FULL_BYTES:
+        when = "when it ended"
+    elif lowest is not None and lowest < DISK_FULL_BYTES:
+        free, when = lowest, "at the lowest while it ran"
+    else:
         return None
     return (
         f"the disk holding the job's folder {folder} was full ({count(free, 'byte')} free "
-        "when it ended): its log and what it wrote may be cut short"
+        f"{when}): its log and what it wrote may be cut short"
     )
 
 

@@ -3,7 +3,12 @@
 
 - submit: ``POST /api/jobs/`` with ``entrypoint`` = ``exec j2c-unpack …`` (:func:`entrypoint`)
   and no ``runtime_env`` upload (the layers come from the store; only ``env_vars``, and
-  ``image_uri`` in ``image_mode: image_uri``). ``submission_id`` is derived from the job key:
+  ``image_uri`` in ``image_mode: image_uri``). Every client of the dashboard reads a job's
+  entrypoint, runtime_env and metadata (``GET /api/jobs/``), so no credential goes there: a
+  job's secret env (a pass_env value, a presigned manifest, the outputs upload policy) is a
+  0600 file in the user's folder of ``scheduler.ray.secrets_dir`` (:func:`secrets_file`),
+  named by ``$J2C_SECRETS_FILE``, removed once the job's results are read; without that
+  setting such a job is refused. ``submission_id`` is derived from the job key:
   a retried submit is answered "already exists" and adopts that job. GPUs, CPUs and memory become
   ``entrypoint_num_gpus/num_cpus/memory`` (they decide which node runs the entrypoint: the head
   unless they place it on a worker); a GPU type asks for ``accelerator_type:<type>``.
@@ -25,14 +30,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import re
 import shlex
+import stat
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from j2c_server.config import J2CSettings
 from j2c_server.core.errors import ConfigError, InvalidInput, J2CError, SchedulerError
 from j2c_server.schedulers.base import JobSpec, LogLine, SchedulerBase, SchedulerState
+from j2c_server.schedulers.job_secrets import (
+    SECRETS_FILE_ENV,
+    job_secrets,
+    remove_secrets_file,
+    write_secrets_file,
+)
 from j2c_server.schedulers.ray.logs import follow_lines
 from j2c_server.schedulers.ray.rest import RayFailure, RayRest
 from j2c_server.schedulers.ray.settings import RaySettings
@@ -101,7 +115,10 @@ def job_body(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
             field="resources.time_limit_minutes",
             hint="leave it empty on Ray, or choose a scheduler with time limits",
         )
-    env = {**ray.env, **spec.env, "J2C_JOB_ID": spec.job_id, "PYTHONUNBUFFERED": "1"}
+    env, secret = job_secrets(spec, ray.env)
+    env.update(J2C_JOB_ID=spec.job_id, PYTHONUNBUFFERED="1")
+    if secret:
+        env[SECRETS_FILE_ENV] = str(secrets_file(ray, spec.key, secret))
     if ray.cache_dir:
         # One folder per user: users who share a uid do not share entries (unpack_cache.py).
         env[CACHE_ENV] = f"{ray.cache_dir.rstrip('/')}/{tenant_name()}"
@@ -110,7 +127,12 @@ def job_body(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
     body: dict[str, Any] = {
         "entrypoint": entrypoint(spec.command),
         "submission_id": submission_id(spec.key),
-        "metadata": {"j2c_job_id": spec.job_id, "j2c_key": spec.key, "j2c_name": spec.name},
+        "metadata": {
+            "j2c_job_id": spec.job_id,
+            "j2c_key": spec.key,
+            "j2c_name": spec.name,
+            "j2c_user": tenant_name(),
+        },
         "runtime_env": {"env_vars": env, **_image_runtime_env(spec, ray, settings)},
     }
     if resources.gpus:
@@ -123,6 +145,39 @@ def job_body(spec: JobSpec, settings: J2CSettings) -> dict[str, Any]:
         name = ray.gpu_type_resource.replace("{gpu_type}", resources.gpu_type)
         body["entrypoint_resources"] = {name: _TYPE_SHARE}
     return body
+
+
+def secrets_file(ray: RaySettings, key: str, secret: Mapping[str, str]) -> Path:
+    """Where the job of ``key`` finds its credentials: ``<secrets_dir>/<user>/<submission id>.json``
+    (ConfigError naming ``scheduler.ray.secrets_dir`` when it is not set)."""
+    if not ray.secrets_dir:
+        raise ConfigError(
+            f"the job carries credentials ({', '.join(sorted(secret))}), Ray shows every job's "
+            "runtime_env and entrypoint to every client of its dashboard, and "
+            "scheduler.ray.secrets_dir (where the job would read them from) is not set",
+            field="scheduler.ray.secrets_dir",
+            hint="set scheduler.ray.secrets_dir to a folder the Ray nodes read at the same "
+            "path (the job reads its credentials from a 0600 file there), or send the job "
+            "without them",
+        )
+    return Path(ray.secrets_dir) / tenant_name() / f"{submission_id(key)}.json"
+
+
+def _write_secrets(path: Path, secret: Mapping[str, str]) -> None:
+    """The job's credentials file, in the user's own folder (0700; one that is not this user's
+    own, or is open to others, is refused: another user could read or swap the file)."""
+    folder = path.parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise ConfigError(
+            f"scheduler.ray.secrets_dir: {folder} is not a folder of this user's own, closed to "
+            "others (mode 0700)",
+            field="scheduler.ray.secrets_dir",
+        )
+    write_secrets_file(path, secret)
 
 
 def entrypoint(command: list[str]) -> str:
@@ -206,11 +261,49 @@ class RayScheduler(SchedulerBase):
             await rest.close()
         return []
 
+    @classmethod
+    async def preflight_notes(cls, settings: J2CSettings) -> list[tuple[str, str]]:
+        """On a cluster that runs other users' jobs (or jobs that name no j2c user), what it exposes
+        of this user's job. Nothing when it cannot be read (submit says why)."""
+        ray = settings.scheduler.section("ray", RaySettings)
+        try:
+            rest = RayRest(ray)
+        except ConfigError:
+            return []
+        try:
+            jobs = await rest.list_jobs()
+        except J2CError:
+            return []
+        finally:
+            await rest.close()
+        me = tenant_name()
+        users = {str((job.get("metadata") or {}).get("j2c_user") or "") for job in jobs}
+        others = sorted(users - {me, ""})
+        if not others and "" not in users:
+            return []
+        unknown = ["jobs of senders it does not name"] if "" in users else []
+        who = ", ".join([*(f"{name}'s jobs" for name in others[:5]), *unknown])
+        return [
+            (
+                "scheduler.ray.address",
+                f"the Ray cluster at {ray.address} is shared (it also runs {who}): whoever "
+                "holds its token reads every job's entrypoint, runtime_env, metadata and log, "
+                "and can stop or delete any job; every job runs as the nodes' one worker uid, "
+                "which reads the others' files and processes there. j2c sends no credential "
+                "into the job's spec (scheduler.ray.secrets_dir), but your job's log, outputs "
+                "and code are theirs to read: one Ray cluster per trust group",
+            )
+        ]
+
     # ------------------------------------------------------------------ protocol
 
     async def submit(self, spec: JobSpec) -> JobHandle:
         body = job_body(spec, self._settings)
         ray_id = body["submission_id"]
+        _, secret = job_secrets(spec, self._ray.env)
+        if secret:
+            path = secrets_file(self._ray, spec.key, secret)
+            await asyncio.to_thread(_write_secrets, path, secret)
         try:
             await self._rest.request("POST", "/api/jobs/", json_body=body)
         except RayFailure as exc:
@@ -252,7 +345,12 @@ class RayScheduler(SchedulerBase):
         if job is None:
             return JobResults()
         state = job_state(job)
-        return JobResults(exit_code=state.exit_code if state.status.terminal else None)
+        if not state.status.terminal:
+            return JobResults()
+        if self._ray.secrets_dir:  # its credentials file has served
+            path = Path(self._ray.secrets_dir) / tenant_name() / f"{handle.id}.json"
+            await asyncio.to_thread(remove_secrets_file, path)
+        return JobResults(exit_code=state.exit_code)
 
     async def close(self) -> None:
         await self._rest.close()

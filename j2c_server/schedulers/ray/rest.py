@@ -110,6 +110,25 @@ class RayRest:
     async def request(
         self, method: str, path: str, *, json_body: dict[str, Any] | None = None
     ) -> dict[str, Any]:
+        response = await self._send(method, path, json_body)
+        return json_object(
+            response,
+            "the Ray dashboard",
+            f"{method} {path}",
+            "is scheduler.ray.address the dashboard (port 8265), not another service?",
+        )
+
+    async def list_jobs(self) -> list[dict[str, Any]]:
+        """Every job the cluster knows (``GET /api/jobs/``, a JSON list), whoever sent it."""
+        try:
+            data = (await self._send("GET", "/api/jobs/", None)).json()
+        except ValueError:
+            return []
+        return [job for job in data if isinstance(job, dict)] if isinstance(data, list) else []
+
+    async def _send(
+        self, method: str, path: str, json_body: dict[str, Any] | None
+    ) -> httpx.Response:
         token = await self._tokens.current()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
@@ -141,12 +160,7 @@ class RayRest:
                 response.status_code,
                 text,
             )
-        return json_object(
-            response,
-            "the Ray dashboard",
-            what,
-            "is scheduler.ray.address the dashboard (port 8265), not another service?",
-        )
+        return response
 
     async def tail(self, ray_id: str) -> AsyncIterator[str]:
         """The job's log as text chunks from the tail websocket, from its start; ends when Ray

@@ -47,6 +47,14 @@ class RaySettings(BaseModel):
         pattern=r"^[0-9]+(\.[0-9]+)?\s*[KMGT]?i?B?$",
         description="Size cap of each user's cache (J2C_UNPACK_CACHE_MAX; default 20G).",
     )
+    secrets_dir: str | None = Field(
+        None,
+        description="A folder this server writes and the nodes that run entrypoints read at "
+        "the same path (a shared filesystem): a job's credentials (pass_env values, a presigned "
+        "manifest, the outputs upload policy) wait there in a 0600 file of the user's own "
+        "folder, never in the job's runtime_env or entrypoint, which every dashboard client "
+        "reads. Without it a job that carries one is refused.",
+    )
     gpu_type_resource: str = Field(
         "accelerator_type:{gpu_type}",
         description="The Ray resource a GPU type asks for ({gpu_type} is replaced); Ray gives "

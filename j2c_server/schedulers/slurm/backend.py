@@ -41,6 +41,11 @@ from j2c_server.schedulers.base import (
     SchedulerBase,
     SchedulerState,
 )
+from j2c_server.schedulers.job_secrets import (
+    job_secrets,
+    remove_secrets_file,
+    write_secrets_file,
+)
 from j2c_server.schedulers.logfile import follow_log_file, parse_cursor
 from j2c_server.schedulers.slurm.array import (
     TASK_ENV,
@@ -54,11 +59,12 @@ from j2c_server.schedulers.slurm.array import (
 from j2c_server.schedulers.slurm.job import (
     CANCEL_MARK,
     OUTPUT_NAME,
+    RankLines,
     batch_script,
     check_spec,
     comment_fields,
     job_description,
-    label_rank,
+    secrets_path,
 )
 from j2c_server.schedulers.slurm.rest import SlurmFailure, SlurmRest
 from j2c_server.schedulers.slurm.settings import SlurmSettings
@@ -240,6 +246,9 @@ class SlurmScheduler(SchedulerBase):
             if existing is not None:
                 return str(existing["job_id"]), existing
             await asyncio.to_thread(_make_job_folder, run_dir)
+            _, secret = job_secrets(spec, self._slurm.env)
+            if secret:  # by reference: slurmctld keeps the job's environment and shows it
+                await asyncio.to_thread(write_secrets_file, secrets_path(run_dir), secret)
             try:
                 answer = await self._rest.request(
                     "POST", "/job/submit", json_body={"job": job, "script": script}
@@ -322,6 +331,10 @@ class SlurmScheduler(SchedulerBase):
         job = await self._job(_slurm_id(handle))
         if job is None or not job_state(job).status.terminal:
             return JobResults()
+        output = handle.data.get("output")
+        if isinstance(output, str) and "array" not in handle.data:
+            # Ended: its credentials file has served (an array's waits for its last task).
+            await asyncio.to_thread(remove_secrets_file, secrets_path(Path(output).parent))
         return JobResults(exit_code=exit_code(job))
 
     async def close(self) -> None:
@@ -427,13 +440,21 @@ class SlurmScheduler(SchedulerBase):
         watch = _EndWatch()
         poller = asyncio.create_task(watch.poll(self, handle))
         delivered = False
+        pieces = RankLines()  # srun --label: each line starts with its rank, long ones cut
+        last = None
         try:
             async for line in follow_log_file(path, cursor, watch.ended):
                 delivered = True
-                if ranked:  # srun --label: each line starts with its rank
-                    rank, text = label_rank(line.text)
-                    line = replace(line, rank=rank, text=text)
+                last = line
+                if ranked:
+                    whole = pieces.feed(line.text)
+                    if whole is None:
+                        continue
+                    line = replace(line, rank=whole[0], text=whole[1])
                 yield line
+            for rank, text in pieces.rest():
+                if last is not None:
+                    yield replace(last, rank=rank, text=text)
         finally:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):

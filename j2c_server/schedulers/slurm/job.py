@@ -27,11 +27,13 @@ from typing import Any
 
 from j2c_server.core.errors import InvalidInput
 from j2c_server.schedulers.base import JobSpec
+from j2c_server.schedulers.job_secrets import SECRETS_FILE_ENV, job_secrets
 from j2c_server.schedulers.slurm.settings import SlurmSettings
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV, tenant_name
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OUTPUT_NAME = "output.log"
+SECRETS_NAME = "secrets.json"
 COMMENT_PREFIX = "j2c"
 CANCEL_MARK = "cancel=requested"
 _SAFE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -155,13 +157,44 @@ def _multi_node_script(spec: JobSpec, settings: SlurmSettings, run_dir: Path, no
             "awk '$3 != 0 { print $2, $3; exit }')",
             'if [[ -n "$first_failed" ]]; then',
             '    read -r rank rank_code <<<"$first_failed"',
-            '    echo "j2c: rank $rank failed with exit code $rank_code" >&2',
+            # j2c's line, tagged as j2c-unpack's are (core/j2c_lines.py).
+            '    echo "j2c[$J2C_LINE_TAG] error running: rank $rank failed with exit code"'
+            ' "$rank_code" >&2',
             '    exit "$rank_code"',
             "fi",
             'exit "$code"',
             "",
         ]
     )
+
+
+# srun relays a task's output in pieces of at most this many bytes, each labelled as a line of
+# its own (measured: a 4 kB inventory line arrived as 1024-byte labelled pieces).
+SRUN_PIECE = 1024
+
+
+class RankLines:
+    """Lines of ``srun --label``'s output, a long line's pieces joined again: a labelled piece
+    of exactly :data:`SRUN_PIECE` bytes is continued by that rank's next one. (A line of exactly
+    that length is joined with the next: rare, and only its display suffers.)"""
+
+    def __init__(self) -> None:
+        self._pending: dict[int | None, str] = {}
+
+    def feed(self, text: str) -> tuple[int | None, str] | None:
+        """The whole line this labelled one ends, or None while its pieces keep coming."""
+        rank, piece = label_rank(text)
+        joined = self._pending.pop(rank, "") + piece
+        if rank is not None and len(piece.encode()) == SRUN_PIECE:
+            self._pending[rank] = joined
+            return None
+        return rank, joined
+
+    def rest(self) -> list[tuple[int | None, str]]:
+        """Pieces still waiting when the output ends."""
+        left = list(self._pending.items())
+        self._pending.clear()
+        return left
 
 
 def label_rank(text: str) -> tuple[int | None, str]:
@@ -173,9 +206,13 @@ def label_rank(text: str) -> tuple[int | None, str]:
     return int(match.group(1)), text[match.end() :]
 
 
-def job_environment(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
+def job_environment(
+    spec: JobSpec, settings: SlurmSettings, run_dir: Path | None = None
+) -> dict[str, str]:
     """Jobs submitted through slurmrestd inherit nothing: this is their whole environment. In a
-    pyxis container the image's own PATH applies (bash finds ``srun`` without one)."""
+    pyxis container the image's own PATH applies (bash finds ``srun`` without one). Credentials
+    are not in it (slurmctld keeps a job's environment and shows it): they wait in
+    ``<run_dir>/secrets.json`` (0600, :func:`secrets_path`), named by ``$J2C_SECRETS_FILE``."""
     base = {"PATH": DEFAULT_PATH} if settings.container_runtime == "none" else {}
     cache: dict[str, str] = {}
     if settings.cache_dir:
@@ -183,16 +220,23 @@ def job_environment(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
         cache[CACHE_ENV] = f"{settings.cache_dir.rstrip('/')}/{tenant_name()}"
         if settings.cache_max:
             cache[CACHE_MAX_ENV] = settings.cache_max
+    plain, secret = job_secrets(spec, settings.env)
+    if secret and run_dir is not None:
+        cache[SECRETS_FILE_ENV] = str(secrets_path(run_dir))
     return {
         **base,
-        **settings.env,
-        **spec.env,
+        **plain,
         **cache,
         # An array's template (``<sweep>-{variant}``, filled in by j2c-unpack) where it has one.
         "J2C_JOB_ID": spec.env.get("J2C_JOB_ID") or spec.job_id,
         # Python buffers stdout in a file: without this no line shows until the job ends.
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def secrets_path(run_dir: Path) -> Path:
+    """The job's credentials file in its own run folder (0700, the user's)."""
+    return run_dir / SECRETS_NAME
 
 
 def _slurm_name(name: str) -> str:
@@ -221,7 +265,7 @@ def job_description(spec: JobSpec, settings: SlurmSettings, output: Path) -> dic
     job: dict[str, Any] = {
         "name": _slurm_name(spec.name),
         "comment": job_comment(spec),
-        "environment": job_environment(spec, settings),
+        "environment": job_environment(spec, settings, output.parent),
         "current_working_directory": str(output.parent),
         "standard_output": str(output),
         # A requeued job would run again from scratch behind the user's back. slurmrestd

@@ -1,6 +1,6 @@
 """The cache's file trees: walked in order, fingerprinted, sealed read-only, copied or linked
 into a job's home, removed although read-only. Plain file operations, no locking (that is
-:mod:`.cache`'s)."""
+:mod:`.node`'s)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,12 @@ def walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
 
 
 def fingerprint(tree: Path, owners: frozenset[int] | set[int]) -> str:
-    """sha256 over every entry's name, type, mode, size, mtime and inode (never its ctime or
-    link count: materialising by hard links changes both). Raises Refused for an entry that
-    belongs to someone else or that group or others could write.
+    """sha256 over every entry's name, type, mode, size, mtime, inode and ctime (a link's
+    target). The ctime is the kernel's: a change to an entry after it was sealed (its content
+    rewritten in place and its mtime set back, a chmod, a hard link made to it) moves it, and
+    no process but root's (changing the clock) can set it back; so nothing may make hard links
+    to a sealed tree (:func:`copy_tree` copies). Raises Refused for an entry that belongs to
+    someone else or that group or others could write.
 
     :func:`walk`'s order, written out in one loop: a warm start runs this over every file of
     the venv (tens of thousands), so no generator and one hash update."""
@@ -83,7 +86,10 @@ def fingerprint(tree: Path, owners: frozenset[int] | set[int]) -> str:
                 continue
             if mode & 0o222:
                 raise Refused(f"{child_rel} is writable")
-            lines.append(f"{child_rel}\0{mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n")
+            lines.append(
+                f"{child_rel}\0{mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+                f"\0{st.st_ctime_ns}\n"
+            )
             if stat.S_ISDIR(mode):
                 todo.append(child_rel)
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
@@ -101,39 +107,27 @@ def read_only(tree: Path) -> None:
         os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) & ~0o222)
 
 
-def copy_tree(source: Path, target: Path, *, link: bool, into: bool = False) -> int:
-    """``source``'s tree into ``target`` (absent or empty; with ``into``, a later code layer
-    part, it may hold earlier parts, whose real folders are reused): files hard-linked when
-    ``link`` and the filesystem allows it, else copied (with owner write: the job's own copy);
-    folders writable by their owner; symlinks recreated. The number of files."""
+def copy_tree(source: Path, target: Path) -> int:
+    """``source``'s tree copied into ``target`` (absent or empty): files with owner write (the
+    job's own copy; reflinks where the filesystem has them), folders writable by their owner,
+    symlinks recreated. Never hard links: a link would move the source file's ctime, which its
+    fingerprint holds. The number of files."""
     target.mkdir(parents=True, exist_ok=True)
-    if not into and any(target.iterdir()):
+    if any(target.iterdir()):
         raise LocalIOError(f"cannot materialise a cached layer into {target}: it is not empty")
     files = 0
     folders: list[tuple[str, int]] = []
-    can_link = link
     try:
         for rel, entry in walk(source):
             path = os.path.join(target, rel)
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                try:
-                    os.mkdir(path, 0o700)
-                except FileExistsError:
-                    st_there = os.lstat(path)
-                    if not into or not stat.S_ISDIR(st_there.st_mode):
-                        raise
+                os.mkdir(path, 0o700)
                 folders.append((path, stat.S_IMODE(st.st_mode) | 0o700))
             elif stat.S_ISLNK(st.st_mode):
                 os.symlink(os.readlink(entry.path), path)
             else:
                 files += 1
-                if can_link:
-                    try:
-                        os.link(entry.path, path, follow_symlinks=False)
-                        continue
-                    except OSError:
-                        can_link = False  # another filesystem, or links not allowed: copy
                 copy_file(entry.path, path, st)
         for path, mode in reversed(folders):
             os.chmod(path, mode)

@@ -1,18 +1,19 @@
-"""The per-node layer cache: verified blobs and extracted (and relocated) layers, kept between jobs.
+"""The per-node layer cache: verified blobs and extracted (and relocated) venvs, kept between jobs.
 
 Enabled by ``--cache-dir DIR`` or ``J2C_UNPACK_CACHE=DIR``; bounded by ``--cache-max`` /
 ``J2C_UNPACK_CACHE_MAX`` (default 20G). Layout (all private to the cache's owner)::
 
     DIR/entries/<key>/meta.json       what the entry is, its size and its fingerprint
-    DIR/entries/<key>/tree/           an extracted layer, files and folders read-only
+    DIR/entries/<key>/tree/           an extracted venv, files and folders read-only
     DIR/entries/b-<hex>/data.tar.zst  a verified blob
     DIR/locks/<key>.make, .use        flock files (kept; a few bytes each)
     DIR/tmp/                          entries being built; renamed into entries/ when complete
     DIR/plans/<sha256>-<validator>.json  manifests validated here before (plans.py)
 
-Keys: ``code-<hex>`` (a code layer is never rewritten), ``venv-<hex>-<placement>`` (a venv
-relocated for one placement: the path it runs at and this interpreter), ``b-<hex>`` (a blob),
-``f-<hex>`` (a big file of the code layer, bigfiles.py: copied into each job's code folder).
+Keys: ``venv-<hex>-<placement>`` (a venv relocated for one placement: the path it runs at and
+this interpreter), ``b-<hex>`` (a layer's blob), ``f-<hex>`` (a big file of the code layer,
+bigfiles.py: copied into each job's code folder). The code layer has no tree entry: each job
+extracts it from its blob, copied into the job's own folder as it is hashed (:mod:`.blobs`).
 
 - **Concurrency**: an entry is built under an exclusive ``.make`` lock, so jobs starting at once
   extract a layer once (the others wait, then use it). It is built under ``tmp/`` and renamed into
@@ -22,16 +23,21 @@ relocated for one placement: the path it runs at and this interpreter), ``b-<hex
   takes it exclusively without waiting, so an entry in use is never evicted.
 - **Bounded**: at every start, the least recently used entries (the ``.use`` file's mtime is
   touched on every use) are evicted until the cache holds at most the cap.
-- **Not poisonable**: the cache folder must be private (homes.py's ownership rules); every entry,
-  lock and tree file must belong to this user (or ``J2C_UNPACK_CACHE_UID``, an operator's cache
-  user) and be writable by no one else. A tree's fingerprint (every name, mode, size, mtime and
-  inode) is compared with the one recorded when it was built; a blob whose stat changed is hashed
-  again. An entry that fails is refused (logged) and built again.
+- **Trusted only for what it can show** (a cache is one trust domain per uid: whoever can write
+  it as its uid can also rewrite any record it keeps, so no record there is an anchor). What the
+  manifest pins is checked against the manifest at every use: every blob's sha256, so the code
+  and the big files a job gets are the manifest's bytes (:mod:`.blobs`). A venv entry cannot be
+  (it is relocated for this node): it must belong to this user (or ``J2C_UNPACK_CACHE_UID``, an
+  operator's cache user jobs cannot be), be writable by no one, and its tree's fingerprint,
+  every name, mode, size, mtime, inode and ctime, must be the one recorded when it was built. The
+  ctime is the kernel's: any change to a file after the build (an edit in place whose mtime was
+  set back, a chmod, a new hard link) moves it, and no unprivileged process can set it back. An
+  entry that fails is refused (logged) and built again.
 
 This module holds the locking protocol (make, use, evict) whole: it is only safe as a whole,
-and is read in one place. Blob entries are in :mod:`.blobs`; building tree entries and
-giving them to the job (in place, linked or copied) in :mod:`.build`; the file-tree
-operations in :mod:`.files`.
+and is read in one place. Blob entries are in :mod:`.blobs`; building venv entries and giving
+the layers to the job (the code extracted, the venv used in place, linked or copied) in
+:mod:`.build`; the file-tree operations in :mod:`.files`.
 """
 
 from __future__ import annotations
@@ -54,14 +60,15 @@ from j2c_server.unpack.cache.plans import PlanCache
 from j2c_server.unpack.errors import LocalIOError
 from j2c_server.unpack.homes import Placement, _others_could_change
 from j2c_server.unpack.interpreter import Interpreter
-from j2c_server.unpack.log import Stage, say
+from j2c_server.unpack.log import Stage, say, warn
+from j2c_server.unpack.space import check_free_space
 from j2c_server.unpack.summary import add_bytes
 
 CACHE_ENV = "J2C_UNPACK_CACHE"
 CACHE_MAX_ENV = "J2C_UNPACK_CACHE_MAX"
 CACHE_UID_ENV = "J2C_UNPACK_CACHE_UID"
 DEFAULT_MAX = "20G"
-LAYOUT = "1"  # part of every key: a changed layout never reads old entries
+LAYOUT = "2"  # part of every key: a changed layout never reads old entries
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
@@ -85,22 +92,19 @@ def parse_size(text: str) -> int:
 
 @dataclass
 class CacheItem:
-    """One layer as the cache serves it to this job."""
+    """The venv layer as the cache serves it to this job."""
 
     layer: LayerPlan
     key: str
     home: Path  # where the job needs the layer
-    built_for: Path  # the path a venv entry is relocated for (the code: its home)
+    built_for: Path  # the path the venv entry is relocated for
+    tree: Path  # the entry's tree in the cache
     use_fd: int = -1
     meta: dict[str, object] = field(default_factory=dict)
 
     @property
     def hex(self) -> str:
         return self.layer.digest.removeprefix("sha256:")
-
-    @property
-    def is_venv(self) -> bool:
-        return self.layer.role == LayerRole.venv
 
 
 def open_cache(folder: Path | None, max_text: str | None) -> Cache | None:
@@ -122,17 +126,17 @@ def open_cache(folder: Path | None, max_text: str | None) -> Cache | None:
         if why and st.st_uid in owners and not st.st_mode & 0o022:
             why = None  # an operator's cache user owns it: the rest of the chain was checked
         if why:
-            say("cache", f"not used: {root} {why}")
+            warn("cache", f"not used: {root} {why}")
             return None
         for name in ("entries", "locks", "tmp", "plans"):
             sub = root / name
             with contextlib.suppress(FileExistsError):
                 sub.mkdir(mode=0o700)
             if problem := unsafe(os.lstat(sub), owners, folder=True):
-                say("cache", f"not used: {sub} {problem}")
+                warn("cache", f"not used: {sub} {problem}")
                 return None
     except OSError as exc:
-        say("cache", f"not used: {root} cannot be prepared ({exc.strerror or exc})")
+        warn("cache", f"not used: {root} cannot be prepared ({exc.strerror or exc})")
         return None
     return Cache(root, max_bytes, frozenset(owners))
 
@@ -165,18 +169,27 @@ class Cache:
         layers: list[LayerPlan],
         placement: Placement,
         interpreter: Interpreter,
+        blob_dir: Path,
     ) -> Prepared:
-        """Phases 4-6 through the cache: every layer's entry found (or built once), then
-        materialised or used in place; the venv proved to run. Raises Bypass before anything
-        is written to the job's homes when the cache cannot serve the job."""
+        """Phases 4-6 through the cache: the code layer's verified blobs copied into ``blob_dir``
+        (the job's own folder), the venv's entry found (or built once); then the code extracted
+        and the venv used in place or materialised, and proved to run. Raises Bypass before
+        anything is written to the job's homes when the cache cannot serve the job."""
+        from j2c_server.unpack.cache.blobs import layer_blobs
+
         self._code_old = next(x.source_path for x in layers if x.role == LayerRole.code)
         self._code_parts = [x for x in layers if x.role == LayerRole.code]
         # Shipped lab-base packages are part of the venv's entry (base_packages.py).
         self._base = [x for x in layers if x.role == LayerRole.base]
-        layers = [x for x in layers if x.role != LayerRole.base]
-        items = [self._plan(layer, placement, interpreter) for layer in layers]
-        items.sort(key=lambda item: item.key)  # one lock order for every job: no deadlock
+        venvs = [x for x in layers if x.role == LayerRole.venv]
+        items = [self._plan(layer, placement, interpreter) for layer in venvs]
         stage = Stage("cache", f"{self.root}")
+        check_free_space(self._code_parts, placement, blob_dir)
+        blob_dir.mkdir(parents=True, exist_ok=True)
+        download = self.tmp / f"download-{os.getpid()}-{secrets.token_hex(4)}"
+        code, fetched = layer_blobs(
+            self, manifest_uri, self._code_parts, download, copy_to=blob_dir
+        )
         for item in items:
             item.use_fd = self.lock(item.key, "use", fcntl.LOCK_SH)
         missing = [item for item in items if not self._found(item, repair=False)]
@@ -204,26 +217,25 @@ class Cache:
                 os.close(fd)
         for item in items:
             os.utime(item.use_fd)  # least recently used = oldest mtime
-        hits = len(items) - len(made)
-        reused = [i for i in items if all(i is not m for m in made)]
-        base = sum(x.size for x in self._base) if any(i.is_venv for i in reused) else 0
+        total = len(items) + len(self._code_parts)
+        built = len(made) + fetched
+        reused = [item for item in items if item not in made]
+        base = sum(x.size for x in self._base) if reused else 0
         add_bytes(reused=sum(i.layer.size for i in reused) + base)  # base: in the venv's entry
-        stage.done(f"{hits} of {len(items)} layers from the cache, {len(made)} built")
+        stage.done(f"{total - built} of {total} layers from the cache, {built} built")
         self.evict()  # also on warm starts: a lowered cap, or entries freed since
         return materialise(
-            self,
             items,
             placement,
             interpreter,
-            code_parts=self._code_parts,
+            code=[(part, code[part.digest.removeprefix("sha256:")]) for part in self._code_parts],
             code_old=self._code_old,
         )
 
     def _plan(self, layer: LayerPlan, placement: Placement, interpreter: Interpreter) -> CacheItem:
+        """The venv layer's entry for this placement and interpreter."""
         hexdigest = layer.digest.removeprefix("sha256:")
         home = placement.homes[layer.role]
-        if layer.role != LayerRole.venv:
-            return CacheItem(layer, f"code-{hexdigest}-{LAYOUT}", home, home)
         # Original paths: relocated for that path. Relocate mode: for its own path in the cache.
         where = str(home) if placement.mode == "original" else "in-place"
         # The interpreter's identity too: a new image (same path, other binary) makes a new
@@ -233,8 +245,8 @@ class Cache:
         bases = [x.digest for x in self._base]  # none: the keys entries had before format 4
         facts = json.dumps([LAYOUT, hexdigest, where, identity, *([bases] if bases else [])])
         key = f"venv-{hexdigest[:32]}-{hashlib.sha256(facts.encode()).hexdigest()[:16]}"
-        built_for = home if placement.mode == "original" else self.entries / key / "tree"
-        return CacheItem(layer, key, home, built_for)
+        tree = self.entries / key / "tree"
+        return CacheItem(layer, key, home, home if placement.mode == "original" else tree, tree)
 
     def lock(self, key: str, kind: str, how: int) -> int:
         """``locks/<key>.<kind>`` opened, checked and flocked; a use lock is held until close()."""
@@ -268,7 +280,7 @@ class Cache:
         except Refused as exc:
             if not repair:
                 return False
-            say("cache", f"{_name(item)}: entry refused ({exc}); building it again")
+            warn("cache", f"{_name(item)}: entry refused ({exc}); building it again")
             self._discard(item.key, item.use_fd)
             return False
 
@@ -371,7 +383,7 @@ class Cache:
             try:
                 self.remove(self.entries / key)
             except Bypass as exc:
-                say("cache", f"cannot evict {key}: {exc}")
+                warn("cache", f"cannot evict {key}: {exc}")
                 continue
             finally:
                 os.close(fd)

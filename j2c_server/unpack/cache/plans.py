@@ -36,7 +36,7 @@ from typing import Any
 from j2c_server.core.manifest_plan import ManifestPlan, PlanError
 from j2c_server.core.version import __version__
 from j2c_server.unpack.cache.files import unsafe, write_json
-from j2c_server.unpack.log import say
+from j2c_server.unpack.log import warn
 
 MAX_PLANS = 256
 _OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -79,7 +79,7 @@ class PlanCache:
             st = os.fstat(handle.fileno())
             why = unsafe(st, self.owners, folder=False)
             if why or not stat.S_ISREG(st.st_mode):
-                say("cache", f"plan {path.name} refused: it {why or 'is not a file'}")
+                warn("cache", f"plan {path.name} refused: it {why or 'is not a file'}")
                 return None
             plan: ManifestPlan | None = None
             try:
@@ -89,7 +89,7 @@ class PlanCache:
             except (ValueError, KeyError, TypeError, PlanError) as exc:
                 why = str(exc)
             if plan is None:
-                say("cache", f"plan {path.name} refused ({why}): the manifest is validated again")
+                warn("cache", f"plan {path.name} refused ({why}): the manifest is validated again")
                 return None
         with contextlib.suppress(OSError):
             os.utime(path)  # least recently used = oldest mtime
@@ -100,14 +100,14 @@ class PlanCache:
         A manifest not written as j2c writes it (defaults left out, say) is not kept: its
         plan could not be checked against its bytes, so it is validated on every start."""
         if not written_out(dumped, raw):
-            say("cache", "the manifest's plan is not kept: not in j2c's canonical form")
+            warn("cache", "the manifest's plan is not kept: not in j2c's canonical form")
             return
         record: dict[str, object] = {"manifest_sha256": manifest_sha256, "manifest": dumped}
         try:
             write_json(self._path(manifest_sha256), record)
             self._trim()
         except OSError as exc:
-            say("cache", f"the manifest's plan is not kept: {exc.strerror or exc}")
+            warn("cache", f"the manifest's plan is not kept: {exc.strerror or exc}")
 
     def _trim(self) -> None:
         plans = sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime)

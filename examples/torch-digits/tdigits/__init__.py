@@ -1,0 +1,1 @@
+"""A small PyTorch training project: synthetic digits, an MLP, DDP-ready."""
