@@ -22,6 +22,7 @@ import pytest
 from j2c_server.config import J2CSettings
 from j2c_server.jobs.service import JobService
 from j2c_server.wire.api import Event, EventKind, JobRequest, JobStatus, Resources
+from j2c_server.wire.event_frames import diary_text
 from tests.support.jobs import settle
 from tests.support.resumable import last_step, resume_bytes, starts, write_resumable
 from tests.support.slurm import SlurmCluster
@@ -57,7 +58,9 @@ async def _first(
     async with asyncio.timeout(timeout_s):
         while True:
             for event in await service.events(job_id, after):
-                if event.kind == EventKind.log and wanted in (event.text or ""):
+                if event.kind == EventKind.log and wanted in diary_text(
+                    event.model_dump(mode="json")
+                ):
                     return event
             await asyncio.sleep(0.1)
 
