@@ -41,7 +41,7 @@ def _settings(podman: Podman, data: Path) -> J2CSettings:
 
 
 def _lines(events: list[Event]) -> list[str]:
-    return [e.text or "" for e in events if e.kind == EventKind.log]
+    return [diary_text(e.model_dump(mode="json")) for e in events if e.kind == EventKind.log]
 
 
 async def _first(

@@ -127,7 +127,7 @@ async def _interrupted_and_resumed(
         await service.stop()
         if urgent:
             cluster.scancel([urgent])
-    lines = [e.text or "" for e in events if e.kind == EventKind.log]
+    lines = [diary_text(e.model_dump(mode="json")) for e in events if e.kind == EventKind.log]
     assert final.status == JobStatus.succeeded, lines[-30:]
     return lines, resumed.time - interrupted_at, final
 
