@@ -9,8 +9,8 @@ schedulers read tokens from files or the environment named here.
 A part owns its section where that makes no import circle: ``storage.*``
 (:mod:`j2c_server.storage.settings`), ``scheduler.*`` (:mod:`j2c_server.schedulers.settings`),
 ``registry.*`` (:mod:`j2c_server.registry.settings`). The sections of the parts that read the
-whole settings themselves (mlflow, outputs, usage, metrics, sweep: jobs/ and usage/ import this
-module) and ``pack.*`` (importing ``j2c_server.pack`` loads the packer) stay here.
+whole settings themselves (mlflow, outputs, resume, usage, metrics, sweep: jobs/ and usage/
+import this module) and ``pack.*`` (importing ``j2c_server.pack`` loads the packer) stay here.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from j2c_server.core.job_env import is_credential_name
 from j2c_server.registry.settings import RegistrySettings
 from j2c_server.schedulers.settings import SchedulerSettings, scheduler_settings_model
 from j2c_server.storage.settings import StorageSettings as StorageSettings  # owned by storage/
-from j2c_server.wire.api import ImageChoice
+from j2c_server.wire.api import ImageChoice, is_checkpoint_dir
 
 ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
@@ -171,6 +171,66 @@ class OutputsSettings(_Section):
     )
 
 
+class ResumeSettings(_Section):
+    """A job preempted or whose node or container was lost runs again as a new attempt, resumed
+    from its last synced checkpoint (docs/pipeline.md *Attempts*); its checkpoint folders travel
+    to the store while it runs (docs/unpack.md *Checkpoints*)."""
+
+    max_attempts: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="New attempts after a preemption or a lost node or container (0: none); a "
+        "job's own max_attempts wins.",
+    )
+    backoff_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="Wait before the second attempt; doubled for each later one (at most 10 "
+        "minutes).",
+    )
+    checkpoint_dirs: list[str] = Field(
+        default_factory=lambda: ["checkpoints"],
+        description="Folders (relative to the job's working directory) synced to the store "
+        "while it runs and restored when it resumes; a job's own checkpoint_dirs win.",
+    )
+    sync_every_s: float = Field(
+        30.0,
+        ge=1,
+        allow_inf_nan=False,
+        description="A changed checkpoint folder is uploaded at most this often (and at once on "
+        "SIGTERM); only files unchanged for a second count as written.",
+    )
+    keep_last: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="Checkpoints kept in the store: the newest N entries of each checkpoint "
+        "folder (a file or a folder each); older ones are dropped from the store, said in the "
+        "job's log.",
+    )
+    max_mb: float = Field(
+        20000.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Cap on a job's checkpoints in the store (MB); older entries past it are "
+        "left out.",
+    )
+
+    @field_validator("checkpoint_dirs")
+    @classmethod
+    def _inside_workdir(cls, value: list[str]) -> list[str]:
+        for folder in value:
+            if not is_checkpoint_dir(folder):
+                raise ValueError(
+                    f"{folder!r} is not a folder inside the working directory (a relative path "
+                    "without '..', e.g. 'checkpoints')"
+                )
+        return [folder.strip().rstrip("/") for folder in value]
+
+
 class UsageSettings(_Section):
     """Usage records in the store (:mod:`~.usage`), read back by ``j2c usage``."""
 
@@ -217,6 +277,7 @@ class J2CSettings(_Section):
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     usage: UsageSettings = Field(default_factory=UsageSettings)
     outputs: OutputsSettings = Field(default_factory=OutputsSettings)
+    resume: ResumeSettings = Field(default_factory=ResumeSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)

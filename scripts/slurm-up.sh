@@ -204,8 +204,14 @@ KillWait=2
 MinJobAge=300
 SlurmdParameters=config_overrides
 GresTypes=gpu
+# Preemption by partition: a job of "urgent" cancels (PREEMPTED) the jobs of "spot" whose
+# resources it needs, as a cluster's preemptible partition does; "debug" is never preempted.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 $NODE_LINES
-PartitionName=debug Nodes=$PARTITION_NODES Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=$PARTITION_NODES Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=spot Nodes=$PARTITION_NODES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=urgent Nodes=$PARTITION_NODES MaxTime=INFINITE State=UP PriorityTier=100 PreemptMode=OFF
 EOF
 {
     echo "AutoDetect=off"

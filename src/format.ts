@@ -69,6 +69,18 @@ export function jobSeconds(record: JobRecord): number {
   return Math.max(0, end - start);
 }
 
+/** "attempt 2 of 4" once a job runs again after a preemption or a lost node; null before. */
+export function attemptWords(
+  record: JobRecord | null | undefined
+): string | null {
+  const attempt = record?.attempt ?? 1;
+  if (attempt <= 1) {
+    return null;
+  }
+  const allowed = record?.attempts_allowed;
+  return allowed ? `attempt ${attempt} of ${allowed}` : `attempt ${attempt}`;
+}
+
 /**
  * The part of a job id that tells jobs apart at a glance: its random tail
  * ("20261201-141622-877dd3" → "877dd3"); an id of another shape is kept whole.

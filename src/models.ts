@@ -26,6 +26,41 @@ export interface ArtifactsCopy {
   failed?: OutputFailure[];
 }
 
+/**
+ * One run of a job on its scheduler. A job whose run ended by a preemption or a lost node
+ * runs again as its next attempt (same id, same manifest), resumed from its last synced
+ * checkpoint; the user's code failing, a cancel or a time limit end the job.
+ */
+export interface AttemptRecord {
+  number: number;
+  /** The scheduler's id of this run. */
+  scheduler_job_id?: string | null;
+  submitted_at?: number | null;
+  /** When it started running. */
+  started_at?: number | null;
+  ended_at?: number | null;
+  /** How it ended (failed, lost...). */
+  status?: JobStatus | null;
+  /** Why it ended, e.g. 'preempted (Slurm state PREEMPTED)'. */
+  reason?: string | null;
+  /** It ended through no fault of its code (preempted, node lost). */
+  interrupted?: boolean;
+  /** Where it ran, when the scheduler says. */
+  node?: string | null;
+  /** The checkpoint it was restored from (its path in the working copy). */
+  resumed_from?: string | null;
+  /** When that checkpoint was saved. */
+  resumed_saved_at?: number | null;
+  /** Checkpoint bytes restored before it started. */
+  restored_bytes?: number;
+  /** When it is submitted (after the backoff that follows a preemption). */
+  starts_at?: number | null;
+  /** Its restore plan in the store (jobs/<id>/attempts/<n>/restore.json). */
+  restore_key?: string | null;
+  /** That plan's sha256:<hex>. */
+  restore_digest?: string | null;
+}
+
 export interface BrokenRequirement {
   /** The distribution whose requirement it is: 'scipy 1.17.1'. */
   by: string;
@@ -205,6 +240,12 @@ export interface JobRecord {
   frontend?: string | null;
   /** Its sweep: a parent or one variant. */
   sweep?: SweepInfo | null;
+  /** The attempt running now, or the last one (see attempts). */
+  attempt?: number;
+  /** Attempts the job may have in all: 1 + its max_attempts (resumes after a preemption or lost node). */
+  attempts_allowed?: number | null;
+  /** Each attempt: when, where, how it ended, resumed from. */
+  attempts?: AttemptRecord[];
   /** Of a failed job: why, in one sentence, and what to do. */
   failure?: JobFailure | null;
 }
@@ -250,6 +291,10 @@ export interface JobRequest {
   allow_missing_imports?: boolean;
   /** Send N variants of this job at once (docs/sweeps.md). */
   sweep?: SweepSpec | null;
+  /** New attempts after a preemption or a lost node, each resumed from the last synced checkpoint (0: none; default: resume.max_attempts). */
+  max_attempts?: number | null;
+  /** Folders (relative to the working directory) synced while the job runs and restored when it resumes (default: resume.checkpoint_dirs). */
+  checkpoint_dirs?: string[] | null;
 }
 
 export interface JobResults {
@@ -416,6 +461,8 @@ export interface ServerConfig {
   default_image: string | null;
   images: ImageChoice[];
   compression_level: number;
+  /** New attempts after a preemption or a lost node (resume.max_attempts). */
+  max_attempts?: number;
   root_dir_name?: string | null;
 }
 

@@ -72,6 +72,7 @@ def describe(record: JobRecord) -> str:
     ]
     if record.exit_code is not None:
         lines.append(f"exit code  {record.exit_code}")
+    lines.extend(attempt_lines(record))
     if record.failure is not None:
         lines.append(f"failure    {record.failure.reason}")
         if record.failure.action:
@@ -80,6 +81,30 @@ def describe(record: JobRecord) -> str:
         lines.append("  " + stage_line(name, stage.state.value, stage.seconds, stage.reason))
     lines.extend(describe_results(record.results))
     return "\n".join(lines)
+
+
+def attempt_lines(record: JobRecord) -> list[str]:
+    """``attempt    2 of 4``, then each attempt: how it ended, or where it resumed from; none
+    for a job that ran once."""
+    words = record.attempt_words()
+    if words is None:
+        return []
+    lines = [f"attempt    {words.removeprefix('attempt ')}"]
+    for attempt in record.attempts:
+        how = attempt.status.value if attempt.status is not None else "running"
+        parts = [f"  {attempt.number}  {how:<10}"]
+        if attempt.resumed_from:
+            parts.append(f"resumed from {attempt.resumed_from}")
+            if attempt.resumed_saved_at:
+                parts.append(f"saved {_clock(attempt.resumed_saved_at)}")
+        elif attempt.number > 1:
+            parts.append("started from scratch")
+        if attempt.interrupted and attempt.reason:
+            node = f" on node {attempt.node}" if attempt.node else ""
+            ended = f" at {_clock(attempt.ended_at)}" if attempt.ended_at else ""
+            parts.append(f"ended: {attempt.reason}{node}{ended}")
+        lines.append("  ".join(parts).rstrip())
+    return lines
 
 
 # --------------------------------------------------------------------------- logs

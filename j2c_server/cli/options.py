@@ -254,6 +254,20 @@ def submit_options(func: F) -> F:
             type=click.IntRange(0),
             help="Re-run a sweep's variant that exits non-zero, up to this many times.",
         ),
+        click.option(
+            "--max-attempts",
+            type=click.IntRange(0),
+            help="Run again this many times at most after a preemption or a lost node, each "
+            "time from the last synced checkpoint (0: never; default resume.max_attempts).",
+        ),
+        click.option(
+            "--checkpoint-dir",
+            "checkpoint_dirs",
+            multiple=True,
+            help="A folder (relative to the working directory) the job writes checkpoints to: "
+            "synced while it runs, restored when it resumes (repeatable; default "
+            "resume.checkpoint_dirs, checkpoints/).",
+        ),
         config_option,
         click.option("--new", is_flag=True, help="Run again even if an identical job exists."),
         click.option("--no-wait", is_flag=True, help="Print the job id and return at once."),
@@ -346,6 +360,10 @@ def flags_layer(params: Mapping[str, Any], args: Sequence[str], cwd: Path) -> di
         out["force_base"] = True
     if params.get("allow_missing_imports"):
         out["allow_missing_imports"] = True
+    if params.get("max_attempts") is not None:
+        out["max_attempts"] = params["max_attempts"]
+    if params.get("checkpoint_dirs"):
+        out["checkpoint_dirs"] = list(params["checkpoint_dirs"])
     sweep = sweep_layer(params)
     if sweep:
         out["sweep"] = sweep

@@ -99,9 +99,13 @@ class StageBoard:
     message: str | None = None
     error_code: str | None = None
     last_seq: int = 0
+    attempt: str | None = None  # "attempt 2 of 4", once the job runs again (jobs/drive/attempts.py)
 
     def apply(self, event: Event) -> None:
         self.last_seq = max(self.last_seq, event.seq)
+        boundary = event.data.get("attempt") if event.kind == EventKind.log else None
+        if isinstance(boundary, dict) and boundary.get("next"):
+            self.attempt = f"attempt {boundary['next']} of {boundary.get('of')}"
         if event.kind == EventKind.error:
             self.error_code = str(event.data.get("error", "internal"))
         elif event.kind == EventKind.status and event.status is not None:

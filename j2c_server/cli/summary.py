@@ -96,6 +96,8 @@ def progress_text(board: StageBoard, phase: str | None) -> str:
     if running and board.status not in (JobStatus.queued, JobStatus.running):
         return running[-1].progress()
     status = board.status.value if board.status is not None else "pending"
+    if board.attempt:  # a resumed job: "running, attempt 2 of 4"
+        status = f"{status}, {board.attempt}"
     message = f": {board.message}" if board.message else ""
     starting = phase and phase != "running" and board.status == JobStatus.running
     doing = f" ({phase})" if starting else ""

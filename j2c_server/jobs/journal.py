@@ -43,6 +43,13 @@ def status_change(status: JobStatus, message: str | None) -> RecordChange:
             record.started_at = now
         if status.terminal:
             record.finished_at = now
+        # The attempt that runs now (jobs/drive/attempts.py) gets the same moments.
+        attempt = record.attempts[-1] if record.attempts else None
+        if attempt is not None and attempt.number == record.attempt:
+            if status == JobStatus.running and attempt.started_at is None:
+                attempt.started_at = now
+            if status.terminal and attempt.ended_at is None:
+                attempt.ended_at, attempt.status = now, status
 
     return apply
 

@@ -71,6 +71,18 @@ class LeftOut(BaseModel):
     reason: str
 
 
+class IndexedCheckpoint(BaseModel):
+    """One checkpoint the store holds whole (unpack/checkpoints.py): a file or folder of a
+    checkpoint folder, named relative to the code folder as outputs are."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    entry: str
+    folder: str
+    saved_at: float
+    files: list[str] = Field(default_factory=list)
+
+
 class OutputsIndex(BaseModel):
     """``.j2c-outputs.json`` as ``j2c_server.unpack.outputs`` writes it."""
 
@@ -81,6 +93,9 @@ class OutputsIndex(BaseModel):
     files: list[IndexedFile] = Field(default_factory=list)
     failed: list[OutputFailure] = Field(default_factory=list)
     left_out: list[LeftOut] = Field(default_factory=list)
+    checkpoints: list[IndexedCheckpoint] = Field(
+        default_factory=list, description="Newest first: what a resumed attempt restores."
+    )
 
 
 def outputs_prefix(job_id: str) -> str:

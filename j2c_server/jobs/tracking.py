@@ -5,8 +5,11 @@ to the tracking server's REST API itself (httpx; the server has no ``mlflow`` de
 
 - before submit (:func:`start_run`): the experiment (``mlflow.experiment``, default the project
   folder's name) found by name or created, a run created in it, tagged ``j2c.job_id``,
-  ``j2c.project``, ``j2c.image``, ``j2c.scheduler``, ``j2c.code_digest``, ``j2c.venv_digest``
-  and ``mlflow.source.git.commit`` when the project is a git checkout. The job gets
+  ``j2c.project``, ``j2c.image``, ``j2c.scheduler``, ``j2c.code_digest``, ``j2c.venv_digest``,
+  ``j2c.attempt`` and ``mlflow.source.git.commit`` when the project is a git checkout. A job
+  resumed after a preemption keeps its one run: each attempt gets the same ``MLFLOW_RUN_ID``
+  and sets ``j2c.attempt`` (and ``j2c.resumed_from``) on it (:func:`tag_attempt`), so its
+  metrics go on by step where the checkpoint left them. The job gets
   ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_ID`` and ``MLFLOW_RUN_ID`` (so the user's
   ``mlflow.start_run()`` continues that run) plus the ``mlflow.pass_env`` variables of this
   server — never a credential: those are refused by the settings, a URI's userinfo is dropped,
@@ -41,6 +44,7 @@ from j2c_server.jobs.journal import Journal
 from j2c_server.registry.job_registry import Registry
 from j2c_server.schedulers.base import JobSpec
 from j2c_server.wire.api import (
+    AttemptRecord,
     EventKind,
     JobRecord,
     JobResults,
@@ -209,6 +213,7 @@ async def _tags(record: JobRecord, manifest: Manifest, spec: JobSpec) -> dict[st
         "j2c.project": project_name(record),
         "j2c.scheduler": record.scheduler,
         "j2c.manifest_digest": manifest.digest(),
+        "j2c.attempt": str(record.attempt),
         "mlflow.runName": record.name,
     }
     if spec.image:
@@ -320,6 +325,28 @@ async def start_run(
         "MLFLOW_RUN_ID": tracking.run_id,
     }
     return spec.model_copy(update={"env": env, "secret_env": {**spec.secret_env, **secret}})
+
+
+async def tag_attempt(settings: J2CSettings, record: JobRecord, attempt: AttemptRecord) -> None:
+    """A resumed job's run says which attempt writes to it now (``j2c.attempt``) and where it
+    resumed from (``j2c.resumed_from``): one run per job, its metrics continuing by step."""
+    tracking = record.results.tracking if record.results is not None else None
+    uri = settings.mlflow.uri()
+    if tracking is None or not uri:
+        return
+    tags = {"j2c.attempt": str(attempt.number)}
+    if attempt.resumed_from:
+        tags["j2c.resumed_from"] = attempt.resumed_from
+    client = MlflowClient(uri, settings.mlflow)
+    try:
+        for key, value in tags.items():
+            await client.call(
+                "POST",
+                "/runs/set-tag",
+                json={"run_id": tracking.run_id, "key": key, "value": value},
+            )
+    finally:
+        await client.close()
 
 
 def _closing_status(status: str, final: JobStatus) -> str | None:

@@ -157,7 +157,8 @@ class Job:
     def __repr__(self) -> str:
         record = self.record()
         code = f", exit_code={record.exit_code}" if record.exit_code is not None else ""
-        return f"<j2c Job {record.id} {record.status.value}{code}>"
+        attempt = f", {words}" if (words := record.attempt_words()) else ""
+        return f"<j2c Job {record.id} {record.status.value}{attempt}{code}>"
 
 
 # --------------------------------------------------------------------------- live output

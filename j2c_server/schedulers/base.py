@@ -3,7 +3,9 @@ per backend besides running jobs (its settings, what it supports, how its jobs s
 ``j2c-unpack``, its own document for ``--dry-run``), with the common defaults.
 
 A backend turns a :class:`JobSpec` into a running job and reports on it in the common
-:class:`~j2c_server.wire.api.JobStatus` vocabulary. ``submit`` is idempotent on ``spec.key``: a
+:class:`~j2c_server.wire.api.JobStatus` vocabulary; a job that ended through no fault of its
+code (preempted, its node or container lost) says so in ``SchedulerState.interrupted``, each
+backend by its own evidence. ``submit`` is idempotent on ``spec.key``: a
 retried submit of the same key adopts the job that already exists instead of creating a second.
 Logs are followed from a resumable cursor: a watcher that dies and restarts continues where the
 last persisted cursor points, so no line is lost or doubled.
@@ -45,6 +47,12 @@ class JobSpec(BaseModel):
     secret_env: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     resources: Resources = Field(default_factory=Resources)
     user: str | None = None
+    attempt: int = Field(
+        1,
+        ge=1,
+        description="Which run of the job this is: a resumed job's later attempt has a key of "
+        "its own, and a backend that names things by the job id tells the attempts apart.",
+    )
 
 
 class SchedulerState(BaseModel):
@@ -53,6 +61,13 @@ class SchedulerState(BaseModel):
     status: JobStatus
     message: str | None = Field(None, description="e.g. why it is still pending.")
     exit_code: int | None = None
+    interrupted: str | None = Field(
+        None,
+        description="Set on a failed or lost job that ended through no fault of its code: "
+        "preempted, its node or container lost (each backend says how it tells). The words say "
+        "which; the pipeline may run the job again as a new attempt (docs/pipeline.md).",
+    )
+    node: str | None = Field(None, description="The node the job ran on, when known.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ class ConfigHandler(J2CHandler):
                 default_image=default_image,
                 images=images,
                 compression_level=settings.pack.compression_level,
+                max_attempts=settings.resume.max_attempts,
             )
         )
 

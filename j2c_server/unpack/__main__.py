@@ -23,13 +23,15 @@ environment, job_secrets.py):
                  verified blob, placed at its path
 6. relocating    point the venv at that base, rewrite moved paths, prove it runs;
                  the venv's packages that shadow this interpreter's own are named in the log
-7. running       the entry point with the venv's interpreter; signals forwarded (with
+7. running       a resumed attempt's checkpoint restored first (``--restore``: restore.py);
+                 then the entry point with the venv's interpreter; signals forwarded (with
                  ``--nodes N``, on this node's rank, under torchrun with ``--launcher``: ranks.py);
                  a sweep's variant with ``retries`` re-run in place while it exits non-zero
                  (never after a signal)
 8. uploading outputs   when --output-uri is given, also after a failed run: the output dir
                  and what the job created or changed in its working copy (outputs.py,
-                 written.py; snapshot right before phase 7, synced during it and on SIGTERM)
+                 written.py; snapshot right before phase 7, synced during it and on SIGTERM),
+                 its checkpoint folders as they change (``--checkpoint-dir``: checkpoints.py)
 
 Last of all, one ``summary: {json}`` line (summary.py): phase durations, bytes downloaded
 and reused, the exit code, for a cluster's log pipeline.
@@ -74,6 +76,7 @@ class _Terminated(BaseException):
 
 
 def _terminate(_signum: int, _frame: object) -> None:
+    summary.signalled("SIGTERM")
     raise _Terminated
 
 
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         summary.emit(code, say)  # the last line, whatever happened
+        summary.write_end_file(code)  # proof that j2c-unpack ended by itself (summary.py)
     return code
 
 
@@ -265,16 +269,29 @@ def _run_prepared(
     if options.no_run:
         say("running", f"skipped (--no-run); prepared in {workdir}")
         return 0
-    stage = Stage("running")
     env = {**job_environment(manifest, placement.venv, output_dir), **extra_env}
+    env.setdefault("J2C_ATTEMPT", "1")
+    # 7a: a resumed attempt's checkpoint, back where the job left it (restore.py).
+    restored = None
+    if options.restore:
+        from j2c_server.unpack.restore import read_plan, restore, resumed_env
+
+        plan = read_plan(options.restore, options.restore_digest)
+        restored = restore(plan, placement.code, options.output_uri)
+        env.update(resumed_env(restored, placement.code, cwd))
+    stage = Stage("running")
     if ranked:
         env.update(rank.environment(launcher=options.launcher))
         say("running", f"node rank {rank.rank} of {rank.nodes}")
     # 8: the outputs (synced while it runs), whatever the exit code; of a multi-node job, every
-    # rank's (rank k > 0 under rank-<k>/, outputs.py).
+    # rank's (rank k > 0 under rank-<k>/, outputs.py); the checkpoint folders are rank 0's.
     outputs = None
     if options.output_uri:
-        outputs = _outputs_sync(options, output_dir, placement, rank)
+        outputs = _outputs_sync(options, output_dir, placement, rank, cwd)
+        if restored is not None and rank.rank == 0:
+            plan = restored.plan
+            carried = [(item.name, item.size, item.sha256) for item in plan.carried_files]
+            outputs.carry(restored.files, carried, plan.carried_entries)
         outputs.start(options.outputs_sync_minutes)
     try:
         code = run_attempts(
@@ -295,11 +312,13 @@ def _run_prepared(
 
 
 def _outputs_sync(
-    options: argparse.Namespace, output_dir: Path, placement: Placement, rank: NodeRank
+    options: argparse.Namespace, output_dir: Path, placement: Placement, rank: NodeRank, cwd: Path
 ) -> OutputsSync:
     """The outputs to sync: the output dir and the files the job writes into its code folder
-    (a snapshot of it now, right before the entry point starts: one lstat a file)."""
-    from j2c_server.unpack.outputs import Caps, OutputsSync, WorkingCopy
+    (a snapshot of it now, right before the entry point starts: one lstat a file), and on rank 0
+    its checkpoint folders (relative to ``cwd``, the working directory)."""
+    from j2c_server.unpack.checkpoints import CheckpointRules
+    from j2c_server.unpack.outputs import MB, Caps, OutputsSync, WorkingCopy
     from j2c_server.unpack.written import take_snapshot
 
     venv = placement.venv
@@ -307,7 +326,27 @@ def _outputs_sync(
     skip = (*skip, output_dir)
     copy = WorkingCopy(placement.code, take_snapshot(placement.code, skip), skip)
     caps = Caps(options.outputs_max_file_mb, options.outputs_max_total_mb)
-    return OutputsSync(output_dir, options.output_uri, caps, copy, rank=rank.rank, nodes=rank.nodes)
+    rules = None
+    if options.checkpoint_dir and rank.rank == 0:
+        folders = tuple(
+            Path(os.path.relpath(cwd / folder, placement.code)).as_posix()
+            for folder in options.checkpoint_dir
+        )
+        rules = CheckpointRules(
+            folders=folders,
+            every_s=options.checkpoints_every_s,
+            keep_last=options.checkpoints_keep,
+            max_bytes=int(options.checkpoints_max_mb * MB),
+        )
+    return OutputsSync(
+        output_dir,
+        options.output_uri,
+        caps,
+        copy,
+        rank=rank.rank,
+        nodes=rank.nodes,
+        checkpoints=rules,
+    )
 
 
 def _launched(

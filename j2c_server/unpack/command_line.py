@@ -13,6 +13,10 @@ from pathlib import Path
 DEFAULT_MAX_FILE_MB = 5000.0
 DEFAULT_MAX_TOTAL_MB = 20000.0
 DEFAULT_SYNC_MINUTES = 10.0
+# The checkpoint folders' sync (outputs.py, checkpoints.py) when the server passes none.
+DEFAULT_CHECKPOINTS_EVERY_S = 30.0
+DEFAULT_CHECKPOINTS_KEEP = 3
+DEFAULT_CHECKPOINTS_MAX_MB = 20000.0
 
 PATHS_ENV = "J2C_UNPACK_PATHS"
 PATHS_CHOICES = ("original", "relocate")
@@ -113,6 +117,48 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         f"(0: only on SIGTERM; default {DEFAULT_SYNC_MINUTES:g})",
     )
     parser.add_argument(
+        "--checkpoint-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of the working directory the job writes checkpoints to (repeatable): "
+        "synced to the outputs whenever it changes (at most every --checkpoints-every-s), the "
+        "newest --checkpoints-keep entries kept in the store",
+    )
+    parser.add_argument(
+        "--checkpoints-every-s",
+        type=float,
+        default=DEFAULT_CHECKPOINTS_EVERY_S,
+        help=f"upload a changed checkpoint folder at most this often (default "
+        f"{DEFAULT_CHECKPOINTS_EVERY_S:g})",
+    )
+    parser.add_argument(
+        "--checkpoints-keep",
+        type=int,
+        default=DEFAULT_CHECKPOINTS_KEEP,
+        help=f"newest entries of each checkpoint folder kept in the store (default "
+        f"{DEFAULT_CHECKPOINTS_KEEP})",
+    )
+    parser.add_argument(
+        "--checkpoints-max-mb",
+        type=float,
+        default=DEFAULT_CHECKPOINTS_MAX_MB,
+        help=f"cap on the checkpoints in the store, newest first (default "
+        f"{DEFAULT_CHECKPOINTS_MAX_MB:g})",
+    )
+    parser.add_argument(
+        "--restore",
+        metavar="PLAN_URI",
+        help="a resumed attempt's restore plan: the checkpoint files of the job's last attempt, "
+        "restored into the working copy before the entry point starts (needs --restore-digest)",
+    )
+    parser.add_argument(
+        "--restore-digest",
+        metavar="sha256:HEX",
+        type=_digest,
+        help="the sha256 of the restore plan's bytes: any other plan is refused (exit 65)",
+    )
+    parser.add_argument(
         "--cache-dir",
         type=Path,
         help="node-local layer cache: verified blobs and extracted layers kept between jobs "
@@ -148,6 +194,14 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="prepare everything (download, extract, relocate) but do not run the entry point",
     )
     options = parser.parse_args(own)
+    if (options.restore is None) != (options.restore_digest is None):
+        parser.error("--restore and --restore-digest go together")
+    if options.checkpoints_keep < 1:
+        parser.error("--checkpoints-keep must be at least 1")
+    for folder in options.checkpoint_dir:
+        parts = folder.rstrip("/").split("/")
+        if folder.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            parser.error(f"--checkpoint-dir {folder!r}: a folder inside the working directory")
     if options.paths is None:
         # The server's scheduler.placement, or the job's own env, when the option is not given.
         chosen = os.environ.get(PATHS_ENV, "").strip() or "original"

@@ -21,6 +21,16 @@ or changed in its working copy of the project (written.py), with an index next t
   channel nobody else with write access to the store can change, so the results stage checks
   the stored index against it (jobs/results.py) and every artifact against the index.
 
+- **Checkpoints** (``--checkpoint-dir``, :mod:`.checkpoints`): the files under the job's
+  checkpoint folders are a lane of their own, not part of the working copy's scan: looked at
+  every second, uploaded when they changed (at most every ``--checkpoints-every-s``; at once on
+  SIGTERM, and at the end), complete files only, the newest ``--checkpoints-keep`` entries of a
+  folder kept in the store and older ones dropped from it (said in the log). The index lists
+  them in ``checkpoints`` (entry, folder, saved_at, files), newest first: what a resumed
+  attempt restores (restore.py). Such an attempt carries the last attempt's index over
+  (:meth:`OutputsSync.carry`): restored files are not uploaded again, and what it did not
+  restore stays listed until the job replaces or drops it.
+
 - **Every rank** of a multi-node job uploads its own outputs: rank 0 to the output URI itself,
   rank ``k`` to ``<output URI>/rank-<k>/`` (:func:`rank_uri`) with an index of its own there,
   whose sha256 it prints as ``j2c: outputs: index of rank <k> sha256:<hex>``
@@ -37,15 +47,28 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from j2c_server.core.errors import J2CError
-from j2c_server.core.units import byte_size
+from j2c_server.core.units import byte_size, count
+from j2c_server.unpack.checkpoints import (
+    POLL_S,
+    SETTLE_S,
+    CarriedEntry,
+    CheckpointRules,
+    Choice,
+    Entry,
+    choose,
+    fingerprint,
+    scan,
+)
 from j2c_server.unpack.errors import OutputsNotUploaded
 from j2c_server.unpack.fetch import shown
 from j2c_server.unpack.log import Stage, say, warn
@@ -119,6 +142,8 @@ class _Round:
     failed: list[dict[str, str]] = field(default_factory=list)
     uploaded: int = 0
     uploaded_bytes: int = 0
+    owns: Callable[[str], bool] = lambda _name: True  # names this round may delete
+    checkpoints: Choice | None = None
 
 
 def select(
@@ -188,9 +213,20 @@ class OutputsSync:
         *,
         rank: int = 0,
         nodes: int = 1,
+        checkpoints: CheckpointRules | None = None,
     ) -> None:
-        """``rank`` of a job on ``nodes`` nodes: rank k > 0 uploads to ``rank-<k>/``."""
+        """``rank`` of a job on ``nodes`` nodes: rank k > 0 uploads to ``rank-<k>/``;
+        ``checkpoints``: the job's checkpoint folders (relative to the code folder of
+        ``working_copy``), synced as their own lane."""
         self.output_dir = output_dir
+        self.checkpoints = checkpoints if working_copy is not None else None
+        # A resumed attempt's inheritance (carry): outputs and checkpoints of the last attempt
+        # still in the store, listed until replaced or dropped.
+        self._carried_files: dict[str, _Synced] = {}
+        self._carried_entries: list[CarriedEntry] = []
+        self._seen: dict[str, tuple[int, int, int]] = {}  # checkpoint files at the last look
+        self._synced_checkpoints: frozenset[tuple[str, tuple[int, int, int]]] | None = None
+        self._left: dict[str, list[dict[str, Any]]] = {"outputs": [], "checkpoints": []}
         self.output_uri = rank_uri(output_uri, rank)
         self.rank = rank
         self._reserved = tuple(rank_folder(k) for k in range(1, nodes)) if rank == 0 else ()
@@ -224,21 +260,76 @@ class OutputsSync:
         if self._thread is not None:
             self._thread.join()
 
+    def carry(
+        self,
+        restored: list[tuple[str, Path, int, str]],
+        files: list[tuple[str, int, str]],
+        entries: list[CarriedEntry],
+    ) -> None:
+        """A resumed attempt starts from the last attempt's outputs index: the ``restored``
+        files (name, local path, size, sha256) are in the store already, the other ``files``
+        (name, size, sha256) stay listed until the job writes its own, and the checkpoint
+        ``entries`` it did not restore count towards ``keep_last`` (restore.py)."""
+        with self._lock:
+            for name, path, size, sha256 in restored:
+                self._synced[name] = _Synced(stat_key(path.lstat()), size, sha256)
+            checkpoint_files = {name for entry in entries for name, _, _ in entry.files}
+            for name, size, sha256 in files:
+                if name not in self._synced and name not in checkpoint_files:
+                    self._carried_files[name] = _Synced((0, 0, 0), size, sha256)
+            self._carried_entries = list(entries)
+
     def _loop(self, every_s: float | None) -> None:
+        """Full syncs every ``every_s`` and when woken; between them, the checkpoint folders
+        looked at every second and synced when they changed (at most every ``every_s`` of
+        their own)."""
+        now = time.monotonic()
+        next_full = now + every_s if every_s else math.inf
+        rules = self.checkpoints
+        next_look = now + POLL_S if rules is not None else math.inf
+        last_checkpoints = now
         while True:
-            self._wake.wait(every_s)
+            due = min(next_full, next_look)
+            woken = self._wake.wait(None if due == math.inf else max(0.0, due - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
                 return
+            now = time.monotonic()
             try:
-                done = self.sync(final=False)
+                if woken or now >= next_full:
+                    done = self.sync(final=False)
+                    next_full = now + every_s if every_s else math.inf
+                    last_checkpoints = now
+                    say(
+                        "outputs",
+                        f"synced while running: {done.uploaded} new or changed files, "
+                        f"{byte_size(done.uploaded_bytes)}",
+                    )
+                elif rules is not None and now >= next_look:
+                    next_look = now + POLL_S
+                    # An entry left being written is looked at again once it may have settled.
+                    wait = rules.every_s if self._synced_checkpoints is not None else 2 * SETTLE_S
+                    if now - last_checkpoints >= wait and self._checkpoints_changed():
+                        last_checkpoints = now
+                        self._say_checkpoints(self.sync(final=False, only_checkpoints=True))
             except Exception as exc:  # the job must go on; the next sync retries
                 warn("outputs", f"sync while running failed, retried next time: {exc}")
-                continue
+
+    def _checkpoints_changed(self) -> bool:
+        """Whether the checkpoint folders differ from what the last round uploaded (one
+        ``lstat`` per file; a round that left an entry being written counts as changed)."""
+        assert self.checkpoints is not None and self.working_copy is not None
+        entries = scan(self.working_copy.code, self.checkpoints, dict(self._seen), final=False)
+        return fingerprint(entries) != self._synced_checkpoints
+
+    def _say_checkpoints(self, done: _Round) -> None:
+        if done.uploaded:
+            kept = done.checkpoints.kept if done.checkpoints is not None else []
+            newest = max(kept, key=lambda entry: entry.saved_at, default=None)
+            what = f"; newest {newest.name}" if newest is not None else ""
             say(
-                "outputs",
-                f"synced while running: {done.uploaded} new or changed files, "
-                f"{byte_size(done.uploaded_bytes)}",
+                "checkpoints",
+                f"synced {count(done.uploaded, 'file')}, {byte_size(done.uploaded_bytes)}{what}",
             )
 
     # ------------------------------------------------------------------ one sync
@@ -271,18 +362,110 @@ class OutputsSync:
             f"({byte_size(done.uploaded_bytes)}), {len(done.left_out)} left out"
         )
 
-    def sync(self, *, final: bool) -> _Round:
+    def sync(self, *, final: bool, only_checkpoints: bool = False) -> _Round:
+        """One round: every output (or, with ``only_checkpoints``, the checkpoint folders
+        alone), then the index."""
         with self._lock:
-            outputs = [item for item in every_file(self.output_dir) if item.name != INDEX_NAME]
-            written: list[Written] = []
-            if self.working_copy is not None:
-                copy = self.working_copy
-                skip = (*copy.skip, self.output_dir)
-                written = written_files(copy.code, copy.snapshot, skip)
-            chosen, left_out = select(outputs, written, self.caps, self._judge, self._reserved)
-            done = _Round(chosen, left_out)
+            rules, copy = self.checkpoints, self.working_copy
+            done = _Round([], [])
+            if not only_checkpoints:
+                outputs = [item for item in every_file(self.output_dir) if item.name != INDEX_NAME]
+                written: list[Written] = []
+                if copy is not None:
+                    own = tuple(copy.code / folder for folder in rules.folders) if rules else ()
+                    skip = (*copy.skip, self.output_dir, *own)
+                    written = written_files(copy.code, copy.snapshot, skip)
+                done.chosen, self._left["outputs"] = select(
+                    outputs, written, self.caps, self._judge, self._reserved
+                )
+            elif rules is not None:
+                done.owns = rules.owns
+            if rules is not None and copy is not None:
+                entries = scan(copy.code, rules, self._seen, final=final)
+                done.checkpoints = choose(entries, self._carried_entries, rules)
+                secret = self._checkpoint_files(done.checkpoints.kept, done.chosen)
+                self._left["checkpoints"] = [*done.checkpoints.left_out, *secret]
+                # An entry being written: looked at again soon, whether or not it changes.
+                held = bool(done.checkpoints.held)
+                self._synced_checkpoints = None if held else fingerprint(entries)
+            done.left_out = sorted(
+                [*self._left["outputs"], *self._left["checkpoints"]],
+                key=lambda one: (-int(one["size"]), str(one["name"])),
+            )
             asyncio.run(self._sync(done, final=final))
             return done
+
+    def _checkpoint_files(self, kept: list[Entry], chosen: list[Written]) -> list[dict[str, Any]]:
+        """The kept entries' files added to ``chosen`` (a secret among them left out: what the
+        job writes there is judged as any output)."""
+        left_out: list[dict[str, Any]] = []
+        for entry in kept:
+            for item in entry.files:
+                reason = self._judge(item)
+                if reason is None:
+                    chosen.append(item)
+                else:
+                    left_out.append(
+                        {"name": item.name, "size": item.stat.st_size, "reason": f"is {reason}"}
+                    )
+        return left_out
+
+    async def _drop_checkpoints(
+        self, store: ObjectStore | PostPolicyStore, choice: Choice, gone: list[str]
+    ) -> None:
+        """Carried entries no longer kept leave the store; the entries this round dropped from
+        it (``gone``: the names deleted) are said in one line."""
+        kept = {entry.name for entry in choice.carried}
+        dropped = {
+            name
+            for name in choice.dropped
+            if any(g.startswith(f"{name}/") or g == name for g in gone)
+        }
+        for entry in [entry for entry in self._carried_entries if entry.name not in kept]:
+            self._carried_entries.remove(entry)
+            dropped.add(entry.name)
+            for name, _, _ in entry.files:
+                await _delete(store, name)
+        if dropped and self.checkpoints is not None:
+            shown = ", ".join(sorted(dropped)[:5]) + (" ..." if len(dropped) > 5 else "")
+            say(
+                "checkpoints",
+                f"dropped {count(len(dropped), 'older checkpoint')} from the store ({shown}): "
+                f"the newest {self.checkpoints.keep_last} of a folder are kept (resume.keep_last)",
+            )
+
+    def _checkpoint_index(self, choice: Choice | None) -> list[dict[str, Any]]:
+        """The checkpoints the store holds whole, newest first: the kept entries (and those
+        being written) whose every file is synced as it is, and the carried ones."""
+        if choice is None:
+            return []
+        listed: list[dict[str, Any]] = []
+        for entry in [*choice.kept, *choice.held]:
+            synced = [self._synced.get(item.name) for item in entry.files]
+            if not entry.files or any(known is None for known in synced):
+                continue
+            known = [one for one in synced if one is not None]
+            listed.append(
+                {
+                    "entry": entry.name,
+                    "folder": entry.folder,
+                    "saved_at": max(one.key[1] for one in known) / 1e9,
+                    "files": sorted(item.name for item in entry.files),
+                    "bytes": sum(one.size for one in known),
+                }
+            )
+        for carried in choice.carried:
+            listed.append(
+                {
+                    "entry": carried.name,
+                    "folder": carried.folder,
+                    "saved_at": carried.saved_at,
+                    "files": sorted(name for name, _, _ in carried.files),
+                    "bytes": carried.size,
+                }
+            )
+        listed.sort(key=lambda entry: (float(entry["saved_at"]), str(entry["entry"])), reverse=True)
+        return listed
 
     def _judge(self, item: Written) -> str | None:
         key = (str(item.path), item.key)
@@ -321,16 +504,23 @@ class OutputsSync:
             ]
             await asyncio.gather(*(one(item) for item in changed))
             names = {item.name for item in done.chosen}
-            for name in [name for name in self._synced if name not in names]:
+            choice = done.checkpoints
+            held = {item.name for entry in choice.held for item in entry.files} if choice else set()
+            gone = [name for name in self._synced if name not in names | held and done.owns(name)]
+            for name in gone:
                 del self._synced[name]  # deleted by the job, or left out now
-                try:
-                    await store.delete(name)
-                except (J2CError, OSError) as exc:
-                    warn("outputs", f"{name} stays in the store, not listed: {_failure(exc)}")
+                await _delete(store, name)
+            if choice is not None:
+                await self._drop_checkpoints(store, choice, gone)
             done.failed.sort(key=lambda item: item["name"])
+            listed = {**self._carried_files, **self._synced}
+            for entry in self._carried_entries:
+                listed.update(
+                    {name: _Synced((0, 0, 0), size, sha) for name, size, sha in entry.files}
+                )
             files = [
                 {"name": name, "size": known.size, "sha256": known.sha256}
-                for name, known in sorted(self._synced.items())
+                for name, known in sorted(listed.items())
             ]
             index = {
                 "format": INDEX_FORMAT,
@@ -338,12 +528,20 @@ class OutputsSync:
                 "files": files,
                 "failed": done.failed,
                 "left_out": done.left_out,
+                "checkpoints": self._checkpoint_index(choice),
             }
             raw = json.dumps(index, indent=1).encode() + b"\n"
             await store.put_bytes(INDEX_NAME, raw)
             say("outputs", f"{digest_mark(self.rank)}{hashlib.sha256(raw).hexdigest()}")
         finally:
             await store.close()
+
+
+async def _delete(store: ObjectStore | PostPolicyStore, name: str) -> None:
+    try:
+        await store.delete(name)
+    except (J2CError, OSError) as exc:
+        warn("outputs", f"{name} stays in the store, not listed: {_failure(exc)}")
 
 
 def _outputs_store(output_uri: str) -> ObjectStore | PostPolicyStore:

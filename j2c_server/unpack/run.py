@@ -36,6 +36,7 @@ from types import FrameType
 
 from j2c_server.core.j2c_lines import TAG_ENV
 from j2c_server.core.manifest_plan import ManifestPlan
+from j2c_server.unpack import summary
 from j2c_server.unpack.errors import EntryNotRunnable, ManifestInvalid
 from j2c_server.unpack.log import say, tag, warn
 
@@ -110,6 +111,7 @@ def run_child(
     pending: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        summary.signalled(signal.Signals(signum).name)
         if on_signal is not None:
             on_signal()
         if child is None:

@@ -69,8 +69,14 @@ class UsageRecord(StartRecord):
     started_at: float | None = Field(None, description="When it started running.")
     finished_at: float | None = None
     queue_wait_s: float | None = Field(None, description="From submitted to running.")
-    run_s: float = Field(0.0, description="From running to its end.")
-    gpu_seconds: float = Field(0.0, description="GPUs asked x run time.")
+    run_s: float = Field(
+        0.0, description="From running to its end; of a resumed job, every attempt's added up."
+    )
+    gpu_seconds: float = Field(0.0, description="GPUs asked x run time (every attempt's).")
+    attempts: int = Field(1, description="How many times it ran (a resumed job: more than 1).")
+    preempted: bool = Field(
+        False, description="An attempt of it was preempted or lost its node (and it resumed)."
+    )
     stages: dict[str, float] = Field(default_factory=dict, description="Seconds per stage.")
     bytes_packed: int = Field(0, description="Layer bytes packed for this job.")
     bytes_reused: int = Field(0, description="Layer bytes reused from the lab's layer cache.")
@@ -145,6 +151,9 @@ def end_record(record: JobRecord, version: str) -> UsageRecord:
         else None
     )
     run_s = round(finished - started, 3) if started is not None and finished is not None else 0.0
+    ran = [a.ended_at - a.started_at for a in record.attempts if a.started_at and a.ended_at]
+    if ran:  # each attempt from its start to its end: the gaps between them held no GPU
+        run_s = round(sum(ran), 3)
     failed = next(
         (s.stage.value for s in record.stages.values() if s.state == StageState.failed), None
     )
@@ -162,6 +171,8 @@ def end_record(record: JobRecord, version: str) -> UsageRecord:
             "queue_wait_s": queue_wait,
             "run_s": max(run_s, 0.0),
             "gpu_seconds": round(record.request.resources.gpus * max(run_s, 0.0), 3),
+            "attempts": max(1, len([a for a in record.attempts if a.scheduler_job_id])),
+            "preempted": any(attempt.interrupted for attempt in record.attempts),
             "stages": {
                 name: stage.seconds
                 for name, stage in record.stages.items()

@@ -34,6 +34,22 @@ MAX_ARGS = 1024
 MAX_ARG_BYTES = 32 * 1024
 MAX_ARGS_TOTAL_BYTES = 256 * 1024
 MAX_NODES = 256
+MAX_RESUMES = 100
+MAX_CHECKPOINT_DIRS = 16
+
+
+def is_checkpoint_dir(folder: str) -> bool:
+    """A checkpoint folder names a folder inside the job's working directory: relative, no
+    empty, '.' or '..' segment (a trailing '/' allowed)."""
+    text = folder.strip()
+    parts = text.rstrip("/").split("/")
+    return (
+        bool(text.rstrip("/"))
+        and not text.startswith("/")
+        and "\\" not in text
+        and "\x00" not in text
+        and not any(part in ("", ".", "..") for part in parts)
+    )
 
 
 def _capped(limit: int, what: str) -> AfterValidator:
@@ -190,6 +206,32 @@ class JobRequest(Strict):
     sweep: SweepSpec | None = Field(
         None, description="Send N variants of this job at once (docs/sweeps.md)."
     )
+    max_attempts: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_RESUMES,
+        description="New attempts after a preemption or a lost node, each resumed from the last "
+        "synced checkpoint (0: none; default: resume.max_attempts).",
+    )
+    checkpoint_dirs: list[str] | None = Field(
+        None,
+        max_length=MAX_CHECKPOINT_DIRS,
+        description="Folders (relative to the working directory) synced while the job runs and "
+        "restored when it resumes (default: resume.checkpoint_dirs).",
+    )
+
+    @field_validator("checkpoint_dirs")
+    @classmethod
+    def _checkpoint_dirs(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        for folder in value:
+            if not is_checkpoint_dir(folder):
+                raise ValueError(
+                    f"{folder!r} is not a folder inside the working directory (a relative path "
+                    "without '..', e.g. 'checkpoints')"
+                )
+        return [folder.strip().rstrip("/") for folder in value]
 
     @field_validator("env")
     @classmethod
@@ -334,6 +376,38 @@ class SendDecision(Strict):
     message: str = Field(..., description="E.g. 'nothing changed since job X: showing it'.")
 
 
+class AttemptRecord(Strict):
+    """One run of a job on its scheduler. A job whose run ended by a preemption or a lost node
+    runs again as its next attempt (same id, same manifest), resumed from its last synced
+    checkpoint; the user's code failing, a cancel or a time limit end the job."""
+
+    number: int = Field(..., ge=1)
+    scheduler_job_id: str | None = Field(None, description="The scheduler's id of this run.")
+    submitted_at: float | None = None
+    started_at: float | None = Field(None, description="When it started running.")
+    ended_at: float | None = None
+    status: JobStatus | None = Field(None, description="How it ended (failed, lost...).")
+    reason: str | None = Field(
+        None, description="Why it ended, e.g. 'preempted (Slurm state PREEMPTED)'."
+    )
+    interrupted: bool = Field(
+        False, description="It ended through no fault of its code (preempted, node lost)."
+    )
+    node: str | None = Field(None, description="Where it ran, when the scheduler says.")
+    resumed_from: str | None = Field(
+        None, description="The checkpoint it was restored from (its path in the working copy)."
+    )
+    resumed_saved_at: float | None = Field(None, description="When that checkpoint was saved.")
+    restored_bytes: int = Field(0, description="Checkpoint bytes restored before it started.")
+    starts_at: float | None = Field(
+        None, description="When it is submitted (after the backoff that follows a preemption)."
+    )
+    restore_key: str | None = Field(
+        None, description="Its restore plan in the store (jobs/<id>/attempts/<n>/restore.json)."
+    )
+    restore_digest: str | None = Field(None, description="That plan's sha256:<hex>.")
+
+
 class JobFailure(Strict):
     """Why a job failed, in one sentence its user acts on: what every front end shows first."""
 
@@ -388,6 +462,25 @@ class JobRecord(Strict):
     )
     frontend: str | None = Field(None, description="Where it was sent from: rest, cli, magic.")
     sweep: SweepInfo | None = Field(None, description="Its sweep: a parent or one variant.")
+    attempt: int = Field(
+        1, ge=1, description="The attempt running now, or the last one (see attempts)."
+    )
+    attempts_allowed: int | None = Field(
+        None,
+        description="Attempts the job may have in all: 1 + its max_attempts (resumes after a "
+        "preemption or lost node).",
+    )
+    attempts: list[AttemptRecord] = Field(
+        default_factory=list, description="Each attempt: when, where, how it ended, resumed from."
+    )
+
+    def attempt_words(self) -> str | None:
+        """``attempt 2 of 4`` once a job has run more than once (None before)."""
+        if self.attempt <= 1:
+            return None
+        allowed = f" of {self.attempts_allowed}" if self.attempts_allowed else ""
+        return f"attempt {self.attempt}{allowed}"
+
     failure: JobFailure | None = Field(
         None, description="Of a failed job: why, in one sentence, and what to do."
     )
@@ -505,6 +598,9 @@ class ServerConfig(Strict):
     default_image: str | None
     images: list[ImageChoice]
     compression_level: int
+    max_attempts: int = Field(
+        3, description="New attempts after a preemption or a lost node (resume.max_attempts)."
+    )
     root_dir_name: str | None = None
 
 

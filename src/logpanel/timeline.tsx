@@ -6,7 +6,13 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatDuration, formatRate, jobSeconds } from '../format';
+import {
+  attemptWords,
+  formatBytes,
+  formatDuration,
+  formatRate,
+  jobSeconds
+} from '../format';
 import { jobsApi } from '../jobs';
 import { Artifact, JobRecord, TrackingRun } from '../models';
 import { StreamState } from '../stream';
@@ -468,6 +474,11 @@ export function LogHeader(props: IHeaderProps): JSX.Element {
             role="status"
           >
             {status}
+          </span>
+        ) : null}
+        {attemptWords(record) ? (
+          <span className="j2c-LogHeader-attempt" data-j2c="attempt">
+            {attemptWords(record)}
           </span>
         ) : null}
         <span className="j2c-LogHeader-message">{progress.message}</span>

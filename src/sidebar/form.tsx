@@ -264,6 +264,19 @@ function AdvancedFields(props: IFormProps): JSX.Element {
       >
         {textarea('data/raw/\n*.ckpt')}
       </Field>
+      <Field
+        form={form}
+        field="maxAttempts"
+        label={form.labels.maxAttempts}
+        hint={trans.__(
+          'New attempts from the last checkpoint after a preemption or a lost node; 0: none'
+        )}
+      >
+        {input(
+          trans.__('%1 (server default)', form.config?.max_attempts ?? 3),
+          'number'
+        )}
+      </Field>
       <Field form={form} field="scheduler" label={form.labels.scheduler}>
         {control => <HTMLSelect {...control} options={schedulers} />}
       </Field>

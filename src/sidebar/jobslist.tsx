@@ -20,7 +20,13 @@ import {
 import * as React from 'react';
 
 import { askBrowserPermission, browserPermission } from '../browserNotify';
-import { formatDuration, formatTime, isTerminal, jobSeconds } from '../format';
+import {
+  attemptWords,
+  formatDuration,
+  formatTime,
+  isTerminal,
+  jobSeconds
+} from '../format';
 import { JobsModel } from '../jobs';
 import { JobRecord } from '../models';
 import { J2CSettings } from '../settings';
@@ -141,6 +147,11 @@ function JobRow(props: {
         </span>
       </span>
       <Metric record={record} name={metric} />
+      {attemptWords(record) ? (
+        <span className="j2c-Job-attempt" data-j2c="attempt">
+          {attemptWords(record)}
+        </span>
+      ) : null}
       {sweep?.role === 'parent' ? (
         <span className="j2c-Job-sweep" data-j2c="sweep-aggregate">
           {sweep.summary}

@@ -32,6 +32,7 @@ export function fieldLabels(trans: TranslationBundle): FieldLabels {
     sweep: trans.__('Sweep'),
     maxParallel: trans.__('Max parallel'),
     retries: trans.__('Retries'),
+    maxAttempts: trans.__('Resumes'),
     allowMissingImports: trans.__('Send even if imports are missing')
   };
 }

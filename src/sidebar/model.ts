@@ -341,7 +341,8 @@ export class ComputeForm {
       allowMissingImports: request.allow_missing_imports ?? false,
       sweepParams: params,
       maxParallel: optional(sweep?.max_parallel),
-      retries: sweep?.retries ? String(sweep.retries) : ''
+      retries: sweep?.retries ? String(sweep.retries) : '',
+      maxAttempts: optional(request.max_attempts)
     };
     this._fillTicket++; // a description of the current file still on its way is stale now
     for (const field of Object.keys(values) as FormField[]) {
@@ -501,6 +502,7 @@ export class ComputeForm {
         openQuote: t.__('A quote is not closed.'),
         maxParallel: t.__('Enter a whole number (1 or more), or leave empty.'),
         retries: t.__('Enter a whole number (0 or more), or leave empty.'),
+        maxAttempts: t.__('Enter a whole number (0 or more), or leave empty.'),
         sweepName: t.__('Name this parameter, or remove the row.'),
         sweepValues: t.__('Give this parameter at least one value.'),
         sweepEmptyValue: t.__(

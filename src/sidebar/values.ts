@@ -42,6 +42,8 @@ export interface IFormValues {
   maxParallel: string;
   /** Re-runs of a variant that exits non-zero; '': none. */
   retries: string;
+  /** New attempts after a preemption or a lost node; '': the server's resume.max_attempts. */
+  maxAttempts: string;
 }
 
 /** The form's text fields (each one control bound by `set`). */
@@ -76,7 +78,8 @@ export const EMPTY_VALUES: IFormValues = {
   allowMissingImports: false,
   sweepParams: [],
   maxParallel: '',
-  retries: ''
+  retries: '',
+  maxAttempts: ''
 };
 
 /** The server's `field` (a JobRequest path such as `resources.memory` or `env.FOO`). */
@@ -101,7 +104,8 @@ const SERVER_FIELDS: [string, ErrorKey][] = [
   ['force_base', 'baseConflicts'],
   ['sweep.max_parallel', 'maxParallel'],
   ['sweep.retries', 'retries'],
-  ['sweep', 'sweep']
+  ['sweep', 'sweep'],
+  ['max_attempts', 'maxAttempts']
 ];
 
 /** Where a server error shows (its field's key), or null when it names none we show. */
@@ -406,6 +410,7 @@ export interface IMessages {
   openQuote: string;
   maxParallel: string;
   retries: string;
+  maxAttempts: string;
   sweepName: string;
   sweepValues: string;
   sweepEmptyValue: string;
@@ -452,6 +457,10 @@ export function buildRequest(
     (level !== null && (!Number.isInteger(level) || level < 1 || level > 22))
   ) {
     errors.compression = messages.compressionRange;
+  }
+  const maxAttempts = wholeNumberOrNull(values.maxAttempts, 0);
+  if (maxAttempts === undefined) {
+    errors.maxAttempts = messages.maxAttempts;
   }
   const args = splitArgs(values.args);
   if (args === null) {
@@ -501,6 +510,9 @@ export function buildRequest(
   };
   if (swept?.sweep) {
     request.sweep = swept.sweep;
+  }
+  if (maxAttempts !== null && maxAttempts !== undefined) {
+    request.max_attempts = maxAttempts;
   }
   if (values.allowMissingImports) {
     request.allow_missing_imports = true;

@@ -278,3 +278,21 @@ def test_a_sweep_file_that_is_no_mapping_is_refused(project: Path) -> None:
     with pytest.raises(InvalidInput, match="expected a mapping") as caught:
         request_for(project, "train.py", "--sweep-file", str(project / "sweep.yaml"))
     assert caught.value.field == "sweep"
+
+
+def test_resume_flags_set_the_jobs_attempts_and_checkpoint_folders(project: Path) -> None:
+    plain = request_for(project, "train.py")
+    assert plain.max_attempts is None and plain.checkpoint_dirs is None  # the server's settings
+    flagged = request_for(
+        project, "train.py", "--max-attempts", "0", "--checkpoint-dir", "out/ckpt/"
+    )
+    assert flagged.max_attempts == 0  # 0 turns resuming off for this job, not "unset"
+    assert flagged.checkpoint_dirs == ["out/ckpt"]
+    filed = request_for(project, config="job:\n  call_path: train.py\n  max_attempts: 5\n")
+    assert filed.max_attempts == 5
+
+
+def test_a_checkpoint_folder_outside_the_working_directory_is_refused(project: Path) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        request_for(project, "train.py", "--checkpoint-dir", "../elsewhere")
+    assert caught.value.field is not None and caught.value.field.startswith("checkpoint_dirs")

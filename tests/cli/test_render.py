@@ -118,6 +118,25 @@ def test_plain_renderer_tells_queued_and_running_but_not_the_pipelines_own_statu
     assert err.getvalue().splitlines() == ["j2c: job j1 queued", "j2c: job j1 running"]
 
 
+def test_board_says_which_attempt_runs_once_a_boundary_line_came() -> None:
+    """The live view of `j2c submit` and the magic: 'attempt 2 of 4' after a preemption."""
+    board = StageBoard()
+    board.apply(event(EventKind.log, stream="stdout", text="step 3"))
+    assert board.attempt is None  # a job that ran once says nothing of attempts
+    boundary = {"attempt": {"ended": 1, "next": 2, "of": 4, "reason": "preempted"}}
+    board.apply(
+        event(
+            EventKind.log,
+            origin="j2c",
+            level="warning",
+            phase="resume",
+            text="attempt 1 of 4 ended: preempted",
+            data=boundary,
+        )
+    )
+    assert board.attempt == "attempt 2 of 4"
+
+
 def _job_events(*, failed: bool = False) -> list[Event]:
     """A job's events as a local job sends them: stages, statuses, j2c's diary in the job
     around the job's lines (one of which looks like j2c's), its end."""

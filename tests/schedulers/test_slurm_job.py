@@ -303,3 +303,22 @@ async def test_unreachable_slurmrestd_is_scheduler_unavailable() -> None:
 def test_slurm_up_exports_are_not_mistaken_for_settings() -> None:
     environ = {"J2C_SLURM_URL": "http://127.0.0.1:1", "J2C_SLURM_TOKEN_FILE": "/t"}
     assert load_settings(environ=environ, config_file=Path("/dev/null")).scheduler.slurm.url is None
+
+
+@pytest.mark.parametrize("state", ["PREEMPTED", "NODE_FAIL", "BOOT_FAIL"])
+def test_a_preemption_or_a_lost_node_is_an_interruption(state: str) -> None:
+    result = job_state(record(state, exit_code=15, nodes="gpu-3"))
+    assert result.status == JobStatus.failed and result.interrupted and result.node == "gpu-3"
+
+
+@pytest.mark.parametrize("state", ["FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED"])
+def test_the_jobs_own_end_a_time_limit_or_a_cancel_is_no_interruption(state: str) -> None:
+    assert job_state(record(state, exit_code=1 << 8, time_limit=30)).interrupted is None
+
+
+@pytest.mark.parametrize("state", ["PENDING", "RUNNING"])
+def test_a_job_slurm_requeued_reads_lost_and_interrupted(state: str) -> None:
+    """slurmrestd drops requeue: false: Slurm would run it again from step 0 (j2c resumes it)."""
+    result = job_state(record(state, restart_cnt=1, state_reason="BeginTime", batch_host="j2c"))
+    assert result.status == JobStatus.lost and result.interrupted and result.node == "j2c"
+    assert job_state(record(state, restart_cnt=0)).interrupted is None

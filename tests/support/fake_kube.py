@@ -24,6 +24,13 @@ thread and event loop) that speaks the real batch/v1 and core/v1 JSON for the en
   fake has no grace period, and no container that a SIGTERM could reach);
 - ``drop_job_fields``: Job spec fields the fake drops on create, as an older API server drops
   fields it does not know (``backoffLimitPerIndex`` before Kubernetes 1.29);
+- ``POST .../pods/{name}/eviction`` (policy/v1 ``Eviction``, what ``kubectl drain`` sends): the
+  pod gets the ``DisruptionTarget`` condition (``EvictionByEvictionAPI``), its container ends
+  on the SIGTERM (143), and the Job controller applies the Job's ``podFailurePolicy`` as the
+  real one does (first matching rule: ``FailJob`` fails the Job with reason
+  ``PodFailurePolicy`` and a message naming the condition and the rule, ``Ignore`` makes a new
+  pod without counting the failure); without a matching rule ``backoffLimit: 0`` fails the Job
+  (``BackoffLimitExceeded``); then the pod is deleted;
 - ``GET .../pods/{name}/log`` with ``follow``, ``timestamps``, ``sinceTime`` (applied at whole
   seconds, the coarsest a real server does) and ``container``; a test can make it drop the
   connection mid-stream, in the middle of a line;
@@ -707,6 +714,65 @@ class FakeKube:
             ):
                 del self.pods[key]
 
+    def evict_pod(self, namespace: str, name: str) -> bool:
+        """The Eviction API on one pod, and what the Job controller does with it (see the
+        module docstring); False when there is no such pod."""
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            return False
+        uid = pod["metadata"]["labels"].get("controller-uid")
+        job = next((j for j in self.jobs.values() if j["metadata"]["uid"] == uid), None)
+        disruption = _condition(
+            "DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting"
+        )
+        pod["status"]["conditions"] = [*pod["status"].get("conditions", []), disruption]
+        terminated = {
+            "exitCode": 143,
+            "reason": "Error",
+            "startedAt": _now(),
+            "finishedAt": _now(),
+            "containerID": "containerd://" + secrets.token_hex(8),
+        }
+        self._container_status(pod, {"terminated": terminated})
+        pod["status"]["phase"] = "Failed"
+        if job is not None:
+            self._disrupted(namespace, job, pod)
+        del self.pods[(namespace, name)]
+        self.pod_deletes.append(name)
+        return True
+
+    def _disrupted(self, namespace: str, job: dict[str, Any], pod: dict[str, Any]) -> None:
+        """The Job controller's podFailurePolicy for a pod that failed by a disruption."""
+        status = job["status"]
+        status["active"] = max(0, status.get("active", 1) - 1)
+        rules = (job["spec"].get("podFailurePolicy") or {}).get("rules") or []
+        for index, rule in enumerate(rules):
+            wanted = rule.get("onPodConditions") or []
+            if not any(c.get("type") == "DisruptionTarget" for c in wanted):
+                continue
+            if rule.get("action") == "Ignore":
+                self._create_pod(namespace, job)
+                return
+            if rule.get("action") == "FailJob":
+                status["failed"] = status.get("failed", 0) + 1
+                message = (
+                    f"Pod {namespace}/{pod['metadata']['name']} has condition DisruptionTarget "
+                    f"matching FailJob rule at index {index}"
+                )
+                status["conditions"] = [
+                    _condition("FailureTarget", "PodFailurePolicy", message),
+                    _condition("Failed", "PodFailurePolicy", message),
+                ]
+                status.pop("active", None)
+                return
+        status["failed"] = status.get("failed", 0) + 1
+        message = "Job has reached the specified backoff limit"
+        status["conditions"] = [
+            _condition("FailureTarget", "BackoffLimitExceeded", message),
+            _condition("Failed", "BackoffLimitExceeded", message),
+        ]
+        status.pop("active", None)
+
     def exceed_deadline(self, job: str) -> None:
         """activeDeadlineSeconds passed: the controller deletes the pod and fails the Job."""
 
@@ -751,6 +817,7 @@ def _routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (r"/api/v1/namespaces/([^/]+)/pods", PodsHandler),
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", PodHandler),
         (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", LogHandler),
+        (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", EvictionHandler),
         (r"/api/v1/namespaces/([^/]+)/services", ServicesHandler),
         (r"/api/v1/namespaces/([^/]+)/secrets", SecretsHandler),
         (r"/api/v1/namespaces/([^/]+)/secrets/([^/]+)", SecretHandler),
@@ -970,6 +1037,17 @@ class PodHandler(_KubeHandler):
             return self.not_found("pods", name)
         self.fake._touch()
         self.reply(200, pod)
+
+
+class EvictionHandler(_KubeHandler):
+    def post(self, namespace: str, name: str) -> None:
+        body = json.loads(self.request.body or b"{}")
+        if body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1":
+            return self.reply(400, _status(400, "BadRequest", "expected a policy/v1 Eviction"))
+        if not self.fake.evict_pod(namespace, name):
+            return self.not_found("pods", name)
+        self.fake._touch()
+        self.reply(201, {**_status(201, "", ""), "status": "Success"})
 
 
 def _since_nanos(text: str) -> int:

@@ -9,6 +9,10 @@ again, and :mod:`.stage_text` turns that data into the event's words.
 
 Packing, hashing and compressing run in niced worker processes (:mod:`.pack_worker`), at most
 ``settings.pack.max_concurrent_packs`` at a time.
+
+A run that a preemption or a lost node ended is followed by the job's next attempt, from the
+same manifest, submitted and watched here again until one ends for good (:mod:`.attempts`);
+the results stage reads the last one.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from j2c_server.image.base_layer import add_base_layers, refuse_if_it_breaks_the
 from j2c_server.image.check import InventoryLearner
 from j2c_server.jobs.children import ChildJobs, Family
 from j2c_server.jobs.clients import Clients
+from j2c_server.jobs.drive.attempts import Attempts, attempts_allowed, next_pending
 from j2c_server.jobs.drive.watch import Log, Watcher, until_available
 from j2c_server.jobs.failure import job_failure
 from j2c_server.jobs.journal import Journal
@@ -57,6 +62,7 @@ from j2c_server.pack.held import hold, release
 from j2c_server.schedulers.base import JobSpec, SchedulerState
 from j2c_server.usage.writer import job_submitted
 from j2c_server.wire.api import (
+    AttemptRecord,
     EventKind,
     JobHandle,
     JobRecord,
@@ -93,6 +99,7 @@ class Pipeline:
         # Set (synchronously, on the loop) just before submitting: from then on a cancel goes to
         # the scheduler instead of interrupting this task.
         self.submitting = False
+        self.attempts = Attempts(settings, journal, clients, log, self._submit)
 
     @property
     def job_id(self) -> str:
@@ -120,7 +127,17 @@ class Pipeline:
             handle = await self._prepare_and_submit(record)
             if handle is None:
                 return
-        state = await self._watch(handle, resumed=resumed)
+        following: JobHandle | SchedulerState | None = handle
+        if resumed and next_pending(record):  # taken over between two attempts
+            following = await self.attempts.start(record, handle)
+        state = SchedulerState(status=JobStatus.lost)
+        while isinstance(following, JobHandle):
+            handle = following
+            state = await self._watch(handle, resumed=resumed)
+            resumed = False
+            following = await self.attempts.after(handle, state)
+        if isinstance(following, SchedulerState):  # the job ends another way than it said
+            state = following
         await self._results(handle, state)
 
     # ------------------------------------------------------------------ stage records
@@ -361,7 +378,8 @@ class Pipeline:
     async def _submit(self, record: JobRecord, spec: JobSpec) -> JobHandle | None:
         inputs = StageInputs({"spec": spec.key, "configure": digest_of(spec.model_dump())})
         if (await self.registry.jobs.get(self.job_id)).status == JobStatus.cancelling:
-            await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
+            if spec.attempt == 1:  # a later attempt's end is the results stage's to write
+                await self.journal.status(JobStatus.cancelled, "cancelled before it was submitted")
             return None
         self.submitting = True
         await self._started(Stage.submit, inputs, {"scheduler": record.scheduler})
@@ -370,19 +388,31 @@ class Pipeline:
             lambda: scheduler.submit(spec), f"submit of {self.job_id}", self.log, attempts=6
         )
 
+        allowed = record.attempts_allowed or attempts_allowed(self.settings, record)
+
         def apply(job: JobRecord) -> None:
             job.handle = handle
+            job.attempts_allowed = allowed
+            if not job.attempts or job.attempts[-1].number != spec.attempt:
+                job.attempts.append(AttemptRecord(number=spec.attempt))
+            job.attempts[-1].scheduler_job_id = handle.id
+            job.attempts[-1].submitted_at = time.time()
 
+        data = {"scheduler": record.scheduler, "scheduler_job_id": handle.id}
         await self._finished(
             Stage.submit,
             inputs,
             StageState.finished,
             {"handle": handle.model_dump(mode="json")},
-            {"scheduler": record.scheduler, "scheduler_job_id": handle.id},
+            {**data, "attempt": spec.attempt} if spec.attempt > 1 else data,
             change=apply,
         )
-        current = await self.journal.status(JobStatus.submitted, f"submitted as {handle.id}")
-        job_submitted(self.settings, self.clients.store(), current, self.log)
+        words = f"submitted as {handle.id}"
+        if spec.attempt > 1:
+            words = f"attempt {spec.attempt} of {allowed} {words}"
+        current = await self.journal.status(JobStatus.submitted, words)
+        if spec.attempt == 1:  # the start of its usage record (one per job)
+            job_submitted(self.settings, self.clients.store(), current, self.log)
         if current.status == JobStatus.cancelling:  # asked while it was being submitted
             await scheduler.cancel(handle)
         return handle

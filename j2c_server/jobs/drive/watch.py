@@ -82,7 +82,8 @@ class Watcher:
 
     async def run(self) -> SchedulerState:
         """Follow the job to its end; return the scheduler's final state."""
-        cursor = await self.journal.registry.events.log_cursor(self.journal.job_id)
+        # "" after an attempt's end (jobs/drive/attempts.py): the next run's log starts afresh.
+        cursor = await self.journal.registry.events.log_cursor(self.journal.job_id) or None
         lines = _Lines(QUEUE_LINES)
         reader = asyncio.create_task(self._read_logs(cursor, lines))
         poller = asyncio.create_task(self._poll_status())

@@ -158,6 +158,7 @@ def job_spec(
             "--output-uri",
             store.uri(f"jobs/{record.id}/outputs"),
             *outputs_options(settings),
+            *checkpoint_options(settings, record),
         ]
         if uploads_outputs(settings, outputs_post)
         else []
@@ -233,6 +234,28 @@ def outputs_options(settings: J2CSettings) -> list[str]:
         f"--outputs-max-file-mb={chosen.max_file_mb:g}",
         f"--outputs-max-total-mb={chosen.max_total_mb:g}",
         f"--outputs-sync-minutes={chosen.sync_every_minutes:g}",
+    ]
+
+
+def checkpoint_dirs(settings: J2CSettings, record: JobRecord) -> list[str]:
+    """The job's checkpoint folders (relative to its working directory): its own, else
+    ``resume.checkpoint_dirs``."""
+    chosen = record.request.checkpoint_dirs
+    return list(settings.resume.checkpoint_dirs if chosen is None else chosen)
+
+
+def checkpoint_options(settings: J2CSettings, record: JobRecord) -> list[str]:
+    """The checkpoint folders and the ``resume.*`` settings of their sync on ``j2c-unpack``'s
+    command line (unpack/checkpoints.py); none when the job has no checkpoint folder."""
+    folders = checkpoint_dirs(settings, record)
+    if not folders:
+        return []
+    chosen = settings.resume
+    return [
+        *(f"--checkpoint-dir={folder}" for folder in folders),
+        f"--checkpoints-every-s={chosen.sync_every_s:g}",
+        f"--checkpoints-keep={chosen.keep_last}",
+        f"--checkpoints-max-mb={chosen.max_mb:g}",
     ]
 
 

@@ -18,6 +18,8 @@ from j2c_server.wire.api import JobRecord, JobRequest, JobStatus, SendDecision
 
 # Request fields that say how a send is run, not what it is: they never split a job.
 _NOT_SETTINGS = {"new"}
+# Request fields that came after the first jobs: a request leaving them unset keeps its key.
+_LATER_FIELDS = ("sweep", "max_attempts", "checkpoint_dirs")
 # The jobs a send with the same key attaches to: still going, or done successfully.
 ATTACHABLE = frozenset(s for s in JobStatus if not s.terminal or s == JobStatus.succeeded)
 
@@ -33,10 +35,12 @@ def request_key(request: JobRequest) -> str:
     """Identical (resolved) requests share a key; ``new`` only decides whether they attach.
 
     A sweep's spec is part of its key (an unchanged re-send of the sweep attaches to its parent);
-    a request without one hashes as before sweeps existed, so earlier jobs still attach.
+    a request without one hashes as before sweeps existed, so earlier jobs still attach (the same
+    for a job's own resume settings, ``max_attempts`` and ``checkpoint_dirs``).
     """
-    exclude = _NOT_SETTINGS if request.sweep is not None else _NOT_SETTINGS | {"sweep"}
-    body = request.model_dump_json(exclude=exclude)
+    # Fields added later hash only when set, so earlier jobs still attach.
+    unset = {name for name in _LATER_FIELDS if getattr(request, name) is None}
+    body = request.model_dump_json(exclude=_NOT_SETTINGS | unset)
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 

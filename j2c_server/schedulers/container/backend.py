@@ -101,6 +101,7 @@ from j2c_server.schedulers.container.status import (
     collect_results,
     container_state,
     mark_cancelled,
+    read_end,
     state_of,
 )
 from j2c_server.schedulers.job_secrets import job_secrets, remove_secrets_file, write_secrets_file
@@ -308,11 +309,13 @@ class ContainerScheduler(SchedulerBase):
             if cancelled:
                 return SchedulerState(status=JobStatus.cancelled, message="cancelled")
             reason = await asyncio.to_thread(self._gpus.failure, folder)
+            if reason is not None:
+                return SchedulerState(status=JobStatus.lost, message=reason)
             return SchedulerState(
                 status=JobStatus.lost,
-                message=reason
-                or f"container {handle.id} no longer exists (removed outside j2c, or the "
+                message=f"container {handle.id} no longer exists (removed outside j2c, or the "
                 "engine's storage was reset)",
+                interrupted="its container vanished without a cancel",
             )
         limit = None if cancelled or state_of(info) in FINISHED else past_limit(info)
         if limit is not None:
@@ -320,7 +323,10 @@ class ContainerScheduler(SchedulerBase):
             await self._stop(handle.id)
             info = await api.inspect(handle.id) or info
         stopped_at = await asyncio.to_thread(timed_out, folder)
-        return container_state(info, cancelled=cancelled, timed_out_s=stopped_at)
+        end = await asyncio.to_thread(read_end, folder / "outputs")
+        return container_state(
+            info, cancelled=cancelled, timed_out_s=stopped_at, end=end, judge_end=True
+        )
 
     async def follow_logs(
         self, handle: JobHandle, cursor: str | None = None
@@ -465,14 +471,21 @@ class ContainerScheduler(SchedulerBase):
             await asyncio.gather(*(self._end(name) for name in names))
             found = [info or {} for info in await asyncio.gather(*map(api.inspect, names))]
         stopped_at = await asyncio.to_thread(timed_out, folder)
-        states = [container_state(i, cancelled=cancelled, timed_out_s=stopped_at) for i in found]
+        ends = [
+            await asyncio.to_thread(read_end, rank_folder(folder, rank) / "outputs")
+            for rank in range(nodes)
+        ]
+        states = [
+            container_state(i, cancelled=cancelled, timed_out_s=stopped_at, end=e, judge_end=True)
+            for i, e in zip(found, ends, strict=True)
+        ]
         ended = [
             parse_timestamp(str((info.get("State") or {}).get("FinishedAt") or ""))
             if state.status.terminal
             else None
             for info, state in zip(found, states, strict=True)
         ]
-        return combined_state(states, ended)
+        return _interrupted_first(combined_state(states, ended), states, ended)
 
     async def _rank_results(self, handle: JobHandle, folder: Path) -> JobResults:
         state = await self._rank_status(handle, folder, int(handle.data["nodes"]))
@@ -547,6 +560,20 @@ class ContainerScheduler(SchedulerBase):
                 field="key",
                 hint=f"remove it (podman rm {name}), or submit with a different request",
             )
+
+
+def _interrupted_first(
+    combined: SchedulerState, states: list[SchedulerState], ended: list[int | None]
+) -> SchedulerState:
+    """A multi-node job is interrupted when the rank that failed first was (the others were
+    stopped because of it)."""
+    if combined.status != JobStatus.failed:
+        return combined
+    order = sorted(range(len(states)), key=lambda rank: (ended[rank] or 0, rank))
+    first = next((states[rank] for rank in order if states[rank].status == JobStatus.failed), None)
+    if first is None or first.interrupted is None:
+        return combined
+    return combined.model_copy(update={"interrupted": first.interrupted})
 
 
 def _locked(settings: J2CSettings, key: str) -> bool:

@@ -54,6 +54,7 @@ from j2c_server.schedulers.container.lifecycle import (
     time_limit_s,
 )
 from j2c_server.schedulers.container.settings import ContainerSettings
+from j2c_server.schedulers.container.status import END_FILE
 from j2c_server.schedulers.job_secrets import SECRETS_FILE_ENV, job_secrets
 from j2c_server.schedulers.multinode import DEFAULT_MASTER_PORT
 from j2c_server.schedulers.unpack_cache import CACHE_ENV, CACHE_MAX_ENV
@@ -164,6 +165,9 @@ def store_files(spec: JobSpec, settings: J2CSettings) -> list[Path]:
     if manifest is None or root is None:
         return []
     files = [manifest]
+    plan = _restore_plan(spec, root)
+    if plan is not None:  # a resumed attempt's restore plan (unpack/restore.py)
+        files.append(plan)
     try:
         with manifest.open("rb") as handle:
             data = json.loads(handle.read(_MANIFEST_LIMIT))
@@ -181,6 +185,15 @@ def store_files(spec: JobSpec, settings: J2CSettings) -> list[Path]:
                 if blob not in files:
                     files.append(blob)
     return files
+
+
+def _restore_plan(spec: JobSpec, root: Path) -> Path | None:
+    """The ``file://`` store's restore plan ``--restore`` names, if any."""
+    options = _unpack_options(spec)
+    if "--restore" not in options[:-1]:
+        return None
+    path = _file_path(options[options.index("--restore") + 1])
+    return path if path is not None and path.is_relative_to(root) else None
 
 
 def in_container(path: Path, root: Path) -> str:
@@ -221,6 +234,8 @@ def _env(
         J2C_OUTPUT_DIR=OUTPUTS,
         J2C_JOB_ID=spec.job_id,
         PYTHONUNBUFFERED="1",
+        # j2c-unpack's end record: a container without one was killed (status.py).
+        J2C_UNPACK_END_FILE=f"{OUTPUTS}/{END_FILE}",
     )
     if spec.resources.nodes > 1:  # the rendezvous j2c-unpack turns into torchrun's (ranks.py)
         env.update(

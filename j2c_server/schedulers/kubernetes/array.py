@@ -121,6 +121,8 @@ def render_array(
     if size < 1:
         raise InvalidInput("sweep: an Indexed Job has at least one index", field="sweep")
     job = render_job(spec, settings, namespace=namespace)
+    # One variant's disrupted pod fails its index only, as any failure of it does.
+    job["spec"].pop("podFailurePolicy", None)
     job["spec"].update(
         completionMode="Indexed",
         completions=size,

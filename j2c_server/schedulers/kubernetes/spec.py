@@ -7,9 +7,11 @@ request always maps to the same Job and a retried create can recognise its own J
 A job on N nodes is an Indexed Job (``completions = parallelism = N``, one pod per rank, the
 rank in ``JOB_COMPLETION_INDEX``), whose pods are spread over N nodes (required pod
 anti-affinity), and which fails as a whole as soon as one pod fails (``backoffLimit: 0`` and a
-``podFailurePolicy`` that fails the Job on any non-zero exit). Its pods' hostnames
-(``<job>-<index>``) resolve under a headless Service of the Job's name (``render_service``), so
-``MASTER_ADDR`` is ``<job>-0.<job>``, a name that exists before rank 0's pod has an IP.
+``podFailurePolicy`` that fails the Job on any non-zero exit). Every Job's ``podFailurePolicy``
+starts with :data:`DISRUPTION_RULE`: a disrupted pod fails the Job with a condition that says
+so. Its pods' hostnames (``<job>-<index>``) resolve under a headless Service of the Job's name
+(``render_service``), so ``MASTER_ADDR`` is ``<job>-0.<job>``, a name that exists before rank
+0's pod has an IP.
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ ANNOTATION_NAME = "j2c.io/name"
 ANNOTATION_CANCELLED = "j2c.io/cancelled"
 MASTER_PORT = 29500
 CACHE_MOUNT = "/j2c/cache"
+# Rule 0 of every Job's podFailurePolicy: a pod ended by a disruption (the DisruptionTarget
+# condition: PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager,
+# TerminationByKubelet...) fails the Job at once, its Failed condition naming the condition.
+# Not Ignore, which would have the controller start the same pod again: j2c's next attempt
+# restores the job's checkpoint and counts attempts itself (docs/kubernetes.md).
+DISRUPTION_RULE: dict[str, Any] = {
+    "action": "FailJob",
+    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+}
 CACHE_VOLUME = "j2c-cache"
 
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
@@ -165,6 +176,7 @@ def _multi_node(spec: JobSpec, job_spec: dict[str, Any], pod: dict[str, Any]) ->
         # indexes run on, which is the opposite.
         podFailurePolicy={
             "rules": [
+                DISRUPTION_RULE,
                 {
                     "action": "FailJob",
                     "onExitCodes": {
@@ -172,7 +184,7 @@ def _multi_node(spec: JobSpec, job_spec: dict[str, Any], pod: dict[str, Any]) ->
                         "operator": "NotIn",
                         "values": [0],
                     },
-                }
+                },
             ]
         },
     )
@@ -301,6 +313,9 @@ def render_job(
     harden(kube, pod, container)
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
+        # A disrupted pod (preempted, evicted, its node lost) fails the Job with a condition
+        # that says so, even once the pod is gone: j2c then resumes the job (status.py).
+        "podFailurePolicy": {"rules": [DISRUPTION_RULE]},
         "template": {"metadata": {"labels": labels}, "spec": pod},
     }
     if kube.ttl_seconds_after_finished is not None:

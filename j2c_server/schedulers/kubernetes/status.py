@@ -5,6 +5,14 @@ Failed with its reason such as DeadlineExceeded); while it runs, the Job's pod s
 still waiting (Unschedulable with the scheduler's message, image pull errors, crash loops) and,
 once its container has terminated, the exit code.
 
+**Interrupted** (a new attempt may resume the job, docs/pipeline.md): its pod was disrupted. The
+Job's Failed condition names the ``DisruptionTarget`` pod condition (rule 0 of its
+``podFailurePolicy``, spec.py: it stays on the Job after the evicted pod is deleted), or its
+current pod (below) still carries that condition (its reason: ``PreemptionByScheduler``,
+``EvictionByEvictionAPI``, ``DeletionByTaintManager``, ``TerminationByKubelet``...) or was
+``Evicted`` by its kubelet. A deadline, an out-of-memory kill and the container's own exit code
+are the job's.
+
 Which pods are the Job's: in a namespace that tenants share, anyone who may create pods can make
 one that carries the Job's labels, and the log, exit code and outputs digest j2c reads come from
 the pod it takes for the Job's. So a pod is the Job's only when it names the Job, by its uid, as
@@ -136,6 +144,21 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+def disruption(job: dict[str, Any] | None, pod: dict[str, Any] | None) -> str | None:
+    """Why the job's pod was disrupted (None: it was not, as far as the API tells)."""
+    failed = _condition(job, "Failed") if job is not None else None
+    if failed is not None and "DisruptionTarget" in str(failed.get("message") or ""):
+        return f"its pod was disrupted ({failed.get('message')})"
+    if pod is None:
+        return None
+    target = _condition(pod, "DisruptionTarget")
+    if target is not None:
+        return f"its pod was disrupted ({_words(target.get('reason'), target.get('message'))})"
+    if pod.get("status", {}).get("reason") == "Evicted":
+        return f"its pod was evicted ({pod['status'].get('message') or 'by its node'})"
+    return None
+
+
 def job_finished(job: dict[str, Any]) -> bool:
     return bool(_condition(job, "Complete") or _condition(job, "Failed"))
 
@@ -211,7 +234,13 @@ def job_state(job: dict[str, Any], pods: list[dict[str, Any]]) -> SchedulerState
         if failed.get("reason") == "DeadlineExceeded" and isinstance(deadline, int):
             words = f"{timed_out(deadline / 60)} ({words})"  # the one wording of every backend
         message = "; ".join(w for w in (words, detail) if w) or None
-        return SchedulerState(status=status, message=message, exit_code=code)
+        return SchedulerState(
+            status=status,
+            message=message,
+            exit_code=code,
+            interrupted=disruption(job, pod) if status == JobStatus.failed else None,
+            node=_node(pod),
+        )
     if was_cancelled(job):
         return SchedulerState(status=JobStatus.cancelling, message="the Job is being deleted")
     if job.get("spec", {}).get("suspend"):
@@ -238,10 +267,21 @@ def pod_state(pod: dict[str, Any] | None) -> SchedulerState:
     if phase == "Failed":
         reason = _words(pod["status"].get("reason"), pod["status"].get("message"))
         message = "; ".join(w for w in (reason, detail) if w) or None
-        return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
+        return SchedulerState(
+            status=JobStatus.failed,
+            message=message,
+            exit_code=code,
+            interrupted=disruption(None, pod),
+            node=_node(pod),
+        )
     if phase == "Unknown":
         return SchedulerState(
             status=JobStatus.running, message="the pod's node does not report (Unknown)"
         )
     waiting = "waiting" in (container_status(pod).get("state") or {})
     return SchedulerState(status=JobStatus.running, message=detail if waiting else None)
+
+
+def _node(pod: dict[str, Any] | None) -> str | None:
+    node = (pod or {}).get("spec", {}).get("nodeName")
+    return str(node) if node else None

@@ -7,6 +7,13 @@ writes the request, starts the supervisor and reads what it records, so a fresh 
 restarted server, the CLI, another kernel) sees every job that any instance started.
 
 Blocking work (spawning, file reads, ``nvidia-smi``) runs in worker threads.
+
+**Interrupted** (a new attempt may resume the job, docs/pipeline.md): the job's runner was
+killed, not ended by its job. Either its supervisor is gone without an exit record (``lost``:
+killed, or the machine restarted), or ``j2c-unpack`` itself died of a signal: it handles SIGTERM
+and SIGINT by passing them to the job and exits with the job's code, so only a kill (or a
+crash) ends it by a signal. Not when j2c cancelled it or its time limit stopped it. Each
+attempt runs in a folder of its own (``<job id>.a<n>`` from the second).
 """
 
 from __future__ import annotations
@@ -211,7 +218,7 @@ class LocalScheduler(SchedulerBase):
                 return indexed
         except FileNotFoundError:
             pass
-        run = RunDir(self._runs / spec.job_id)
+        run = RunDir(self._runs / _run_name(spec))
         if not run.path.exists():
             return None
         recorded = read_json(run.spec) or {}
@@ -250,7 +257,7 @@ class LocalScheduler(SchedulerBase):
                 "submitted_at": time.time(),
             },
         )
-        run = RunDir(self._runs / spec.job_id)
+        run = RunDir(self._runs / _run_name(spec))
         os.rename(staging.path, run.path)
         try:
             self._spawn_supervisor(run, hidden)
@@ -315,6 +322,11 @@ class LocalScheduler(SchedulerBase):
         return RunDir(self._runs / handle.id)
 
 
+def _run_name(spec: JobSpec) -> str:
+    """The run folder's name: the job id, and for a resumed job's later attempt its number."""
+    return spec.job_id if spec.attempt == 1 else f"{spec.job_id}.a{spec.attempt}"
+
+
 def _free_port() -> int:
     """A port free on this machine now, for rank 0 to listen on (MASTER_PORT)."""
     with socket.socket() as probe:
@@ -349,6 +361,7 @@ def _read_state(run: RunDir) -> SchedulerState:
                 status=JobStatus.lost,
                 message="the job's supervisor is gone and left no exit record "
                 "(killed, or the machine restarted)",
+                interrupted="its local supervisor was killed",
             )
     return _final_state(ended)
 
@@ -377,7 +390,14 @@ def _final_state(ended: dict[str, Any]) -> SchedulerState:
         message += f" (killed by {ended['signal']})"
     if ended.get("error"):
         message = f"{ended['error']}: {message}"
-    return SchedulerState(status=JobStatus.failed, message=message, exit_code=code)
+    interrupted = None
+    if ended.get("signal") and not ended.get("timed_out"):
+        # j2c-unpack passes SIGTERM/SIGINT on and exits with the job's code: a signal that
+        # ended it was a kill from outside (a cancel and the time limit are said above).
+        interrupted = f"its runner j2c-unpack was killed ({ended['signal']})"
+    return SchedulerState(
+        status=JobStatus.failed, message=message, exit_code=code, interrupted=interrupted
+    )
 
 
 def _cancel(run: RunDir) -> None:

@@ -13,6 +13,11 @@
   ``entrypoint_num_gpus/num_cpus/memory`` (they decide which node runs the entrypoint: the head
   unless they place it on a worker); a GPU type asks for ``accelerator_type:<type>``.
 - status: ``GET /api/jobs/{id}``; a job Ray no longer knows reads as lost.
+- **interrupted** (a new attempt may resume the job, docs/pipeline.md): Ray says its job
+  supervisor actor died (``error_type`` ``JOB_SUPERVISOR_ACTOR_DIED``, or, from a Ray without
+  ``error_type``, a message that says so): the node that ran the entrypoint died or was
+  stopped. A job Ray no longer knows (its head restarted) too. The entrypoint's own exit code
+  (``JOB_ENTRYPOINT_COMMAND_ERROR``) and a stop j2c asked for are not.
 - logs: the dashboard's tail websocket, read incrementally, with a cursor that counts the lines
   already delivered (:mod:`.logs`: Ray's own lines counted, not delivered).
 - cancel: ``POST /api/jobs/{id}/stop`` (Ray sends SIGTERM, then SIGKILL after
@@ -55,6 +60,7 @@ _STATES = {
     "SUCCEEDED": JobStatus.succeeded,
     "FAILED": JobStatus.failed,
 }
+_SUPERVISOR_DIED = "Job supervisor actor died"  # Ray's words, before error_type existed
 _MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?$")
 _SUBMISSION_ID = re.compile(r"^j2c-[0-9a-f]{24}$")
 # Ray's logger, as in "2026-01-02 03:04:05,678\tINFO job_manager.py:581 -- Runtime env is …".
@@ -200,7 +206,13 @@ def job_state(job: Mapping[str, Any]) -> SchedulerState:
         # It never ran (e.g. its runtime_env failed): say why, in Ray's words.
         message = f"Ray could not run the job: {job.get('message') or 'no reason given'}"
     text = str(message)[:2000] if message else None
-    return SchedulerState(status=status, message=text, exit_code=exit_code)
+    interrupted = None
+    if status == JobStatus.failed and (
+        job.get("error_type") == "JOB_SUPERVISOR_ACTOR_DIED"
+        or (job.get("error_type") is None and _SUPERVISOR_DIED in str(job.get("message") or ""))
+    ):
+        interrupted = "its Ray node died (the job's supervisor actor died with it)"
+    return SchedulerState(status=status, message=text, exit_code=exit_code, interrupted=interrupted)
 
 
 def _ray_id(handle: JobHandle) -> str:
@@ -312,6 +324,7 @@ class RayScheduler(SchedulerBase):
                 status=JobStatus.lost,
                 message=f"Ray no longer knows job {handle.id} (its head was restarted, or the "
                 "job was deleted)",
+                interrupted="the Ray cluster lost it (its head restarted)",
             )
         return job_state(job)
 

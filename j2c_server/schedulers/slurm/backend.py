@@ -193,7 +193,9 @@ class SlurmScheduler(SchedulerBase):
     # ------------------------------------------------------------------ protocol
 
     async def submit(self, spec: JobSpec) -> JobHandle:
-        output = self._job_dir / spec.job_id / OUTPUT_NAME
+        # A resumed job's later attempt writes a log of its own (its watcher starts afresh).
+        folder = spec.job_id if spec.attempt == 1 else f"{spec.job_id}.a{spec.attempt}"
+        output = self._job_dir / folder / OUTPUT_NAME
         job_id, existing = await self._submit(spec, output, None)
         if existing is not None:
             return self._handle(existing)

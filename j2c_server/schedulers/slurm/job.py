@@ -268,7 +268,8 @@ def job_description(spec: JobSpec, settings: SlurmSettings, output: Path) -> dic
         "environment": job_environment(spec, settings, output.parent),
         "current_working_directory": str(output.parent),
         "standard_output": str(output),
-        # A requeued job would run again from scratch behind the user's back.
+        # A requeued job would run again from scratch behind the user's back. slurmrestd
+        # v0.0.38 ignores it, though: a requeue is then caught as an interruption (state.py).
         "requeue": False,
         "nodes": resources.nodes,
         "tasks": resources.nodes,

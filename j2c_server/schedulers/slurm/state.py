@@ -5,6 +5,18 @@ partition's queue counted (:func:`jobs_ahead`). The exit code in the
 record is a raw wait status: a job killed by signal N reads as exit code 128+N, as a shell shows
 it. A job j2c was asked to cancel (its comment carries the cancel mark) reads as cancelled
 however it ended, unless it completed successfully first.
+
+**Interrupted** (a new attempt may resume the job, docs/pipeline.md): Slurm's own verdict.
+``PREEMPTED`` (a higher-priority job took its resources in a partition with ``PreemptMode``
+CANCEL, or REQUEUE for jobs j2c submits, which are not requeueable: j2c resumes them itself,
+with their checkpoint), ``NODE_FAIL`` (its node stopped responding or was set down) and
+``BOOT_FAIL`` (its node never booted) are not the job's doing; ``FAILED``, ``TIMEOUT``,
+``OUT_OF_MEMORY`` and ``CANCELLED`` are. A job Slurm requeued (``restart_cnt`` above 0 while it
+is queued or running again: its node failed, it was preempted in REQUEUE mode, or ``scontrol
+requeue``) reads as lost and interrupted: Slurm would run it again from its start, j2c resumes
+it from its checkpoint instead (the requeued job is cancelled). slurmrestd v0.0.38 ignores the
+``requeue: false`` j2c submits with, so every job is requeueable where ``JobRequeue=1`` (the
+default).
 """
 
 from __future__ import annotations
@@ -39,6 +51,11 @@ _FAILED = {
     "SPECIAL_EXIT": "ended in Slurm's special-exit state",
 }
 _CANCELLED = {"CANCELLED", "REVOKED"}
+_INTERRUPTED = {
+    "PREEMPTED": "preempted (Slurm state PREEMPTED)",
+    "NODE_FAIL": "its node failed (Slurm state NODE_FAIL)",
+    "BOOT_FAIL": "its node did not boot (Slurm state BOOT_FAIL)",
+}
 
 _REASONS = {
     "None": "waiting to be scheduled",
@@ -98,6 +115,15 @@ def job_state(job: dict[str, Any]) -> SchedulerState:
     state = str(job.get("job_state") or "UNKNOWN")
     reason = str(job.get("state_reason") or "None")
     job_id = job.get("job_id")
+    restarts = job.get("restart_cnt")
+    if isinstance(restarts, int) and restarts > 0 and (state in _QUEUED or state in _RUNNING):
+        return SchedulerState(
+            status=JobStatus.lost,
+            message=f"Slurm requeued job {job_id} to run it again from its start "
+            f"(restart {restarts}; {state}, {reason})",
+            interrupted="requeued by Slurm (its node failed, or it was preempted or requeued)",
+            node=str(job.get("batch_host") or job.get("nodes") or "") or None,
+        )
     if state in _QUEUED:
         return SchedulerState(status=JobStatus.queued, message=_pending_message(reason, job))
     if state in _RUNNING:
@@ -119,10 +145,13 @@ def job_state(job: dict[str, Any]) -> SchedulerState:
         if state == "TIMEOUT" and isinstance(job.get("time_limit"), int):
             what = timed_out(job["time_limit"])  # the one wording of every backend
         detail = f"; {job['state_description']}" if job.get("state_description") else ""
+        nodes = job.get("nodes") or job.get("batch_host")
         return SchedulerState(
             status=JobStatus.failed,
             message=f"Slurm job {job_id} {what}{_ending(code)}{detail}",
             exit_code=code,
+            interrupted=_INTERRUPTED.get(state),
+            node=str(nodes) if nodes else None,
         )
     return SchedulerState(status=JobStatus.running, message=f"Slurm state {state}")
 
