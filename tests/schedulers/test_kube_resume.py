@@ -21,12 +21,13 @@ import httpx
 import pytest
 
 from j2c_server.config import load_settings
+from j2c_server.core.j2c_lines import format_line
 from j2c_server.jobs.service import JobService
 from j2c_server.schedulers.kubernetes.spec import job_name
 from j2c_server.schedulers.kubernetes.status import job_state
 from j2c_server.sweeps.hook import job_service
 from j2c_server.unpack.checkpoints import CheckpointRules
-from j2c_server.unpack.outputs import INDEX_NAME, Caps, OutputsSync, WorkingCopy
+from j2c_server.unpack.outputs import INDEX_DIGEST_MARK, INDEX_NAME, Caps, OutputsSync, WorkingCopy
 from j2c_server.wire.api import JobRecord, JobRequest, JobStatus
 from tests.support.fake_kube import GOOD_TOKEN, FakeKube, write_kubeconfig
 from tests.support.jobs import settle
@@ -75,9 +76,10 @@ async def _until_status(service: JobService, job_id: str, status: JobStatus) -> 
     return record
 
 
-def _synced_checkpoint(tmp_path: Path, output_uri: str) -> str:
+def _synced_checkpoint(tmp_path: Path, output_uri: str, tag: str | None) -> str:
     """What the job's j2c-unpack did before the eviction: ``checkpoints/step_0007`` synced to
-    the outputs in the store; the index's sha256 line it printed."""
+    the outputs in the store; the index's sha256 line it printed (``tag``: the job's line tag;
+    None: the same words as the job itself could print them)."""
     code = tmp_path / "working-copy"
     (code / "checkpoints").mkdir(parents=True)
     (code / "checkpoints" / "step_0006").write_text("6")
@@ -91,7 +93,8 @@ def _synced_checkpoint(tmp_path: Path, output_uri: str) -> str:
     )
     sync.sync(final=False)
     index = Path(output_uri.removeprefix("file://")) / INDEX_NAME
-    return f"j2c: outputs: index sha256:{hashlib.sha256(index.read_bytes()).hexdigest()}"
+    digest = hashlib.sha256(index.read_bytes()).hexdigest()
+    return format_line(tag, "info", "outputs", f"{INDEX_DIGEST_MARK}{digest}")
 
 
 def _evict(fake: FakeKube, pod: str) -> None:
@@ -116,9 +119,12 @@ def _env(job: dict[str, Any]) -> dict[str, str]:
     return {item["name"]: item["value"] for item in container["env"]}
 
 
+@pytest.mark.parametrize("printed_by", ["j2c", "the job"])
 async def test_an_evicted_pod_resumes_from_its_last_checkpoint_as_the_next_attempt(
-    service: JobService, fake_kube: FakeKube, tmp_path: Path
+    service: JobService, fake_kube: FakeKube, tmp_path: Path, printed_by: str
 ) -> None:
+    """The checkpoint is found through j2c's own digest line; the same words printed by the
+    job name nothing: the next attempt then starts afresh."""
     service.start()
     try:
         record = await service.submit(_request(tmp_path / "proj"))
@@ -131,7 +137,8 @@ async def test_an_evicted_pod_resumes_from_its_last_checkpoint_as_the_next_attem
         command = job["spec"]["template"]["spec"]["containers"][0]["command"]
         output_uri = command[command.index("--output-uri") + 1]
         assert "--checkpoint-dir=checkpoints" in command
-        line = await asyncio.to_thread(_synced_checkpoint, tmp_path, output_uri)
+        tag = _env(job)["J2C_LINE_TAG"] if printed_by == "j2c" else None
+        line = await asyncio.to_thread(_synced_checkpoint, tmp_path, output_uri, tag)
         fake_kube.start(first)
         fake_kube.log(first, "step 7", line)
         await _until_status(service, record.id, JobStatus.running)
@@ -143,6 +150,9 @@ async def test_an_evicted_pod_resumes_from_its_last_checkpoint_as_the_next_attem
         command = resumed["spec"]["template"]["spec"]["containers"][0]["command"]
         assert _env(resumed)["J2C_ATTEMPT"] == "2"
         assert _env(resumed)["J2C_JOB_ID"] == record.id
+        if printed_by == "the job":
+            assert "--restore" not in command
+            return
         plan_uri = command[command.index("--restore") + 1]
         digest = command[command.index("--restore-digest") + 1]
         raw = Path(plan_uri.removeprefix("file://")).read_bytes()

@@ -269,7 +269,10 @@ class Attempts:
         store = self.clients.store()
         if presign and not told_to_upload(record):
             return _Planned(why="the job could not upload its outputs (presigned, no policy)")
-        line = await self.registry.events.last_log_line_with(self.job_id, INDEX_DIGEST_MARK)
+        # j2c's own line only: a line the job printed names no index (docs/security.md).
+        line = await self.registry.events.last_log_line_with(
+            self.job_id, INDEX_DIGEST_MARK, j2c_only=True
+        )
         index, problem = await read_index(store, self.job_id, logged_digest([line] if line else []))
         if index is None:
             return _Planned(why=problem or "no checkpoint was synced")
