@@ -459,13 +459,18 @@ class Soak:
                 return events
 
     async def usage_records(self, ids: set[str]) -> list[tuple[str, dict[str, Any]]]:
-        """Every usage record in the store, read. A job whose driver was killed before its
-        record gets it from the next service's sweep, after a grace (jobs/drive/drivers.py
-        ACCOUNT_GRACE_S): waited for, up to a minute."""
+        """Every usage record in the store, read, once each job's is an end record. A job is
+        terminal before its end record is written (a store that fails makes the write retry
+        for seconds), and a job whose driver was killed before that gets it from the next
+        service's sweep, after a grace (jobs/drive/drivers.py ACCOUNT_GRACE_S): waited for,
+        up to a minute; what is there then is checked."""
         records: list[tuple[str, dict[str, Any]]] = []
         for _ in range(60):
             records = await asyncio.to_thread(self.read_usage)
-            if ids <= {str(record.get("job_id")) for _, record in records}:
+            ended = {
+                str(record.get("job_id")) for _, record in records if record.get("kind") == "end"
+            }
+            if ids <= ended:
                 break
             await asyncio.sleep(1)
         return records

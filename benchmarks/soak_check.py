@@ -20,9 +20,13 @@ What must hold (each broken one a line of :func:`check`'s answer):
 
 - one job per send (two for an edited send), every job the server has belongs to a send, the
   ids the client was answered are among them, an unchanged re-send got the first job's id;
-- each job ended as its history calls for, on the backend its send asked for;
+- each job ended as its history calls for, on the backend its send asked for; a job whose
+  ``j2c-unpack`` was killed may have resumed as its next attempt (docs/pipeline.md, Attempts)
+  and then end as its kind does;
 - each job's log holds exactly the lines the job printed (``<tag> line <i>``): none lost, none
-  doubled, in order; all of them when it ran to its end, a prefix when it was cut short;
+  doubled, in order; all of them when it ran to its end, a prefix when it was cut short. A
+  resumed job's log is one such run per attempt, split at j2c's boundary lines (the soak's job
+  keeps no checkpoint: each attempt prints from line 0), every attempt but the last a prefix;
 - each viewer saw every event from seq 1 to the last exactly once, in order, with the text the
   server stored;
 - exactly one usage record per job (counted as a multiset: a second record of a job is found),
@@ -193,6 +197,8 @@ def _ending(send: SendSeen, job: dict[str, Any], events: list[dict[str, Any]]) -
     wanted = {"fail": "failed", "cancel": "cancelled"}.get(send.kind, "succeeded")
     killed = job_id in send.killed
     allowed = {"failed", "lost"} if killed else {wanted}
+    if killed and int(job.get("attempt") or 1) > 1:
+        allowed.add(wanted)  # it resumed after the kill, as an interrupted job does
     if killed and send.kind == "cancel":
         allowed.add("cancelled")
     crowded_failure = send.crowded and status == "failed" and status not in allowed
@@ -216,10 +222,14 @@ def _log_text(send: SendSeen, job: dict[str, Any], events: list[dict[str, Any]])
     order; all N when the job ran to its end (succeeded, or failed with the exit code it chose),
     else a prefix (it was cut short)."""
     where = f"send {send.index} ({send.kind}): {job['id']}"
-    numbers: list[int] = []
+    attempts: list[list[int]] = [[]]
     problems = []
     for event in events:
         if event.get("kind") != "log":
+            continue
+        if event.get("origin") == "j2c" and event.get("phase") == "resume":
+            if (event.get("data") or {}).get("attempt", {}).get("next"):
+                attempts.append([])  # the next attempt prints from its first line again
             continue
         match = PRINTED.match(str(event.get("text") or ""))
         if match is None:
@@ -227,22 +237,26 @@ def _log_text(send: SendSeen, job: dict[str, Any], events: list[dict[str, Any]])
         if match["tag"] != send.tag:
             problems.append(f"{where}: a line of {match['tag']} in its log: {event.get('text')!r}")
             continue
-        numbers.append(int(match["i"]))
-    for position, number in enumerate(numbers):
-        if number != position:
-            counts = Counter(numbers)
-            doubled = sorted(n for n, c in counts.items() if c > 1)
-            missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
-            problems.append(
-                f"{where}: log lines out of step at position {position} (line {number}); "
-                f"doubled {doubled[:5]}, missing {missing[:5]}"
-            )
-            return problems  # the count below would say the same again
+        attempts[-1].append(int(match["i"]))
+    for run, numbers in enumerate(attempts, start=1):
+        for position, number in enumerate(numbers):
+            if number != position:
+                counts = Counter(numbers)
+                doubled = sorted(n for n, c in counts.items() if c > 1)
+                missing = sorted(set(range(max(numbers) + 1)) - set(numbers))
+                of = f" of attempt {run}" if len(attempts) > 1 else ""
+                problems.append(
+                    f"{where}: log lines{of} out of step at position {position} (line "
+                    f"{number}); doubled {doubled[:5]}, missing {missing[:5]}"
+                )
+                return problems  # the count below would say the same again
+        if len(numbers) > send.lines:
+            problems.append(f"{where}: {len(numbers)} lines in its log, it printed {send.lines}")
+            return problems
+    numbers = attempts[-1]
     ran_to_end = job["status"] == "succeeded" or (send.kind == "fail" and job.get("exit_code") == 3)
     if ran_to_end and len(numbers) != send.lines:
         problems.append(f"{where}: {len(numbers)} of the {send.lines} lines it printed in its log")
-    elif len(numbers) > send.lines:
-        problems.append(f"{where}: {len(numbers)} lines in its log, it printed {send.lines}")
     return problems
 
 

@@ -49,8 +49,11 @@ def test_a_two_node_job_is_an_indexed_job_the_official_models_accept() -> None:
     assert body["completionMode"] == "Indexed"
     assert body["completions"] == body["parallelism"] == 2
     assert body["backoffLimit"] == 0
-    [rule] = body["podFailurePolicy"]["rules"]
-    assert rule["action"] == "FailJob"
+    # A disruption first (it ends the Job as interrupted: a new attempt resumes it), then any
+    # rank's non-zero exit fails the whole Job at once.
+    disruption, rule = body["podFailurePolicy"]["rules"]
+    assert disruption["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+    assert rule["action"] == disruption["action"] == "FailJob"
     assert rule["onExitCodes"] == {"containerName": "j2c", "operator": "NotIn", "values": [0]}
     pod = body["template"]["spec"]
     name = job_name(spec.key)

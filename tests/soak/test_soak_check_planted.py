@@ -274,6 +274,43 @@ def test_planted_succeeded_job_that_was_killed_is_reported(run: Run) -> None:
     only(sc.check(run.observed()), "j5 succeeded, not ['failed', 'lost']")
 
 
+def _resumed(run: Run, first: list[int], second: list[int]) -> Run:
+    """j5 (its j2c-unpack killed) resumed as attempt 2 and succeeded: its log is attempt 1's
+    lines, j2c's boundary line, attempt 2's lines from line 0 again."""
+    job = run.job("j5")
+    job["status"], job["exit_code"], job["attempt"] = "succeeded", 0, 2
+    run.usage[[r["job_id"] for _, r in run.usage].index("j5")][1]["status"] = "succeeded"
+    events = _events("j5", "send-5", first + second, "succeeded")
+    boundary = {
+        "job_id": "j5",
+        "kind": "log",
+        "origin": "j2c",
+        "phase": "resume",
+        "text": "attempt 1 of 4 ended: its runner j2c-unpack was killed (SIGKILL)",
+        "data": {"attempt": {"ended": 1, "next": 2, "of": 4}},
+    }
+    events.insert(2 + len(first), boundary)
+    for seq, event in enumerate(events, start=1):
+        event["seq"] = seq
+    run.events["j5"] = events
+    job["last_seq"] = len(events)
+    return run
+
+
+def test_a_killed_job_that_resumed_and_ran_to_its_end_passes(run: Run) -> None:
+    """Not a violation: the kill was an interruption; attempt 2 printed every line anew."""
+    assert sc.check(_resumed(run, [0, 1, 2], list(range(8))).observed()) == []
+
+
+def test_planted_doubled_line_within_a_resumed_attempt_is_reported(run: Run) -> None:
+    problems = sc.check(_resumed(run, [0, 1, 2], [0, 1, 2, 2, 3, 4, 5, 6, 7]).observed())
+    only(problems, "j5", "of attempt 2", "doubled [2]")
+
+
+def test_planted_resumed_job_that_lost_its_last_lines_is_reported(run: Run) -> None:
+    only(sc.check(_resumed(run, [0, 1, 2], [0, 1, 2, 3]).observed()), "j5", "4 of the 8")
+
+
 def test_planted_job_of_no_send_is_reported(run: Run) -> None:
     stray = sc.SendSeen(99, "ok", 1, "local")
     run.add_job(stray, "stray", "succeeded", 0, [0])
