@@ -27,7 +27,7 @@ from j2c_server.core.job_env import is_credential_name
 from j2c_server.registry.settings import RegistrySettings
 from j2c_server.schedulers.settings import SchedulerSettings, scheduler_settings_model
 from j2c_server.storage.settings import StorageSettings as StorageSettings  # owned by storage/
-from j2c_server.wire.api import ImageChoice, is_checkpoint_dir
+from j2c_server.wire.api import ImageChoice, checkpoint_dirs
 
 ENV_PREFIX = "J2C_"
 ENV_DELIMITER = "__"
@@ -222,13 +222,7 @@ class ResumeSettings(_Section):
     @field_validator("checkpoint_dirs")
     @classmethod
     def _inside_workdir(cls, value: list[str]) -> list[str]:
-        for folder in value:
-            if not is_checkpoint_dir(folder):
-                raise ValueError(
-                    f"{folder!r} is not a folder inside the working directory (a relative path "
-                    "without '..', e.g. 'checkpoints')"
-                )
-        return [folder.strip().rstrip("/") for folder in value]
+        return checkpoint_dirs(value)
 
 
 class UsageSettings(_Section):

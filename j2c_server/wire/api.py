@@ -52,6 +52,18 @@ def is_checkpoint_dir(folder: str) -> bool:
     )
 
 
+def checkpoint_dirs(value: list[str]) -> list[str]:
+    """Checkpoint folders as given (a request's, a setting's), each checked and without its
+    trailing '/'; ValueError names the first that is not inside the working directory."""
+    for folder in value:
+        if not is_checkpoint_dir(folder):
+            raise ValueError(
+                f"{folder!r} is not a folder inside the working directory (a relative path "
+                "without '..', e.g. 'checkpoints')"
+            )
+    return [folder.strip().rstrip("/") for folder in value]
+
+
 def _capped(limit: int, what: str) -> AfterValidator:
     def check(value: str) -> str:
         if len(value.encode()) > limit:
@@ -223,15 +235,7 @@ class JobRequest(Strict):
     @field_validator("checkpoint_dirs")
     @classmethod
     def _checkpoint_dirs(cls, value: list[str] | None) -> list[str] | None:
-        if value is None:
-            return None
-        for folder in value:
-            if not is_checkpoint_dir(folder):
-                raise ValueError(
-                    f"{folder!r} is not a folder inside the working directory (a relative path "
-                    "without '..', e.g. 'checkpoints')"
-                )
-        return [folder.strip().rstrip("/") for folder in value]
+        return None if value is None else checkpoint_dirs(value)
 
     @field_validator("env")
     @classmethod

@@ -22,7 +22,7 @@ from j2c_server.wire.api import Event, EventKind, JobRequest, JobStatus
 from j2c_server.wire.event_frames import diary_text
 from tests.support.jobs import settle
 from tests.support.podman import Podman
-from tests.support.resumable import last_step, resume_bytes, starts, write_resumable
+from tests.support.resumable import first_line, last_step, resume_bytes, starts, write_resumable
 
 STEPS = 40
 PAUSE_S = 0.25
@@ -42,20 +42,6 @@ def _settings(podman: Podman, data: Path) -> J2CSettings:
 
 def _lines(events: list[Event]) -> list[str]:
     return [diary_text(e.model_dump(mode="json")) for e in events if e.kind == EventKind.log]
-
-
-async def _first(
-    service: JobService, job_id: str, wanted: str, *, after: int = 0, timeout_s: float = 120
-) -> Event:
-    """The first log event at or after seq ``after`` that contains ``wanted``."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            for event in await service.events(job_id, after):
-                if event.kind == EventKind.log and wanted in diary_text(
-                    event.model_dump(mode="json")
-                ):
-                    return event
-            await asyncio.sleep(0.1)
 
 
 def _podman(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,15 +69,15 @@ async def test_a_container_killed_by_podman_resumes_from_its_checkpoint_as_one_j
                 image=podman.image,
             )
         )
-        await _first(service, record.id, "attempt 1 starts at step 0")
-        step = await _first(service, record.id, "step 6")
-        synced = await _first(service, record.id, "j2c: checkpoints: synced", after=step.seq)
+        await first_line(service, record.id, "attempt 1 starts at step 0")
+        step = await first_line(service, record.id, "step 6")
+        synced = await first_line(service, record.id, "j2c: checkpoints: synced", after=step.seq)
         running = await service.get(record.id)
         assert running.handle is not None
         killed = _podman("kill", running.handle.id)
         killed_at = time.time()
         assert killed.returncode == 0, killed.stderr
-        resumed = await _first(service, record.id, "attempt 2 starts at step", after=synced.seq)
+        resumed = await first_line(service, record.id, "attempt 2 starts at step", after=synced.seq)
         async with asyncio.timeout(180):
             final = await service.wait(record.id)
         events = await service.events(record.id)

@@ -21,10 +21,10 @@ import pytest
 
 from j2c_server.config import J2CSettings
 from j2c_server.jobs.service import JobService
-from j2c_server.wire.api import Event, EventKind, JobRequest, JobStatus, Resources
+from j2c_server.wire.api import EventKind, JobRequest, JobStatus, Resources
 from j2c_server.wire.event_frames import diary_text
 from tests.support.jobs import settle
-from tests.support.resumable import last_step, resume_bytes, starts, write_resumable
+from tests.support.resumable import first_line, last_step, resume_bytes, starts, write_resumable
 from tests.support.slurm import SlurmCluster
 
 STEPS = 40
@@ -52,19 +52,6 @@ def _slurm(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-async def _first(
-    service: JobService, job_id: str, wanted: str, *, after: int = 0, timeout_s: float = 120
-) -> Event:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            for event in await service.events(job_id, after):
-                if event.kind == EventKind.log and wanted in diary_text(
-                    event.model_dump(mode="json")
-                ):
-                    return event
-            await asyncio.sleep(0.1)
-
-
 async def _interrupted_and_resumed(
     cluster: SlurmCluster, tmp_path: Path, interrupt: str
 ) -> tuple[list[str], float, object]:
@@ -84,8 +71,8 @@ async def _interrupted_and_resumed(
                 resources=Resources(gpus=2),
             )
         )
-        step = await _first(service, record.id, "step 6")
-        await _first(service, record.id, "j2c: checkpoints: synced", after=step.seq)
+        step = await first_line(service, record.id, "step 6")
+        await first_line(service, record.id, "j2c: checkpoints: synced", after=step.seq)
         running = await service.get(record.id)
         assert running.handle is not None
         if interrupt == "preempt":
@@ -117,9 +104,9 @@ async def _interrupted_and_resumed(
             assert done.returncode == 0, done.stderr
         interrupted_at = time.time()
         if interrupt == "node":
-            await _first(service, record.id, "attempt 1 of 4 ended")
+            await first_line(service, record.id, "attempt 1 of 4 ended")
             _slurm(cluster, "scontrol", "update", f"nodename={node.strip()}", "state=resume")
-        resumed = await _first(service, record.id, "attempt 2 starts at step")
+        resumed = await first_line(service, record.id, "attempt 2 starts at step")
         async with asyncio.timeout(180):
             final = await service.wait(record.id)
         events = await service.events(record.id)

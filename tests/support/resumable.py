@@ -4,9 +4,17 @@ step, and resumes from ``$J2C_RESUMED_FROM`` when j2c restored one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from j2c_server.wire.api import Event, EventKind
+from j2c_server.wire.event_frames import diary_text
+
+if TYPE_CHECKING:
+    from j2c_server.jobs.service import JobService
 
 RESUMABLE_PY = """\
 import os, pathlib, sys, time
@@ -67,3 +75,18 @@ def resume_bytes(lines: list[str]) -> str:
         f"{last['bytes_downloaded']} B of layers, {last['bytes_reused']} B reused from the node "
         "cache)"
     )
+
+
+async def first_line(
+    service: JobService, job_id: str, wanted: str, *, after: int = 0, timeout_s: float = 120
+) -> Event:
+    """The first log event at or after seq ``after`` whose line, as the diary shows it (j2c's
+    as ``j2c: <phase>: text``), contains ``wanted``."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            for event in await service.events(job_id, after):
+                if event.kind == EventKind.log and wanted in diary_text(
+                    event.model_dump(mode="json")
+                ):
+                    return event
+            await asyncio.sleep(0.1)
